@@ -1,0 +1,35 @@
+# Two entry points that need nothing installed first:
+#   make reproduce   set up .venv, then run Table 2 of the tiny profile on the CPU
+#   make test        set up .venv, then run the test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# CPU installs take the pinned CPU wheel of torch; set TORCH_SPEC= (empty) to keep your own GPU build.
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= dev,eval
+CORES  ?= 2
+PROFILE ?= tiny
+
+.PHONY: venv test reproduce reproduce-all lint clean-results
+
+$(VENV)/.installed: pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	if [ -n "$(TORCH_SPEC)" ]; then $(PY) -m pip install -q "$(TORCH_SPEC)"; fi
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+test: venv
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -p no:cacheprovider
+
+reproduce: venv
+	$(VENV)/bin/snakemake -c$(CORES) --config profile=$(PROFILE) reproduce_table2
+
+reproduce-all: venv
+	$(VENV)/bin/snakemake -c$(CORES) --config profile=$(PROFILE) reproduce_all
+
+lint: venv
+	$(VENV)/bin/ruff check .

@@ -1,0 +1,150 @@
+"""DlmrtEngine: block-diffusion decoding with a static KV cache and captured denoising chunks.
+
+One request (METHOD.md §2):
+    prefill the prompt into the cache (eager, 1 forward, not in NFE);
+    for each block j:
+        run the block's first chunk (block 0: S steps; block j > 0: the forward that writes
+        block j-1's clean KV and starts block j, then S - 1 steps);
+        read state.status (the one host synchronisation per chunk); while the block still has
+        masked positions, run another chunk of S steps;
+        stop after the block that finished with <eos>.
+With S = 1 no step is wasted and the host reads once per step; a larger S trades up to
+S - 1 predicated no-op steps per block for fewer host round trips (worth it on a GPU,
+where a read stalls the launch queue; on the CPU nothing runs asynchronously, so the
+default there is 1).
+
+The decoding policy, the residual context and the <eos> rule are the shared code of
+engines/policy.py, so dlmrt and the reference decoder make the same decisions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from orl.engines.base import Generation, StepLog, plan_request
+from orl.engines.dlmrt.capture import default_mode, make_runner
+from orl.engines.dlmrt.chunk import ChunkSpec, denoise_chunk, prefill, start_block_chunk
+from orl.engines.dlmrt.state import DecodeState, cache_bucket
+from orl.engines.policy import Policy
+from orl.errors import CheckpointError, InputError
+from orl.model.checkpoint import Checkpoint
+
+
+@dataclass(frozen=True)
+class DlmrtConfig:
+    """Engine knobs; the decoding semantics (policy, α, block) come from elsewhere."""
+
+    sync_every: int | None = None  # S: steps per chunk between host reads; None = 1 on CPU, 4 on CUDA
+    min_cache_len: int = 256  # smallest cache bucket (engines/dlmrt/state.py)
+    mode: str | None = None  # "eager" | "compile" | "cudagraph"; None = from `compiled` and the device
+
+
+@dataclass
+class _Slot:
+    """The state and the two chunk runners of one cache length (compiled or captured once)."""
+
+    state: DecodeState
+    run_chunk: object
+    run_start_block: object
+
+
+class DlmrtEngine:
+    """The bundled engine; `generate(prompt, max_new_tokens) -> Generation`."""
+
+    def __init__(
+        self, ckpt: Checkpoint, policy: Policy, *, compiled: bool = True, residual: bool = True,
+        log_steps: bool = False, config: DlmrtConfig | None = None,
+    ):
+        cfg = ckpt.model.config
+        if not ckpt.is_diffusion or cfg.mask_token_id is None:
+            raise CheckpointError(f"{ckpt.path / 'config.json'}: mask_token_id: dlmrt needs a block-diffusion "
+                                  "checkpoint with a mask token (architectures: OrlBlockDiffusionLM)")
+        if not isinstance(policy, Policy):
+            raise InputError(f"policy: expected a Policy (Policy.parse('threshold:0.9')), got {policy!r}")
+        self.config = config or DlmrtConfig()
+        self.ckpt, self.policy, self.log_steps = ckpt, policy, log_steps
+        self.model = ckpt.model
+        self.device = next(self.model.parameters()).device
+        self.mode = self.config.mode or default_mode(self.device, compiled)
+        self.name = "dlmrt" if self.mode != "eager" else "dlmrt-eager"
+        steps = self.config.sync_every or (4 if self.device.type == "cuda" else 1)
+        if steps < 1:
+            raise InputError(f"sync_every: expected a positive integer, got {steps}")
+        self.spec = ChunkSpec(
+            policy=policy, block=cfg.block_size, steps=steps, alpha=cfg.residual_alpha if residual else 0.0,
+            mask_id=cfg.mask_token_id, eos_id=ckpt.tokenizer.eos_id, log_steps=log_steps,
+        )
+        self._slots: dict[int, _Slot] = {}
+
+    # The state and runners of a cache length: built on first use, then reused by every request.
+    def _slot(self, needed: int) -> _Slot:
+        cfg = self.model.config
+        length = cache_bucket(needed, cfg.block_size, cfg.max_position_embeddings, self.config.min_cache_len)
+        if length not in self._slots:
+            state = DecodeState.allocate(cfg, batch=1, cache_len=length, steps=self.spec.steps, device=self.device,
+                                         dtype=self.model.embedding.dtype)
+            model, spec = self.model, self.spec
+
+            def chunk(s: DecodeState) -> None:
+                denoise_chunk(model, spec, s)
+
+            def start_block(s: DecodeState) -> None:
+                start_block_chunk(model, spec, s)
+
+            self._slots[length] = _Slot(state, make_runner(chunk, state, self.mode),
+                                        make_runner(start_block, state, self.mode))
+        return self._slots[length]
+
+    @torch.inference_mode()
+    def generate(self, prompt: str, max_new_tokens: int) -> Generation:
+        tok, B, S = self.ckpt.tokenizer, self.spec.block, self.spec.steps
+        prompt_ids = tok.encode(prompt)
+        n_blocks = plan_request(len(prompt_ids), max_new_tokens, self.model.config.max_position_embeddings, B)
+        P = len(prompt_ids)
+        slot = self._slot(P + n_blocks * B)
+        state = slot.state
+        start = time.perf_counter()
+        prefill(self.model, self.spec, state, torch.tensor([prompt_ids], device=self.device))
+        logs: list[tuple[int, int, torch.Tensor]] = []
+        block_nfe: list[int] = []
+        host_reads = steps_run = 0
+        for j in range(n_blocks):
+            run = slot.run_start_block if j > 0 else slot.run_chunk
+            chunk_index = 0
+            while True:
+                run()
+                steps_run += S
+                if self.log_steps:
+                    logs.append((j, chunk_index * S, state.log.clone()))
+                done, finished, nfe = state.status.tolist()  # the one host read per chunk
+                host_reads += 1
+                if done:
+                    break
+                run, chunk_index = slot.run_chunk, chunk_index + 1
+            block_nfe.append(nfe - sum(block_nfe))
+            if finished:
+                break
+        generated = state.seq[0, P: P + len(block_nfe) * B].tolist()
+        wall = time.perf_counter() - start
+        if tok.eos_id in generated:
+            generated = generated[: generated.index(tok.eos_id) + 1]
+        extra = {"mode": self.mode, "cache_len": state.cache_len, "sync_every": S, "prompt_len": P,
+                 "block_nfe": block_nfe, "steps_run": steps_run, "host_reads": host_reads}
+        return Generation(token_ids=generated, text=tok.decode_completion(generated), nfe=sum(block_nfe),
+                          prefill_forwards=1, wall_time_s=wall, steps=_step_logs(logs) if self.log_steps else None,
+                          extra=extra)
+
+
+def _step_logs(logs: list[tuple[int, int, torch.Tensor]]) -> list[StepLog]:
+    """Per-step logs of row 0, keeping only steps that did work (analysis only: this reads the device)."""
+    out = []
+    for block, first_step, table in logs:
+        for i, (committed, masked_before, entropy, confidence) in enumerate(table[:, 0].tolist()):
+            if masked_before > 0:
+                out.append(StepLog(block=block, step=first_step + i, committed=int(committed),
+                                   masked_before=int(masked_before), mean_entropy=entropy,
+                                   mean_confidence=confidence))
+    return out

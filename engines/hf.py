@@ -1,0 +1,167 @@
+"""The `hf` and `hf-assisted` baselines: transformers' own `generate`, greedy.
+
+`hf` is plain greedy decoding of the AR checkpoint through
+`AutoModelForCausalLM.generate`; `hf-assisted` is the same call with
+`assistant_model=` a small draft model (transformers' assisted generation,
+i.e. speculative decoding with greedy acceptance), the CPU stand-in for the
+draft-model speculative row of Table 2.
+
+TPF is counted, never estimated: a forward pre-hook on the target module and
+another on the draft module count every forward call `generate` makes.
+
+How forwards are counted (the same convention as engines/reference.py's ReferenceAR):
+- `nfe` is every target forward of the request, the first one included. That
+  first forward processes the prompt and already yields the first new token (plain
+  greedy), or verifies the first drafted tokens (assisted), so it is a generating
+  forward; `prefill_forwards` = 1 records that it also carried the prompt.
+  Plain greedy therefore has nfe == generated tokens, TPF exactly 1, and
+  assisted generation's TPF is tokens per target forward = mean acceptance
+  length including the target's bonus token (METHOD.md §4).
+- `draft_forwards` counts the draft model's forward calls.
+
+Text goes through our tokenizer (orl.tokenizer), not transformers', so prompts
+and completions round-trip exactly as for every other engine.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from orl.engines.base import Generation, plan_request
+from orl.errors import CheckpointError
+
+
+@dataclass(frozen=True)
+class AssistConfig:
+    """Assisted-generation knobs, applied afresh to the draft before every request.
+
+    transformers adapts `num_assistant_tokens` ("heuristic" schedules) and the
+    confidence threshold (when scikit-learn is installed) across calls on the same
+    draft model; resetting them per request keeps every request of a latency suite
+    identical to a cold one, whatever ran before it.
+    """
+
+    num_assistant_tokens: int = 5  # draft tokens proposed per target verification
+    confidence_threshold: float = 0.4  # the draft stops early below this probability (transformers' default)
+
+
+class ForwardCounter:
+    """Counts forward calls of a module through a pre-hook (removable)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.count = 0
+        self._handle = module.register_forward_pre_hook(self._hook)
+
+    def _hook(self, module, args) -> None:
+        self.count += 1
+
+    def reset(self) -> None:
+        self.count = 0
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+def load_hf_causal_lm(ckpt_dir: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
+    """AutoModelForCausalLM from a local AR checkpoint directory (never the network)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from orl.model.checkpoint import AR_ARCH, CONFIG, read_config
+
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar per model would drown the harness's own output
+
+    config = read_config(ckpt_dir)
+    if config["architectures"][0] != AR_ARCH:
+        # transformers would load a block-diffusion checkpoint as a causal Qwen3 model
+        # without complaint (same tensors, model_type qwen3) and decode nonsense.
+        raise CheckpointError(
+            f"{Path(ckpt_dir) / CONFIG}: architectures: the hf engines need an AR checkpoint ({AR_ARCH}), "
+            f"got {config['architectures'][0]}"
+        )
+    model = AutoModelForCausalLM.from_pretrained(str(ckpt_dir), local_files_only=True, dtype=dtype)
+    return model.to(device).eval()
+
+
+def _same_vocabulary(a, b) -> bool:
+    return a.eos_id == b.eos_id and a.backend.get_vocab(with_added_tokens=True) == b.backend.get_vocab(
+        with_added_tokens=True
+    )
+
+
+class HFEngine:
+    """Greedy `generate` of a transformers Qwen3ForCausalLM, optionally assisted by a draft model."""
+
+    def __init__(
+        self, ckpt_dir: str | Path, *, draft_dir: str | Path | None = None, device: str = "cpu",
+        dtype: torch.dtype = torch.float32, assist: AssistConfig | None = None,
+    ):
+        from orl.model.checkpoint import TOKENIZER
+        from orl.tokenizer import load_tokenizer
+
+        self.ckpt_dir = Path(ckpt_dir)
+        self.draft_dir = Path(draft_dir) if draft_dir is not None else None
+        self.device = torch.device(device)
+        self.precision = str(dtype).replace("torch.", "")
+        self.assist = assist or AssistConfig()
+        self.name = "hf-assisted" if draft_dir is not None else "hf"
+        self.tokenizer = load_tokenizer(self.ckpt_dir / TOKENIZER)
+        self.model = load_hf_causal_lm(self.ckpt_dir, self.device, dtype)
+        self.max_positions = int(self.model.config.max_position_embeddings)
+        self.target_forwards = ForwardCounter(self.model)
+        self.draft = None
+        self.draft_forwards = None
+        if self.draft_dir is not None:
+            draft_tokenizer = load_tokenizer(self.draft_dir / TOKENIZER)
+            if not _same_vocabulary(self.tokenizer, draft_tokenizer):
+                raise CheckpointError(
+                    f"{self.draft_dir / TOKENIZER}: the draft's tokenizer differs from the target's "
+                    f"({self.ckpt_dir / TOKENIZER}); assisted generation here needs one shared vocabulary"
+                )
+            self.draft = load_hf_causal_lm(self.draft_dir, self.device, dtype)
+            self.draft_forwards = ForwardCounter(self.draft)
+
+    def policy_record(self) -> dict | None:
+        """The record's `policy` block: the speculation settings (None for plain greedy)."""
+        if self.draft is None:
+            return None
+        return {"name": "assisted-greedy", "params": asdict(self.assist)}
+
+    def _reset_assistant(self) -> None:
+        config = self.draft.generation_config
+        config.num_assistant_tokens = self.assist.num_assistant_tokens
+        config.num_assistant_tokens_schedule = "constant"
+        config.assistant_confidence_threshold = self.assist.confidence_threshold
+
+    @torch.inference_mode()
+    def generate(self, prompt: str, max_new_tokens: int) -> Generation:
+        tok = self.tokenizer
+        ids = tok.encode(prompt)
+        plan_request(len(ids), max_new_tokens, self.max_positions)
+        input_ids = torch.tensor([ids], device=self.device)
+        kwargs = {}
+        if self.draft is not None:
+            self._reset_assistant()
+            self.draft_forwards.reset()
+            kwargs["assistant_model"] = self.draft
+        self.target_forwards.reset()
+        start = time.perf_counter()
+        output = self.model.generate(
+            input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new_tokens,
+            do_sample=False, num_beams=1, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id, **kwargs,
+        )
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        wall = time.perf_counter() - start
+        generated = output[0, len(ids):].tolist()
+        if tok.eos_id in generated:
+            generated = generated[: generated.index(tok.eos_id) + 1]
+        nfe = self.target_forwards.count
+        return Generation(
+            token_ids=generated, text=tok.decode_completion(generated), nfe=nfe, prefill_forwards=1 if nfe else 0,
+            wall_time_s=wall, draft_forwards=self.draft_forwards.count if self.draft is not None else 0,
+        )

@@ -1,0 +1,49 @@
+"""Build an engine by name: the one place that maps a table row's `engine` to code.
+
+GPU engines (vllm, sglang) are imported lazily; when they cannot run here the
+factory raises EngineUnavailable with the reason a table prints as "not run".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orl.engines.base import Engine
+from orl.engines.policy import Policy
+from orl.errors import InputError
+
+ENGINE_NAMES = ("dlmrt", "dlmrt-eager", "reference", "hf", "hf-assisted", "dflash", "vllm", "sglang")
+
+
+def build_engine(
+    name: str, ckpt_dir: str | Path, *, policy: Policy | None = None, draft_dir: str | Path | None = None,
+    device: str = "cpu", residual: bool = True, log_steps: bool = False,
+) -> Engine:
+    """Load the checkpoint and wrap it in the named engine."""
+    from orl.model.checkpoint import load_checkpoint
+
+    if name not in ENGINE_NAMES:
+        raise InputError(f"--engine: unknown engine {name!r}; expected one of {', '.join(ENGINE_NAMES)}")
+    policy = policy or Policy("fixed", 1)
+    if name in ("vllm", "sglang"):
+        from orl.engines.serving import build_serving_engine
+
+        return build_serving_engine(name, ckpt_dir, draft_dir=draft_dir)
+    ckpt = load_checkpoint(ckpt_dir, device=device)
+    if name == "reference":
+        from orl.engines.reference import ReferenceAR, ReferenceDiffusion
+
+        if ckpt.is_diffusion:
+            return ReferenceDiffusion(ckpt, policy, residual=residual, log_steps=log_steps)
+        return ReferenceAR(ckpt)
+    if name in ("dlmrt", "dlmrt-eager"):
+        from orl.engines.dlmrt import DlmrtEngine
+
+        return DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, log_steps=log_steps)
+    if name in ("hf", "hf-assisted"):
+        from orl.engines.hf import HFEngine
+
+        return HFEngine(ckpt_dir, draft_dir=draft_dir if name == "hf-assisted" else None, device=device)
+    from orl.engines.dflash import DFlashEngine
+
+    return DFlashEngine(target_dir=ckpt_dir, drafter_dir=draft_dir, device=device)

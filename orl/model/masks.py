@@ -1,0 +1,51 @@
+"""Attention masks as pure functions (True = the query may attend the key).
+
+Every pattern the harness needs is "key index < limit(query)", with a per-query
+limit (METHOD.md §1):
+- causal:       limit(q) = q + 1
+- block-causal: prompt queries are causal; a completion query in block j sees
+                the prompt, all earlier blocks and all of block j, so
+                limit(q) = start + (j + 1) * B with j = (q - start) // B.
+Indices are cache slots in the engine and sequence positions in training; the
+rule is the same. `key_valid` hides padding slots.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def causal_limits(query_idx: torch.Tensor) -> torch.Tensor:
+    return query_idx + 1
+
+
+def block_causal_limits(query_idx: torch.Tensor, completion_start: torch.Tensor | int, block_size: int) -> torch.Tensor:
+    """Per-query key limits; `completion_start` is a scalar or one value per batch row ([b, 1])."""
+    start = torch.as_tensor(completion_start, device=query_idx.device)
+    if start.dim() == 1:
+        start = start[:, None]
+    block = torch.div(query_idx - start, block_size, rounding_mode="floor")
+    in_completion = query_idx >= start
+    return torch.where(in_completion, start + (block + 1) * block_size, query_idx + 1)
+
+
+def mask_from_limits(
+    limits: torch.Tensor, key_idx: torch.Tensor, key_valid: torch.Tensor | None = None
+) -> torch.Tensor:
+    """[b, t, s] mask from limits [b, t] and key indices [s] (and optional key_valid [b, s])."""
+    mask = key_idx[None, None, :] < limits[:, :, None]
+    if key_valid is not None:
+        mask = mask & key_valid[:, None, :]
+    return mask
+
+
+def training_mask(
+    seq_len: int, completion_start: torch.Tensor, block_size: int, lengths: torch.Tensor
+) -> torch.Tensor:
+    """Block-causal mask for right-padded training rows (start and length per row)."""
+    idx = torch.arange(seq_len, device=lengths.device)
+    limits = block_causal_limits(idx.expand(len(lengths), seq_len), completion_start, block_size)
+    key_valid = idx[None, :] < lengths[:, None]
+    mask = mask_from_limits(limits, idx, key_valid)
+    # Padding queries must still see one key, or softmax over an empty row gives NaN.
+    return mask | torch.eye(seq_len, dtype=torch.bool, device=lengths.device)[None]

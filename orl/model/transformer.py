@@ -1,0 +1,218 @@
+"""One Qwen3-style transformer for both autoregressive and block-diffusion use.
+
+RMSNorm, rotary position embeddings, SwiGLU MLP, grouped-query attention with
+RMSNorm on queries and keys (Qwen3), optional tied embeddings. Parameter names
+follow transformers' Qwen3ForCausalLM so an AR checkpoint loads there unchanged.
+
+The attention pattern is not baked in: `forward` takes an explicit boolean
+mask (True = may attend) built by orl.model.masks, so the same weights run
+`causal` (AR) or `block-causal` (diffusion) and the engine can pass static
+shapes. With a KVCache the new keys/values are written in place at `slots`
+and the queries attend over the whole preallocated cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 1024
+    hidden_size: int = 256
+    intermediate_size: int = 768
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 64
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    max_position_embeddings: int = 256
+    tie_word_embeddings: bool = True
+    # Block diffusion (METHOD.md §1-2); ignored by the AR model.
+    attention_mode: str = "causal"  # "causal" or "block-causal"
+    block_size: int = 16
+    mask_token_id: int | None = None
+    residual_alpha: float = 0.0  # α of the residual-context weight w = α(1 - H/log V)
+    eos_token_id: int = 1
+    pad_token_id: int = 0
+
+    @classmethod
+    def from_dict(cls, values: dict) -> ModelConfig:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 as Qwen3 does, then return to the input dtype.
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rope_tables(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin of shape [batch, 1, seq, head_dim] for integer positions [batch, seq]."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    angles = positions.float()[..., None] * inv_freq  # [b, t, d/2]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos()[:, None], angles.sin()[:, None]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return (x * cos + rotated * sin).to(x.dtype)
+
+
+@dataclass
+class KVCache:
+    """Static key/value buffers [layers, batch, kv_heads, max_len, head_dim], written in place."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+
+    @classmethod
+    def allocate(cls, config: ModelConfig, batch: int, max_len: int, device, dtype) -> KVCache:
+        shape = (config.num_hidden_layers, batch, config.num_key_value_heads, max_len, config.head_dim)
+        return cls(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[3]
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.q_proj = nn.Linear(config.hidden_size, self.n_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(config.hidden_size, self.n_kv * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(config.hidden_size, self.n_kv * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, config.hidden_size, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+
+    def forward(self, x, cos, sin, mask, cache: KVCache | None, layer: int, slots: torch.Tensor | None):
+        b, t, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, t, self.n_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, t, self.n_kv, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            # Write this step's keys/values at their slots, then attend over the whole buffer;
+            # the mask hides slots that are not (yet) valid for each query.
+            cache.k[layer].index_copy_(2, slots, k.to(cache.k.dtype))
+            cache.v[layer].index_copy_(2, slots, v.to(cache.v.dtype))
+            k, v = cache.k[layer].to(q.dtype), cache.v[layer].to(q.dtype)
+        if self.n_kv != self.n_heads:
+            k = k.repeat_interleave(self.n_heads // self.n_kv, dim=1)
+            v = v.repeat_interleave(self.n_heads // self.n_kv, dim=1)
+        if mask is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x, cos, sin, mask, cache, layer, slots):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer, slots)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    """The `model.` part of Qwen3ForCausalLM: embeddings, layers, final norm."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.model = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @property
+    def embedding(self) -> torch.Tensor:
+        """The input embedding matrix E (V x d) that residual context mixes over."""
+        return self.model.embed_tokens.weight
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        *,
+        inputs_embeds: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        slots: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits [batch, seq, vocab].
+
+        Args:
+            input_ids: [b, t] token ids, or None when `inputs_embeds` is given (residual context).
+            inputs_embeds: [b, t, d] input embeddings overriding the token lookup.
+            positions: [b, t] RoPE positions; defaults to 0..t-1.
+            mask: [b, t, s] bool, True where query may attend key (s = t, or the cache length);
+                None means plain causal attention over the inputs (AR training fast path).
+            cache: static KV buffers; when given, keys/values are written at `slots` ([t], shared
+                by the batch) and attention runs over all cache slots.
+        """
+        x = self.model.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        b, t = x.shape[:2]
+        if positions is None:
+            positions = torch.arange(t, device=x.device).expand(b, t)
+        cos, sin = rope_tables(positions, self.config.head_dim, self.config.rope_theta)
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, cos, sin, mask, cache, i, slots)
+        return self.lm_head(self.model.norm(x))
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())

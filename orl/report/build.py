@@ -1,0 +1,43 @@
+"""Render a profile's report: records in, tables + figures + index out.
+
+    records under <results>/**/*.jsonl  ─┐
+    contributed results/hardware/**      ├─► tables 1..5 (md, tex, csv) ─┐
+    results/paper/claims.yaml           ─┘   figures (png, pdf)         ├─► <out>/index.md
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
+from orl.report.figures import write_figures
+from orl.report.index import write_index
+from orl.report.render import load_record_tree, write_table
+from orl.report.submit import DEFAULT_HARDWARE_ROOT
+from orl.report.tables import build_table, build_table2
+
+ALL_TABLES = (1, 2, 3, 4, 5)
+
+
+def render_report(
+    profile: str,
+    results_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    tables: tuple[int, ...] = ALL_TABLES,
+    figures: bool = False,
+    claims_path: str | Path = DEFAULT_CLAIMS_PATH,
+    hardware_root: str | Path = DEFAULT_HARDWARE_ROOT,
+) -> list[Path]:
+    """Write the chosen tables (and figures) and the index; return every path written."""
+    claims = load_claims(claims_path)
+    records = load_record_tree(results_dir)
+    hardware = load_record_tree(hardware_root, missing_ok=True)
+    written: list[Path] = []
+    for table in tables:
+        frame = build_table(table, hardware if table == 4 else records, claims)
+        written += write_table(frame, out_dir, claims)
+    if figures:
+        written += write_figures(records, build_table2(records, claims), out_dir)
+    written.append(write_index(out_dir, profile))
+    return written

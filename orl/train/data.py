@@ -1,0 +1,65 @@
+"""Training batches from the TinyCode train stream.
+
+A batch is a pure function of (seed, step): resuming at step s regenerates
+exactly the batches an uninterrupted run would have seen, so there is no data
+loader state to checkpoint.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from orl.tasks import tinycode
+from orl.tokenizer import Tokenizer
+
+
+@dataclass
+class TokenBatch:
+    """Right-padded rows: prompt tokens, then completion tokens, then <eos> (padding after)."""
+
+    ids: torch.Tensor  # [b, t]
+    prompt_lens: torch.Tensor  # [b]
+    lengths: torch.Tensor  # [b] real tokens per row
+    loss_mask: torch.Tensor  # [b, t] True on completion tokens (incl. <eos>)
+
+
+def step_rng(seed: int, step: int) -> random.Random:
+    return random.Random(seed * 1_000_003 + step)
+
+
+def encode_pair(tokenizer: Tokenizer, prompt: str, completion: str, block_size: int | None = None) -> tuple[list[int], list[int]]:
+    """Prompt ids and completion ids + <eos>; with a block size the completion is padded with <eos>
+    to whole blocks, which is what block decoding produces after <eos> (METHOD.md §2)."""
+    completion_ids = tokenizer.encode(completion) + [tokenizer.eos_id]
+    if block_size:
+        completion_ids += [tokenizer.eos_id] * (-len(completion_ids) % block_size)
+    return tokenizer.encode(prompt), completion_ids
+
+
+def pad_rows(rows: list[tuple[list[int], list[int]]], pad_id: int, max_len: int) -> TokenBatch:
+    rows = [(p, c[: max(0, max_len - len(p))]) for p, c in rows]
+    width = max(len(p) + len(c) for p, c in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    loss_mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    for i, (p, c) in enumerate(rows):
+        ids[i, : len(p) + len(c)] = torch.tensor(p + c)
+        loss_mask[i, len(p) : len(p) + len(c)] = True
+    return TokenBatch(
+        ids=ids,
+        prompt_lens=torch.tensor([len(p) for p, _ in rows]),
+        lengths=torch.tensor([len(p) + len(c) for p, c in rows]),
+        loss_mask=loss_mask,
+    )
+
+
+def pair_batch(
+    tokenizer: Tokenizer, seed: int, step: int, batch_size: int, difficulty: str, held_out: frozenset[str],
+    max_len: int, block_size: int | None = None,
+) -> TokenBatch:
+    rng = step_rng(seed, step)
+    diff = tinycode.DIFFICULTIES[difficulty]
+    pairs = [tinycode.train_pair(rng, diff, held_out) for _ in range(batch_size)]
+    return pad_rows([encode_pair(tokenizer, p, c, block_size) for p, c in pairs], tokenizer.pad_id, max_len)

@@ -1,0 +1,63 @@
+"""Training objectives of the base models (METHOD.md §1).
+
+- `ar_loss`: next-token cross-entropy on completion tokens (prompt → completion).
+- `masked_block_loss`: the block-diffusion objective. For each row pick one block j
+  of the completion; the context is the prompt and the clean blocks < j; each
+  token of block j is replaced by [MASK] with probability t ~ U(0, 1] (at least
+  one); loss = cross-entropy on masked positions weighted 1/t, averaged over the
+  masked tokens of the batch (MDLM / LLaDA ELBO weighting).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from orl.model.masks import training_mask
+from orl.model.transformer import Transformer
+from orl.train.data import TokenBatch
+
+
+def ar_loss(model: Transformer, batch: TokenBatch) -> torch.Tensor:
+    logits = model(batch.ids[:, :-1])  # causal fast path (mask=None)
+    targets = batch.ids[:, 1:]
+    weight = batch.loss_mask[:, 1:].float()
+    ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(weight)
+    return (ce * weight).sum() / weight.sum().clamp_min(1)
+
+
+def noise_one_block(
+    batch: TokenBatch, block_size: int, mask_id: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pick a block per row, cut the row after it, mask it with rate t.
+
+    Returns (noisy ids, is_masked [b, t], t [b], row lengths [b]).
+    """
+    ids = batch.ids.clone()
+    b, width = ids.shape
+    completion_len = batch.lengths - batch.prompt_lens  # a multiple of block_size (encode_pair pads)
+    n_blocks = torch.div(completion_len, block_size, rounding_mode="floor").clamp_min(1)
+    block = (torch.rand(b, generator=generator) * n_blocks).long()
+    start = batch.prompt_lens + block * block_size
+    lengths = torch.minimum(start + block_size, batch.lengths)
+    t = torch.rand(b, generator=generator).clamp_min(1e-3)
+    pos = torch.arange(width)[None, :]
+    in_block = (pos >= start[:, None]) & (pos < lengths[:, None])
+    masked = in_block & (torch.rand(b, width, generator=generator) < t[:, None])
+    # At least one masked token per row: force a random position of the block.
+    forced = start + (torch.rand(b, generator=generator) * (lengths - start)).long()
+    masked[torch.arange(b), forced] = True
+    ids[masked] = mask_id
+    return ids, masked, t, lengths
+
+
+def masked_block_loss(model: Transformer, batch: TokenBatch, generator: torch.Generator) -> torch.Tensor:
+    cfg = model.config
+    noisy, masked, t, lengths = noise_one_block(batch, cfg.block_size, cfg.mask_token_id, generator)
+    width = int(lengths.max())
+    noisy, masked, targets = noisy[:, :width], masked[:, :width], batch.ids[:, :width]
+    mask = training_mask(width, batch.prompt_lens, cfg.block_size, lengths)
+    logits = model(noisy, mask=mask)
+    ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
+    weight = masked.float() / t[:, None]
+    return (ce * weight).sum() / masked.sum().clamp_min(1)

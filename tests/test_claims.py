@@ -1,0 +1,132 @@
+"""The claims ledger: every claim cited, every quote in its seed, every table showing its claims."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from orl.errors import ConfigError
+from orl.report.claims import (
+    DEFAULT_CLAIMS_PATH,
+    DEFAULT_SEEDS_DIR,
+    TABLES,
+    citation_problems,
+    claims_for_table,
+    load_claims,
+)
+from orl.report.tables import TABLE_COLUMNS, build_table
+
+SEEDS = Path(os.environ.get("ORL_SEEDS_DIR", DEFAULT_SEEDS_DIR))
+
+
+@pytest.fixture(scope="module")
+def claims():
+    return load_claims(DEFAULT_CLAIMS_PATH)
+
+
+def test_ledger_loads_with_the_known_numbers(claims):
+    values = {claim.id: claim.value for claim in claims}
+    # The numbers TABLES.md lists, each present once under its table.
+    expected = {
+        "t1-qwendlm4b-tpf-gain": 6.2, "t1-qwendlm4b-throughput-gain": 6.9, "t1-qwendlm4b-humaneval-base": 82.9,
+        "t1-qwendlm4b-humaneval-orl": 89.6, "t1-llada21mini-throughput-gain": 3.0,
+        "t1-diffusiongemma26b-tpf-gain": 1.2, "t2-qwendlm4b-orl-dlmrt-tokens-per-s": 1298,
+        "t2-dflash-vllm-tokens-per-s": 746, "t2-eagle3-vllm-tokens-per-s": 405,
+        "t3-dlmrt-vs-sglang-vllm-speedup": 1.2, "t4-rtx5090-llada21mini-orl-nvfp4-tokens-per-s": 2788,
+        "t4-8xb200-diffusiongemma26b-orl-nvfp4-tokens-per-s": 7708, "t5-train-step-speedup": 5.2,
+        "t5-llada21mini-self-generated-tokens": 4.2e6, "t5-llada21mini-train-gpu-hours": 36,
+    }  # fmt: skip
+    assert {k: values.get(k) for k in expected} == expected
+    by_id = {claim.id: claim for claim in claims}
+    assert by_id["t3-dlmrt-vs-sglang-vllm-speedup"].value_high == 1.6
+    assert by_id["t1-qwendlm4b-humaneval-base"].compare_value == pytest.approx(0.829)
+    assert by_id["t4-rtx5090-llada21mini-orl-nvfp4-tokens-per-s"].display() == "peak 2,788 tokens/s"
+    assert by_id["t3-dlmrt-vs-sglang-vllm-speedup"].display() == "1.2–1.6×"
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason=f"seed articles not found at {SEEDS} (set ORL_SEEDS_DIR)")
+def test_every_claim_is_quoted_from_an_existing_seed(claims):
+    assert all(claim.source and claim.quote for claim in claims)
+    assert citation_problems(claims, SEEDS) == []
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason=f"seed articles not found at {SEEDS} (set ORL_SEEDS_DIR)")
+def test_a_misquote_is_caught(claims, tmp_path):
+    claim = claims[0]
+    bad = type(claim)(**{**claim.__dict__, "quote": claim.quote + " and then some", "also": ()})
+    problems = citation_problems([bad], SEEDS)
+    assert len(problems) == 1 and claim.id in problems[0] and "not found" in problems[0]
+    missing = type(claim)(**{**claim.__dict__, "source": "999_missing.txt", "also": ()})
+    assert "not found in" in citation_problems([missing], SEEDS)[0]
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_every_table_names_its_claims_and_shows_them(claims, table):
+    named = claims_for_table(claims, table)
+    assert named, f"Table {table} names no claim"
+    frame = build_table(table, [], claims)
+    shown = frame[frame["claim"].notna()]
+    for claim in named:
+        rows = shown[shown["claim"] == claim.id]
+        assert len(rows) >= 1, f"{claim.id} not shown in Table {table}"
+        # Placed on a real row of its own system (not the catch-all line for unplaced claims).
+        assert (rows["system"] == claim.system).all()
+        assert not rows["status"].str.contains("reads claim").any()
+        assert claim.metric in TABLE_COLUMNS[table], f"{claim.id}: {claim.metric} is not a Table {table} column"
+        assert (rows["paper"] == claim.compare_value).all()
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "claims.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+GOOD = """
+claims:
+  - id: t2-x
+    table: 2
+    model: null
+    system: dLLM + ORL
+    hardware: H100
+    precision: null
+    metric: tokens_per_s
+    value: 10
+    unit: tokens/s
+    qualifier: peak
+    source: 000_a.txt
+    quote: reaches 10 tokens/s
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("qualifier: peak", "qualifier: roughly", "qualifier"),
+        ("unit: tokens/s", "unit: tok/s", "unit"),
+        ("table: 2", "table: 7", "table"),
+        ("value: 10", "value: ten", "value"),
+        ("    source: 000_a.txt\n", "", "source"),
+        ("quote: reaches 10 tokens/s", "quote: ''", "quote"),
+        ("metric: tokens_per_s", "metric: tokens_per_s\n    colour: red", "colour"),
+    ],
+)
+def test_bad_claims_name_file_claim_and_field(tmp_path, old, new, field):
+    assert load_claims(_write(tmp_path, GOOD))[0].id == "t2-x"
+    path = _write(tmp_path, GOOD.replace(old, new))
+    with pytest.raises(ConfigError) as info:
+        load_claims(path)
+    message = str(info.value)
+    assert str(path) in message and "'t2-x'" in message and field in message
+
+
+def test_duplicate_ids_and_missing_file_are_rejected(tmp_path):
+    doubled = GOOD + GOOD.split("claims:\n", 1)[1]
+    with pytest.raises(ConfigError, match="duplicate id"):
+        load_claims(_write(tmp_path, doubled))
+    with pytest.raises(ConfigError, match="no such claims file"):
+        load_claims(tmp_path / "absent.yaml")
+    with pytest.raises(ConfigError, match="a phrase"):
+        load_claims(_write(tmp_path, GOOD.replace("quote: reaches 10 tokens/s", "quote: " + "word " * 60)))

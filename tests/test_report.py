@@ -1,0 +1,300 @@
+"""Tables, formats, figures and AUP from synthetic records built with orl.records.make_record."""
+
+from __future__ import annotations
+
+import csv
+
+import pandas as pd
+import pytest
+
+from orl.cli import main
+from orl.errors import InputError
+from orl.records import make_record, not_run, validate_record, write_records
+from orl.report.aup import aup, curve
+from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
+from orl.report.figures import figure_paths, write_figures
+from orl.report.render import load_record_tree, table_paths, write_table
+from orl.report.tables import build_table1, build_table2, build_table3, build_table4, build_table5
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def rec(kind, system, engine, metrics, *, model="tiny-qwendlm", precision="float32", suite="tinycode",
+        gpu=None, created=None, policy=None, extra=None):  # fmt: skip
+    record = make_record(kind, system=system, engine=engine, model={"name": model, "precision": precision},
+                         metrics=metrics, suite=suite, policy=policy, extra=extra)  # fmt: skip
+    record["env"]["gpu_name"] = gpu
+    if created:
+        record["created"] = created
+    validate_record(record)
+    return record
+
+
+@pytest.fixture(scope="module")
+def claims():
+    return load_claims(DEFAULT_CLAIMS_PATH)
+
+
+def row(frame, claim=None, **where):
+    selected = frame
+    for column, value in where.items():
+        selected = selected[selected[column] == value]
+    if claim is not None:
+        selected = selected[selected["claim"] == claim]
+    assert len(selected) >= 1, f"no row {where} {claim}"
+    return selected.iloc[0]
+
+
+# ------------------------------------------------------------------------------------ AUP
+
+
+def test_aup_definition():
+    # Flat 0.8 from TPF 1 to 4: 0.8 * 3.
+    assert aup([(1, 0.8), (2, 0.8), (4, 0.8)]) == pytest.approx(2.4)
+    # The curve starts at TPF 1 at the first point's accuracy: 0.6*(2-1) + (4-2)*(0.6+0.2)/2.
+    assert aup([(4, 0.2), (2, 0.6)]) == pytest.approx(0.6 + 0.8)
+    # Equal TPF points merge to their mean, in any order.
+    assert curve([(2, 0.2), (1.5, 0.5), (2, 0.4)]) == [(1.5, 0.5), (2.0, pytest.approx(0.3))]
+    assert aup([(2, 0.2), (2, 0.4)]) == aup([(2, 0.4), (2, 0.2)]) == pytest.approx(0.3)
+    assert aup([(1, 0.9)]) == 0.0
+    for bad in ([(0.5, 0.5)], [(2, 1.5)], [(float("nan"), 0.5)], []):
+        with pytest.raises(InputError):
+            aup(bad)
+
+
+# ------------------------------------------------------------------------------------ Table 2
+
+
+def table2_records(gpu=None, model="tiny-qwendlm"):
+    ar_model = "tiny-ar"
+    return [
+        rec("latency", "AR (hf)", "hf", {"tpf": 1.0, "latency_median_s": 2.0, "latency_p90_s": 2.5, "tokens_per_s": 50.0},
+            model=ar_model, gpu=gpu),
+        rec("quality", "AR (hf)", "hf", {"pass_at_1": 0.40, "tpf": 1.0}, model=ar_model, gpu=gpu),
+        rec("latency", "AR + DFlash-style drafter", "dflash", {"tpf": 2.5, "latency_median_s": 1.0,
+            "latency_p90_s": 1.2, "tokens_per_s": 100.0}, model=ar_model, gpu=gpu),
+        rec("latency", "dLLM + ORL", "dlmrt", {"tpf": 4.0, "latency_median_s": 0.5, "latency_p90_s": 0.6,
+            "tokens_per_s": 200.0}, model=model, gpu=gpu),
+        rec("quality", "dLLM + ORL", "dlmrt", {"pass_at_1": 0.39, "tpf": 4.0}, model=model, gpu=gpu),
+        not_run("latency", system="AR (vLLM)", engine="vllm", reason="needs CUDA and vllm", suite="tinycode"),
+    ]  # fmt: skip
+
+
+def test_table2_measured_missing_and_not_run_rows(claims):
+    frame = build_table2(table2_records(), claims)
+    assert list(dict.fromkeys(frame["system"])) == [
+        "AR (hf)", "AR (vLLM)", "AR + draft (hf assisted)", "AR + draft (vLLM)", "AR + EAGLE3 (vLLM)",
+        "AR + DFlash-style drafter", "dLLM base", "dLLM + ORL", "dLLM + ORL NVFP4",
+    ]  # fmt: skip
+    ar = row(frame, system="AR (hf)")
+    assert ar["status"] == "measured" and ar["pass_at_1"] == 0.40 and ar["speedup_vs_ar"] == 1.0
+    orl = row(frame, system="dLLM + ORL")
+    assert orl["status"] == "measured" and orl["tpf"] == 4.0 and orl["speedup_vs_ar"] == 4.0
+    assert orl["suite"] == "tinycode"
+    # A "not run" record keeps its reason; a missing record says what was expected.
+    assert row(frame, system="AR (vLLM)")["status"] == "not run: needs CUDA and vllm"
+    eagle = row(frame, system="AR + EAGLE3 (vLLM)")
+    assert eagle["status"].startswith("not run: no record (expected a record of kind 'latency'")
+    assert "needs CUDA and vllm" in eagle["status"] and pd.isna(eagle["tokens_per_s"])
+    assert row(frame, system="dLLM + ORL NVFP4")["status"].startswith("not run: no record")
+    assert set(frame["status"]) <= {"measured"} | {s for s in frame["status"] if s.startswith("not run: ")}
+
+
+def test_table2_ratio_rules_across_hardware(claims):
+    orl_claim = "t2-qwendlm4b-orl-dlmrt-tokens-per-s"
+    # CPU: raw tokens/s is never set against the H100's; the ratio ORL/DFlash is (200/100)/(1298/746).
+    cpu = build_table2(table2_records(), claims)
+    orl = row(cpu, claim=orl_claim, system="dLLM + ORL")
+    assert orl["paper"] == 1298
+    assert orl["ratio"] == pytest.approx((200 / 100) / (1298 / 746))
+    assert "relative to AR + DFlash-style drafter" in orl["compared"] and "raw tokens_per_s not compared" in orl["compared"]
+    dflash = row(cpu, claim="t2-dflash-vllm-tokens-per-s")
+    assert dflash["ratio"] == pytest.approx((100 / 200) / (746 / 1298))
+
+    # Same GPU and same model as the claim: raw tokens/s is compared.
+    same = build_table2(table2_records(gpu=H100, model="QwenDLM-4B-ORL"), claims)
+    orl = row(same, claim=orl_claim)
+    assert orl["ratio"] == pytest.approx(200 / 1298) and "same GPU" in orl["compared"]
+
+    # Same GPU, different model: not raw; another GPU (H200 is not an H100): not raw either.
+    for gpu, model in ((H100, "tiny-qwendlm"), ("NVIDIA H200", "QwenDLM-4B")):
+        frame = build_table2(table2_records(gpu=gpu, model=model), claims)
+        orl = row(frame, claim=orl_claim)
+        assert orl["ratio"] == pytest.approx((200 / 100) / (1298 / 746))
+        assert "relative to" in orl["compared"]
+
+
+def test_table2_latest_record_wins_and_is_noted(claims):
+    records = table2_records() + [
+        rec("latency", "dLLM + ORL", "dlmrt", {"tpf": 5.0, "tokens_per_s": 300.0, "latency_median_s": 0.4},
+            created="2999-01-01T00:00:00Z"),
+    ]  # fmt: skip
+    orl = row(build_table2(records, claims), system="dLLM + ORL")
+    assert orl["tokens_per_s"] == 300.0 and "latest is shown" in orl["note"]
+
+
+# ------------------------------------------------------------------------------------ Tables 1, 3, 4, 5
+
+
+def test_table1_gains_and_shape_comparison(claims):
+    records = [
+        rec("quality", "dLLM base", "dlmrt", {"pass_at_1": 0.50, "tpf": 1.5}),
+        rec("latency", "dLLM base", "dlmrt", {"tokens_per_s": 40.0, "latency_median_s": 1.0}),
+        rec("quality", "dLLM + ORL", "dlmrt", {"pass_at_1": 0.52, "tpf": 4.5}),
+        rec("latency", "dLLM + ORL", "dlmrt", {"tokens_per_s": 100.0, "latency_median_s": 0.4}),
+        rec("quality", "dLLM + ORL", "dlmrt", {"pass_at_1": 0.01, "tpf": 3.0}, suite="humaneval"),
+    ]
+    frame = build_table1(records, claims)
+    orl = row(frame, claim="t1-qwendlm4b-tpf-gain", model="tiny QwenDLM", variant="+ORL", suite="tinycode")
+    assert orl["tpf_gain"] == pytest.approx(3.0) and orl["throughput_gain"] == pytest.approx(2.5)
+    assert orl["ratio"] == pytest.approx(3.0 / 6.2)
+    assert row(frame, claim="t1-qwendlm4b-throughput-gain", model="tiny QwenDLM")["ratio"] == pytest.approx(2.5 / 6.9)
+    # HumanEval +ORL measured but its base is missing: no gain, and the base row says what is missing.
+    he = frame[(frame["model"] == "tiny QwenDLM") & (frame["suite"] == "humaneval")]
+    assert he[he["variant"] == "+ORL"].iloc[0]["pass_at_1"] == 0.01
+    assert pd.isna(he[he["variant"] == "+ORL"].iloc[0]["tpf_gain"])
+    assert he[he["variant"] == "base"].iloc[0]["status"].startswith("not run: no record")
+    assert "no measured 'latency' record" in he[he["variant"] == "+ORL"].iloc[0]["note"]
+    # Paper families are expected rows; pass@1 of another model is never compared.
+    qwen = row(frame, claim="t1-qwendlm4b-humaneval-orl", model="QwenDLM-4B")
+    assert qwen["status"].startswith("not run: no record") and "paper profile" in qwen["status"]
+
+
+def test_table3_speedups_and_setting_check(claims):
+    bench = "engine_bench"
+    records = [
+        rec(bench, "dLLM + ORL", "dlmrt", {"tokens_per_s": 300.0, "tpf": 3.2, "latency_median_s": 0.2}),
+        rec(bench, "dLLM + ORL", "dlmrt-eager", {"tokens_per_s": 150.0, "tpf": 3.2, "latency_median_s": 0.4}),
+        rec(bench, "dLLM + ORL", "reference", {"tokens_per_s": 50.0, "tpf": 3.0, "latency_median_s": 1.2}),
+        rec(bench, "dLLM + ORL", "sglang", {"tokens_per_s": 200.0, "tpf": 3.2, "latency_median_s": 0.3}, gpu=H100),
+    ]
+    frame = build_table3(records, claims)
+    dlmrt = row(frame, setup="dlmrt (graph-captured)")
+    assert dlmrt["speedup_vs_reference"] == 6.0 and dlmrt["speedup_vs_serving"] == 1.5
+    assert dlmrt["same_tpf"] == "yes" and dlmrt["ratio"] == pytest.approx(1.5 / 1.2)
+    assert "within the paper's range" in dlmrt["compared"]
+    assert row(frame, setup="reference decoder")["same_tpf"].startswith("no (3 vs dlmrt 3.2)")
+    assert row(frame, setup="vLLM")["status"].startswith("not run: no record")
+    # Without a serving stack measured, the claim has no ratio and the note says why.
+    cpu = build_table3(records[:3], claims)
+    dlmrt = row(cpu, setup="dlmrt (graph-captured)")
+    assert pd.isna(dlmrt["ratio"]) and "needs CUDA" in dlmrt["note"]
+
+
+def hardware_record(tokens_per_s, *, gpu="NVIDIA GeForce RTX 5090", model="LLaDA-2.1-mini-ORL", precision="nvfp4-w4a4",
+                    gpu_count=1):  # fmt: skip
+    extra = {"gpu_count": gpu_count} if gpu_count > 1 else None
+    return rec("latency", "dLLM + ORL", "dlmrt", {"tokens_per_s": tokens_per_s, "tpf": 5.0, "latency_median_s": 0.1},
+               model=model, precision=precision, gpu=gpu, suite="humaneval", extra=extra)  # fmt: skip
+
+
+def test_table4_peaks_and_raw_comparison_on_the_claimed_gpu(claims):
+    records = [hardware_record(2500.0), hardware_record(2600.0), hardware_record(900.0, gpu=H100)]
+    frame = build_table4(records, claims)
+    rtx = row(frame, claim="t4-rtx5090-llada21mini-orl-nvfp4-tokens-per-s")
+    assert rtx["tokens_per_s"] == 2600.0 and rtx["submissions"] == 2
+    assert rtx["ratio"] == pytest.approx(2600 / 2788)
+    h100 = row(frame, gpu=H100)
+    assert h100["status"] == "measured" and pd.isna(h100["claim"])
+    b200 = row(frame, claim="t4-8xb200-diffusiongemma26b-orl-nvfp4-tokens-per-s")
+    assert b200["status"].startswith("not run: no record") and "8x B200" in b200["status"]
+    # 8 B200s match the 8x B200 claim; one B200 does not.
+    one = build_table4([hardware_record(7000.0, gpu="NVIDIA B200", model="DiffusionGemma-26B-MoE")], claims)
+    assert row(one, claim="t4-8xb200-diffusiongemma26b-orl-nvfp4-tokens-per-s")["status"].startswith("not run")
+    eight = build_table4([hardware_record(7000.0, gpu="NVIDIA B200", model="DiffusionGemma-26B-MoE", gpu_count=8)],
+                         claims)  # fmt: skip
+    assert row(eight, claim="t4-8xb200-diffusiongemma26b-orl-nvfp4-tokens-per-s")["ratio"] == pytest.approx(7000 / 7708)
+
+
+def test_table5_aup_training_speed_and_missing_ablations(claims):
+    sweep = [
+        rec("sweep", "dLLM + ORL", "dlmrt", {"tpf": tpf, "pass_at_1": acc}, policy={"name": "threshold", "params": {"tau": tau}})
+        for tau, tpf, acc in ((0.9, 2.0, 0.6), (0.7, 4.0, 0.5))
+    ]  # fmt: skip
+    records = sweep + [
+        rec("quality", "dLLM + ORL", "dlmrt", {"tpf": 4.0, "pass_at_1": 0.5}),
+        rec("train", "dLLM + ORL", "torch", {"self_generated_tokens": 120000, "train_wall_s": 900.0,
+            "step_tokens_per_s": 8000.0}, suite=None, extra={"packing": True}),
+        rec("train", "dLLM + ORL", "torch", {"step_tokens_per_s": 2000.0}, suite=None, extra={"packing": False}),
+        rec("quality", "ORL: no AEC", "dlmrt", {"tpf": 2.0, "pass_at_1": 0.45}),
+        rec("aup", "ORL: no AEC", "dlmrt", {"aup": 0.7}),
+    ]  # fmt: skip
+    frame = build_table5(records, claims)
+    orl = row(frame, claim="t5-train-step-speedup", system="dLLM + ORL")
+    assert orl["aup"] == pytest.approx(0.6 * 1 + 2 * (0.6 + 0.5) / 2)
+    assert orl["train_step_speedup"] == 4.0 and orl["ratio"] == pytest.approx(4.0 / 5.2)
+    assert pd.isna(orl["train_gpu_hours"])  # trained on the CPU: no GPU-hours to set against 36 H100-hours
+    tokens = row(frame, claim="t5-llada21mini-self-generated-tokens")
+    assert tokens["self_generated_tokens"] == 120000 and pd.isna(tokens["ratio"]) and "model differs" in tokens["compared"]
+    no_aec = row(frame, system="ORL: no AEC")
+    assert no_aec["aup"] == 0.7 and "no measured 'train' record" in no_aec["note"]
+    assert row(frame, system="dParallel-style")["status"].startswith("not run: no record")
+
+
+# ------------------------------------------------------------------------------------ files
+
+
+def test_three_formats_written(claims, tmp_path):
+    frame = build_table2(table2_records(), claims)
+    written = write_table(frame, tmp_path, claims)
+    paths = table_paths(tmp_path, 2)
+    assert sorted(written) == sorted(paths.values())
+    with paths["csv"].open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert "status" in rows[0] and len(rows) == len(frame)
+    assert {r["status"] for r in rows if r["system"] == "AR (vLLM)"} == {"not run: needs CUDA and vllm"}
+    md = paths["md"].read_text()
+    assert "| system | engine |" in md and "single-request (batch size 1) peaks" in md
+    assert "t2-dflash-vllm-tokens-per-s" in md and '"DFlash reaches 746 tokens/s"' in md
+    tex = paths["tex"].read_text()
+    assert "\\begin{tabular}" in tex and "AR + draft (hf assisted)" in tex
+    assert "t2\\_dflash" not in tex and "tokens\\_per\\_s" in tex  # underscores escaped
+
+
+def test_figures_png_and_pdf(claims, tmp_path):
+    records = table2_records() + [
+        rec("sweep", system, "dlmrt", {"tpf": tpf, "pass_at_1": acc}, policy={"name": "threshold", "params": {"tau": tau}})
+        for system, points in (("dLLM base", ((0.9, 1.2, 0.5), (0.5, 2.0, 0.3))), ("dLLM + ORL", ((0.9, 2.5, 0.5), (0.5, 5.0, 0.45))))
+        for tau, tpf, acc in points
+    ] + [
+        rec("entropy", "dLLM base", "dlmrt", {}, extra={"mean_entropy_per_step": [2.0, 1.8, 1.5, 1.1]}),
+        rec("entropy", "dLLM + ORL", "dlmrt", {}, extra={"mean_entropy_per_step": [2.0, 1.0, 0.4]}),
+    ]  # fmt: skip
+    written = write_figures(records, build_table2(records, claims), tmp_path)
+    expected = [p for pair in figure_paths(tmp_path).values() for p in pair]
+    assert sorted(written) == sorted(expected)
+    for path in expected:
+        data = path.read_bytes()
+        assert data.startswith(b"\x89PNG" if path.suffix == ".png" else b"%PDF") and len(data) > 1000
+    # No records at all: the figures still exist and say so.
+    empty = write_figures([], build_table2([], claims), tmp_path / "empty")
+    assert all(path.is_file() for path in empty)
+
+
+def test_render_command_writes_tables_figures_and_index(tmp_path):
+    results, out = tmp_path / "results", tmp_path / "reports"
+    write_records(results / "bench" / "table2.jsonl", table2_records())
+    (results / "ckpt" / "tiny").mkdir(parents=True)
+    (results / "ckpt" / "tiny" / "train_log.jsonl").write_text('{"step": 1, "loss": 2.3}\n')  # not a record
+    code = main(["render", "--profile", "smoke", "--results", str(results), "--out", str(out), "--figures",
+                 "--hardware", str(tmp_path / "no-hardware")])  # fmt: skip
+    assert code == 0
+    for table in range(1, 6):
+        assert all(path.is_file() for path in table_paths(out, table).values())
+    index = (out / "index.md").read_text()
+    assert "[md](table2.md)" in index and "figures/tokens_per_s.png" in index and "not rendered" not in index
+    assert main(["render", "--profile", "smoke", "--results", str(tmp_path / "absent"), "--out", str(out)]) == 2
+    assert main(["render", "--profile", "smoke", "--results", str(results), "--tables", "2,9"]) == 2
+    # A broken record file stops the render, naming the file and line.
+    (results / "bench" / "broken.jsonl").write_text('{"kind": "latency"}\n')
+    with pytest.raises(InputError, match=r"broken\.jsonl line 1"):
+        load_record_tree(results)
+
+
+def test_index_names_what_is_not_rendered(tmp_path):
+    from orl.report.index import write_index
+
+    index = write_index(tmp_path, "tiny").read_text()
+    assert "Table 3: dlmrt against general serving stacks" in index
+    assert "not rendered yet (`orl render --profile tiny --tables 3`)" in index
+    assert "not rendered yet (`orl render --profile tiny --figures`)" in index
