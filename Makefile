@@ -26,10 +26,10 @@ test: venv
 	$(PY) -m pytest -q -p no:cacheprovider
 
 reproduce: venv
-	$(VENV)/bin/snakemake -c$(CORES) --config profile=$(PROFILE) reproduce_table2
+	$(VENV)/bin/snakemake -c$(CORES) reproduce_table2 --config profile=$(PROFILE)
 
 reproduce-all: venv
-	$(VENV)/bin/snakemake -c$(CORES) --config profile=$(PROFILE) reproduce_all
+	$(VENV)/bin/snakemake -c$(CORES) reproduce_all --config profile=$(PROFILE)
 
 lint: venv
 	$(VENV)/bin/ruff check .

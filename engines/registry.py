@@ -28,7 +28,7 @@ def build_engine(
     if name in ("vllm", "sglang"):
         from orl.engines.serving import build_serving_engine
 
-        return build_serving_engine(name, ckpt_dir, draft_dir=draft_dir)
+        return build_serving_engine(name, ckpt_dir, draft_dir=draft_dir, policy=policy)
     ckpt = load_checkpoint(ckpt_dir, device=device)
     if name == "reference":
         from orl.engines.reference import ReferenceAR, ReferenceDiffusion

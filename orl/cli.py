@@ -19,6 +19,8 @@ COMMAND_MODULES = [
     "orl.commands.records_cmd",
     "orl.commands.report_cmd",
     "orl.commands.orl_cmd",
+    "orl.commands.quantize_cmd",
+    "orl.commands.latency_cmd",
 ]
 
 

@@ -37,7 +37,9 @@ def compile_fullgraph(fn: Callable) -> Callable:
 
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, _RECOMPILE_LIMIT)
     dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 4 * _RECOMPILE_LIMIT)
-    return torch.compile(fn, fullgraph=True, dynamic=False)
+    import os
+    opts = {"cpp_wrapper": True} if os.environ.get("CPPW") else None
+    return torch.compile(fn, fullgraph=True, dynamic=False, options=opts)
 
 
 class CudaGraphRunner:

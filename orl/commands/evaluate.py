@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from orl.commands.common import add_progress_flag, model_field
+from orl.commands.common import add_progress_flag, model_field, policy_arg
 
 
 def _engine_args(parser: argparse.ArgumentParser, default_engine: str) -> None:
@@ -15,7 +15,7 @@ def _engine_args(parser: argparse.ArgumentParser, default_engine: str) -> None:
                         help=f"engine or baseline (default: {default_engine}); 'reference' picks greedy AR "
                         "decoding for an AR checkpoint and LLaDA-style block decoding for a dLLM")
     parser.add_argument("--policy", default="fixed:1", help="dLLM commit policy: fixed:K, threshold:T or "
-                        "factor:F (default: fixed:1, one token per step)")
+                        "factor:F, or @FILE.json from `orl operating-point` (default: fixed:1, one token per step)")
     parser.add_argument("--draft", default=None, help="draft / drafter checkpoint for hf-assisted and dflash")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="generation budget (default: 64)")
     parser.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
@@ -53,7 +53,7 @@ def _build(args, log_steps: bool = False):
     from orl.engines.policy import Policy
     from orl.engines.registry import build_engine
 
-    policy = Policy.parse(args.policy)
+    policy = Policy.parse(policy_arg(args.policy))
     engine = build_engine(args.engine, args.ckpt, policy=policy, draft_dir=args.draft, device=args.device,
                           residual=not args.no_residual, log_steps=log_steps)
     return engine, policy

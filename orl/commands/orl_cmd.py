@@ -10,6 +10,7 @@ from orl.commands.common import add_progress_flag, model_field
 def register(subparsers) -> None:
     from orl.train.orl import ABLATIONS
 
+    register_more(subparsers)
     p = subparsers.add_parser(
         "train-orl", help="ORL post-training of a block-diffusion checkpoint (or one of its ablations)",
         description="On-policy residual learning (METHOD.md §3): rollouts of the current model with residual "
@@ -57,6 +58,89 @@ def register(subparsers) -> None:
     p.add_argument("--out", required=True)
     add_progress_flag(p)
     p.set_defaults(func=run_entropy_profile)
+
+
+def register_more(subparsers) -> None:
+    p = subparsers.add_parser(
+        "operating-point", help="choose the matched-accuracy threshold from a sweep",
+        description="Matched accuracy (METHOD.md §4): the fastest threshold of --sweep whose pass@1 is at least "
+        "the --reference record's pass@1 minus --tolerance. Writes {policy, tau, pass_at_1, tpf, ...} as JSON "
+        "(usable as --policy @FILE) and, with --quality-out, the chosen sweep point as a 'quality' record.",
+    )
+    p.add_argument("--sweep", required=True, help="records of `orl sweep`")
+    p.add_argument("--reference", required=True, help="quality record of the reference system (e.g. fixed:1)")
+    p.add_argument("--tolerance", type=float, default=0.01, help="pass@1 tolerance (default 0.01 = 1 point)")
+    p.add_argument("--out", required=True, help="operating point JSON")
+    p.add_argument("--quality-out", default=None, help="also write the chosen point as a quality record")
+    p.set_defaults(func=run_operating_point)
+
+    p = subparsers.add_parser(
+        "bench-replay", help="ORL replay train-step throughput with and without compute-balanced packing",
+        description="Capture rollout states from --init, then time replay optimizer steps (forward + backward) "
+        "on the same states padded one per row and packed into fixed-token rows; writes two 'train' records "
+        "(extra.packing false/true) with step_tokens_per_s.",
+    )
+    p.add_argument("--preset", default="tiny", choices=["smoke", "tiny"])
+    p.add_argument("--init", required=True, help="block-diffusion checkpoint")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per layout (default 10)")
+    p.add_argument("--pack-tokens", type=int, default=512, help="tokens per packed row (default 512)")
+    p.add_argument("--system", default="dLLM + ORL")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=run_bench_replay)
+
+
+def run_operating_point(args) -> int:
+    from orl.errors import InputError
+    from orl.eval.operating_point import choose_operating_point
+    from orl.io import atomic_write_json
+    from orl.records import load_records, make_record, write_records
+
+    sweep = [r for r in load_records(args.sweep) if r["kind"] == "sweep" and r["status"] == "measured"]
+    reference = [r for r in load_records(args.reference) if r["kind"] == "quality" and r["status"] == "measured"]
+    if not sweep or not reference:
+        raise InputError(f"{args.sweep if not sweep else args.reference}: no measured "
+                         f"{'sweep' if not sweep else 'quality'} record")
+    points = [(r["policy"]["params"]["tau"], r["metrics"]["pass_at_1"], r["metrics"]["tpf"]) for r in sweep]
+    point = choose_operating_point(points, reference[0]["metrics"]["pass_at_1"], args.tolerance)
+    atomic_write_json(args.out, point.to_dict())
+    if args.quality_out:
+        chosen = next(r for r in sweep if r["policy"]["params"]["tau"] == point.tau)
+        record = make_record(
+            "quality", system=chosen["system"], engine=chosen["engine"], model=chosen["model"],
+            policy=chosen["policy"], suite=chosen["suite"], n_problems=chosen["n_problems"],
+            metrics={k: v for k, v in chosen["metrics"].items() if k in ("pass_at_1", "tpf", "nfe_mean")},
+            per_problem=chosen["per_problem"],
+            extra={"source": f"{args.sweep}: sweep point tau={point.tau:g}", "matched": point.matched,
+                   "reference_pass_at_1": point.reference_pass_at_1, "tolerance": point.tolerance},
+        )
+        write_records(args.quality_out, [record])
+    status = "matched" if point.matched else "NOT matched (most accurate point used)"
+    print(f"operating point {point.policy}: pass@1={point.pass_at_1:.4f} tpf={point.tpf:.3f} "
+          f"(reference {point.reference_pass_at_1:.4f} - {point.tolerance}; {status})")
+    return 0
+
+
+def run_bench_replay(args) -> int:
+    from orl.records import make_record, write_records
+    from orl.train.bench_replay import bench_replay
+    from orl.train.config import load_preset
+
+    preset = load_preset(args.preset)
+    results = bench_replay(preset, args.init, steps=args.steps, pack_tokens=args.pack_tokens)
+    from orl.model.checkpoint import load_checkpoint
+
+    model = model_field(load_checkpoint(args.init))
+    records = [make_record("train", system=args.system, engine="dlmrt", model=model,
+                           metrics={"step_tokens_per_s": r["step_tokens_per_s"], "step_time_s": r["step_time_s"]},
+                           extra={"packing": r["packing"], "rows_per_step": r["rows"], "padding_fraction":
+                                  r["padding_fraction"], "states_per_step": r["states"]})
+               for r in results]
+    write_records(args.out, records)
+    for r in results:
+        print(f"packing={r['packing']}: {r['step_tokens_per_s']:.0f} real tokens/s, {r['step_time_s']:.3f} s/step, "
+              f"padding {r['padding_fraction']:.1%}")
+    print(f"packing_speedup={results[1]['step_tokens_per_s'] / results[0]['step_tokens_per_s']:.3f}")
+    return 0
 
 
 def run_train_orl(args) -> int:

@@ -17,8 +17,10 @@ def register(subparsers) -> None:
     render.add_argument("--profile", required=True, help="profile name (smoke, tiny, paper)")
     render.add_argument("--results", help="folder of record files (default: results/<profile>)")
     render.add_argument("--out", help="report folder (default: reports/<profile>)")
-    render.add_argument("--tables", default="1,2,3,4,5", help="comma-separated table numbers (default: all)")
+    render.add_argument("--tables", default="1,2,3,4,5",
+                        help="comma-separated table numbers, or 'none' (default: all)")
     render.add_argument("--figures", action="store_true", help="also draw the figures (PNG and PDF)")
+    render.add_argument("--no-index", action="store_true", help="do not (re)write index.md")
     render.add_argument("--claims", help="claims ledger (default: results/paper/claims.yaml)")
     render.add_argument("--hardware", help="contributed results for Table 4 (default: results/hardware)")
     render.set_defaults(func=run_render)
@@ -61,6 +63,8 @@ def register(subparsers) -> None:
 def _tables(text: str) -> tuple[int, ...]:
     from orl.errors import ConfigError
 
+    if text.strip() == "none":
+        return ()
     try:
         tables = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
@@ -81,6 +85,7 @@ def run_render(args: argparse.Namespace) -> int:
         args.out or f"reports/{args.profile}",
         tables=_tables(args.tables),
         figures=args.figures,
+        index=not args.no_index,
         claims_path=args.claims or DEFAULT_CLAIMS_PATH,
         hardware_root=args.hardware or DEFAULT_HARDWARE_ROOT,
     )

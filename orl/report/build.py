@@ -26,6 +26,7 @@ def render_report(
     *,
     tables: tuple[int, ...] = ALL_TABLES,
     figures: bool = False,
+    index: bool = True,
     claims_path: str | Path = DEFAULT_CLAIMS_PATH,
     hardware_root: str | Path = DEFAULT_HARDWARE_ROOT,
 ) -> list[Path]:
@@ -39,5 +40,6 @@ def render_report(
         written += write_table(frame, out_dir, claims)
     if figures:
         written += write_figures(records, build_table2(records, claims), out_dir)
-    written.append(write_index(out_dir, profile))
+    if index:
+        written.append(write_index(out_dir, profile))
     return written

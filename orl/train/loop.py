@@ -110,6 +110,7 @@ def train(
     stage: str,
     progress: bool = True,
     halt_after_checkpoint: int | None = None,
+    model_name: str | None = None,
 ) -> dict:
     """Run `cfg.steps` optimizer steps of `step_fn(step)`, resuming if OUT/train_state exists.
 
@@ -160,7 +161,7 @@ def train(
     summary = {"stage": stage, "steps": cfg.steps, "tokens": tokens_seen, "final_loss": loss_value,
                "wall_s": elapsed + (time.perf_counter() - t0), "config_digest": digest}
     atomic_write_json(out_dir / "train_summary.json", summary)
-    save_checkpoint(model, tokenizer, out_dir)
+    save_checkpoint(model, tokenizer, out_dir, extra_config={"orl_model_name": model_name} if model_name else None)
     return summary
 
 

@@ -60,7 +60,8 @@ def train_ar(
 
     stage = "draft" if draft else "ar"
     summary = train(model, step, optim, out_dir, tokenizer, digest=_stage_digest(preset, stage), stage=stage,
-                    progress=progress, halt_after_checkpoint=halt_after_checkpoint)
+                    progress=progress, halt_after_checkpoint=halt_after_checkpoint,
+                    model_name=f"{preset.name}-{stage}")
     return {**summary, "parameters": count_parameters(model)}
 
 
@@ -96,4 +97,5 @@ def convert_to_diffusion(
         return StepResult(masked_block_loss(model, batch, generator), int(batch.lengths.sum()))
 
     return train(model, step, optim, out_dir, tokenizer, digest=_stage_digest(preset, "convert", f"-B{block}"),
-                 stage="convert", progress=progress, halt_after_checkpoint=halt_after_checkpoint)
+                 stage="convert", progress=progress, halt_after_checkpoint=halt_after_checkpoint,
+                 model_name=f"{preset.name}-dlm")

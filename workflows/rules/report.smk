@@ -1,0 +1,90 @@
+# Rendering: tables 1-5 (md, tex, csv), figures (png, pdf) and index.md from the record files.
+
+TABLE_INPUTS = {
+    1: [f"{RESULTS}/quality/op_dlm.jsonl", f"{RESULTS}/quality/op_orl.jsonl",
+        f"{RESULTS}/latency/dlm.jsonl", f"{RESULTS}/latency/orl.jsonl"]
+    + [f"{RESULTS}/quality/{s}_{m}.jsonl" for s in config.get("extra_suites", []) for m in ("dlm", "orl")],
+    2: [f"{RESULTS}/latency/{row}.jsonl" for row in LATENCY_ROWS]
+    + [f"{RESULTS}/quality/row_{row}.jsonl" for row in QUALITY_ROWS]
+    + [f"{RESULTS}/quality/op_dlm.jsonl", f"{RESULTS}/quality/op_orl.jsonl", f"{RESULTS}/quality/op_orl-nvfp4.jsonl"],
+    3: [f"{RESULTS}/engine/bench.jsonl"],
+    4: [],  # contributed hardware results (results/hardware/) only
+    5: [f"{RESULTS}/quality/op_{m}.jsonl" for m in SWEEP_MODELS if m != "dlm"]
+    + [f"{RESULTS}/sweep/{m}.jsonl" for m in SWEEP_MODELS]
+    + [f"{RESULTS}/train/orl.jsonl"] + [f"{RESULTS}/train/{a}.jsonl" for a in ABLATIONS]
+    + [f"{RESULTS}/train/packing.jsonl"],
+}
+FIGURE_INPUTS = [f"{RESULTS}/sweep/{m}.jsonl" for m in SWEEP_MODELS] + [
+    f"{RESULTS}/entropy/dlm.jsonl", f"{RESULTS}/entropy/orl.jsonl"] + TABLE_INPUTS[2]
+FIGURES = ["accuracy_vs_tpf", "tokens_per_s", "entropy_per_step"]
+
+
+rule bench_packing:
+    # Table 5: replay train-step throughput with and without compute-balanced packing.
+    input:
+        lambda wc: ckpt_done("dlm"),
+    output:
+        f"{RESULTS}/train/packing.jsonl",
+    params:
+        ckpt=lambda wc: ckpt("dlm"),
+    log:
+        f"{LOGS}/bench_packing.log",
+    threads: THREADS
+    shell:
+        "{ENV} {ORL} bench-replay --preset {config[preset]} --init {params.ckpt} --system 'dLLM + ORL' "
+        "--out {output} > {log} 2>&1"
+
+
+rule render_table:
+    input:
+        lambda wc: TABLE_INPUTS[int(wc.n)],
+    output:
+        multiext(f"{REPORTS}/table{{n}}", ".md", ".tex", ".csv"),
+    wildcard_constraints:
+        n="[1-5]",
+    log:
+        f"{LOGS}/render_table{{n}}.log",
+    shell:
+        "{ORL} render --profile {PROFILE} --results {RESULTS} --out {REPORTS} --claims {CLAIMS} --hardware {HARDWARE} --tables {wildcards.n} --no-index > {log} 2>&1"
+
+
+rule render_figures:
+    input:
+        FIGURE_INPUTS,
+    output:
+        report(
+            expand(f"{REPORTS}/figures/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf"]),
+            caption="../report/figures.rst",
+            category="Figures",
+        ),
+    log:
+        f"{LOGS}/render_figures.log",
+    shell:
+        "{ORL} render --profile {PROFILE} --results {RESULTS} --out {REPORTS} --claims {CLAIMS} --hardware {HARDWARE} --tables none --figures --no-index "
+        "> {log} 2>&1"
+
+
+rule render_index:
+    input:
+        expand(f"{REPORTS}/table{{n}}.md", n=[1, 2, 3, 4, 5]),
+        expand(f"{REPORTS}/figures/{{fig}}.png", fig=FIGURES),
+    output:
+        f"{REPORTS}/index.md",
+    log:
+        f"{LOGS}/render_index.log",
+    shell:
+        "{ORL} render --profile {PROFILE} --results {RESULTS} --out {REPORTS} --claims {CLAIMS} --hardware {HARDWARE} --tables none > {log} 2>&1"
+
+
+for _n in range(1, 6):
+
+    rule:
+        name:
+            f"reproduce_table{_n}"
+        input:
+            multiext(f"{REPORTS}/table{_n}", ".md", ".tex", ".csv"),
+
+
+rule reproduce_figures:
+    input:
+        expand(f"{REPORTS}/figures/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf"]),
