@@ -25,11 +25,17 @@ test: venv
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -p no:cacheprovider
 
+# An interrupted run (Ctrl-C or kill) is resumed by running the same command again: the stale
+# lock is released, half-written outputs are redone, and training resumes from its last checkpoint.
+SNAKEMAKE = $(VENV)/bin/snakemake -c$(CORES) --rerun-incomplete
+
 reproduce: venv
-	$(VENV)/bin/snakemake -c$(CORES) reproduce_table2 --config profile=$(PROFILE)
+	$(VENV)/bin/snakemake --unlock --config profile=$(PROFILE) >/dev/null 2>&1 || true
+	$(SNAKEMAKE) reproduce_table2 --config profile=$(PROFILE)
 
 reproduce-all: venv
-	$(VENV)/bin/snakemake -c$(CORES) reproduce_all --config profile=$(PROFILE)
+	$(VENV)/bin/snakemake --unlock --config profile=$(PROFILE) >/dev/null 2>&1 || true
+	$(SNAKEMAKE) reproduce_all --config profile=$(PROFILE)
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "orl.commands.orl_cmd",
     "orl.commands.quantize_cmd",
     "orl.commands.latency_cmd",
+    "orl.commands.bench_engine",
 ]
 
 

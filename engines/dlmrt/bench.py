@@ -3,11 +3,11 @@
 - `run_suite`: warm-up requests, then each prompt once; tokens/s = Σ tokens / Σ wall time,
   TPF = Σ tokens / Σ NFE (METHOD.md §4). Works for any Engine.
 - `BareForwards`: replays, right after a request, exactly the model forwards that request
-  counted (prefill, then per block the 2B-token block-start forward and the B-token steps
-  with work) through `block_forward` alone, on the engine's own cache buffers, in the
-  engine's execution mode (eager, compiled, or CUDA graph). Engine overhead is the
-  request's wall time over that replay's time: everything the engine adds to the forwards
-  (policy, residual mix, state updates, predicated no-op steps, host reads, Python).
+  ran and counted (the prompt prefill, then per block the 2B-token block-start forward and
+  the B-token steps with work) through `block_forward` alone, on the engine's own cache
+  buffers, in the engine's execution mode (eager, compiled, or CUDA graph). Engine overhead
+  is the request's wall time over that replay's time: everything the engine adds to the
+  forwards (policy, residual mix, state updates, predicated no-op steps, host reads, Python).
 """
 
 from __future__ import annotations
@@ -105,22 +105,25 @@ class BareForwards:
         self.engine = engine
         self.model, self.block = engine.model, engine.spec.block
         self.sync = _synchronizer(engine.device)
-        self._fns: dict[tuple[int, int], Callable[[torch.Tensor, torch.Tensor], None]] = {}
+        self._fns: dict[tuple[int, int], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}
 
-    def _forward(self, state: DecodeState, width: int) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    def _forward(self, state: DecodeState, width: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         """A forward over `width` slots (B or 2B) of this state's cache, built once per shape."""
         key = (state.cache_len, width)
         if key not in self._fns:
             model, block = self.model, self.block
 
-            def forward(ids: torch.Tensor, first_slot: torch.Tensor) -> None:
-                block_forward(model, state, model.embedding[ids], first_slot, block)
+            # The logits are returned: a compiled forward whose output is unused would have the
+            # last layer's attention and MLP and the LM head removed as dead code.
+            def forward(ids: torch.Tensor, first_slot: torch.Tensor) -> torch.Tensor:
+                return block_forward(model, state, model.embedding[ids], first_slot, block)
 
             mode = self.engine.mode
             if mode == "eager":
                 self._fns[key] = forward
             elif mode == "compile":
-                self._fns[key] = compile_fullgraph(forward)
+                self._fns[key] = compile_fullgraph(forward, self.engine.config.compile_backend,
+                                                   cpu=state.seq.device.type == "cpu")
             else:
                 self._fns[key] = _captured(forward, width, state.seq.device)
         return self._fns[key]
@@ -129,26 +132,25 @@ class BareForwards:
     def replay(self, generation: Generation) -> float:
         """Seconds the counted forwards of `generation` take alone (run right after it: same state)."""
         extra, B = generation.extra, self.block
-        state = self.engine._slot(extra["prompt_len"] + len(extra["block_nfe"]) * B).state
-        P = extra["prompt_len"]
+        slot = self.engine.slot(extra["prompt_len"] + len(extra["block_nfe"]) * B)
+        state, P = slot.state, extra["prompt_len"]
         seq = state.seq
-        calls = []  # (forward, ids, first slot): built before the clock starts
+        calls = []  # (forward, ids, first cache slot): built before the clock starts
         for j, steps in enumerate(extra["block_nfe"]):
             start = P + j * B
-            first = 0
-            if j > 0:
-                slot = torch.tensor(start - B, device=seq.device)
-                calls.append((self._forward(state, 2 * B), seq[:, start - B: start + B].clone(), slot))
-                first = 1
-            slot = torch.tensor(start, device=seq.device)
+            if j > 0:  # the block-start forward over [block j-1 | block j]; it did work, so it counts
+                at = torch.tensor(start - B, device=seq.device)
+                calls.append((self._forward(state, 2 * B), seq[:, start - B: start + B].clone(), at))
+                steps -= 1
+            at = torch.tensor(start, device=seq.device)
             ids = seq[:, start: start + B].clone()
-            calls.extend((self._forward(state, B), ids, slot) for _ in range(steps - first))
+            calls.extend((self._forward(state, B), ids, at) for _ in range(steps))
         prompt = seq[:, :P].clone()
         self.sync()
         t0 = time.perf_counter()
-        block_forward(self.model, state, self.model.embedding[prompt], 0, B)  # prefill: eager, as in the engine
-        for forward, ids, slot in calls:
-            forward(ids, slot)
+        slot.run_prefill(prompt)  # the engine's own prefill: one forward plus a few buffer fills
+        for forward, ids, at in calls:
+            forward(ids, at)
         self.sync()
         return time.perf_counter() - t0
 

@@ -14,6 +14,7 @@ DecodeState (engines/dlmrt/chunk.py). The three modes run the same function:
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -31,15 +32,20 @@ def default_mode(device: torch.device, compiled: bool) -> str:
     return "cudagraph" if device.type == "cuda" else "compile"
 
 
-def compile_fullgraph(fn: Callable) -> Callable:
-    """torch.compile with a static shape per compilation and no graph breaks allowed."""
+def compile_fullgraph(fn: Callable, backend: str = "inductor", *, cpu: bool = True, dynamic: bool = False) -> Callable:
+    """torch.compile with no graph breaks allowed and, unless `dynamic`, one compilation per shape.
+
+    `backend` is torch.compile's: "inductor" generates fused C++/Triton code; "eager" and
+    "aot_eager" only capture the graph (quick, for tests that check capturability).
+    """
     import torch._dynamo.config as dynamo_config
 
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, _RECOMPILE_LIMIT)
     dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 4 * _RECOMPILE_LIMIT)
-    import os
-    opts = {"cpp_wrapper": True} if os.environ.get("CPPW") else None
-    return torch.compile(fn, fullgraph=True, dynamic=False, options=opts)
+    # On the CPU, inductor's C++ wrapper calls the generated kernels without a Python line per
+    # buffer and kernel; at batch 1 that per-call overhead is a sizeable part of a step.
+    options = {"cpp_wrapper": True} if backend == "inductor" and cpu else None
+    return torch.compile(fn, fullgraph=True, dynamic=None if dynamic else False, backend=backend, options=options)
 
 
 class CudaGraphRunner:
@@ -62,15 +68,43 @@ class CudaGraphRunner:
         self.graph.replay()
 
 
-def make_runner(fn: Callable[[object], None], state, mode: str) -> Callable[[], None]:
-    """A zero-argument callable that runs fn on `state` in the given mode."""
+def make_runner(fn: Callable[[object], None], state, mode: str, backend: str = "inductor") -> Callable[[], None]:
+    """A zero-argument callable that runs fn on `state` in the given mode.
+
+    Always without autograd: the chunk writes its inputs in place, which autograd forbids
+    (and a grad-mode call would make torch.compile build a second, training graph).
+    """
+    cpu = state.seq.device.type == "cpu"
     if mode == "eager":
-        return lambda: fn(state)
-    if mode == "compile":
-        compiled = compile_fullgraph(fn)
-        return lambda: compiled(state)
-    if mode == "cudagraph":
-        if state.seq.device.type != "cuda":
+        run = partial(fn, state)
+    elif mode == "compile":
+        run = partial(compile_fullgraph(fn, backend, cpu=cpu), state)
+    elif mode == "cudagraph":
+        if cpu:
             raise ValueError("cudagraph mode needs the decoding state on a CUDA device")
-        return CudaGraphRunner(fn, state)
-    raise ValueError(f"unknown chunk mode {mode!r}; expected one of {MODES}")
+        with torch.inference_mode():
+            run = CudaGraphRunner(fn, state)
+    else:
+        raise ValueError(f"unknown chunk mode {mode!r}; expected one of {MODES}")
+    return torch.inference_mode()(run)
+
+
+def make_prefill_runner(
+    fn: Callable[[object, torch.Tensor], None], state, mode: str, backend: str = "inductor"
+) -> Callable[[torch.Tensor], None]:
+    """A callable(prompt_ids) running the prompt prefill fn(state, prompt_ids).
+
+    The prompt length varies per request, so "compile" mode compiles it once with a
+    symbolic length (not once per length); the CUDA-graph mode runs it eagerly, since a
+    graph replays one fixed shape.
+    """
+    if mode != "compile":
+        return torch.inference_mode()(partial(fn, state))
+    compiled = compile_fullgraph(fn, backend, cpu=state.seq.device.type == "cpu", dynamic=True)
+
+    @torch.inference_mode()
+    def run(prompt_ids: torch.Tensor) -> None:
+        torch._dynamo.mark_dynamic(prompt_ids, 1)
+        compiled(state, prompt_ids)
+
+    return run

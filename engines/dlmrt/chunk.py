@@ -78,7 +78,7 @@ def reset_block(spec: ChunkSpec, state: DecodeState) -> None:
 def prefill(model: Transformer, spec: ChunkSpec, state: DecodeState, prompt_ids: torch.Tensor) -> None:
     """Write the prompt's keys/values (one forward, not counted in NFE) and set up block 0.
 
-    Eager: the prompt length varies per request, and this runs once per request.
+    The prompt length varies per request: capture.py compiles this with a symbolic length.
     """
     P = prompt_ids.shape[1]
     state.seq[:, :P] = prompt_ids

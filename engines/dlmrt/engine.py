@@ -1,7 +1,7 @@
 """DlmrtEngine: block-diffusion decoding with a static KV cache and captured denoising chunks.
 
 One request (METHOD.md §2):
-    prefill the prompt into the cache (eager, 1 forward, not in NFE);
+    prefill the prompt into the cache (1 forward, not in NFE; compiled once for any length);
     for each block j:
         run the block's first chunk (block 0: S steps; block j > 0: the forward that writes
         block j-1's clean KV and starts block j, then S - 1 steps);
@@ -20,12 +20,13 @@ engines/policy.py, so dlmrt and the reference decoder make the same decisions.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from orl.engines.base import Generation, StepLog, plan_request
-from orl.engines.dlmrt.capture import default_mode, make_runner
+from orl.engines.dlmrt.capture import default_mode, make_prefill_runner, make_runner
 from orl.engines.dlmrt.chunk import ChunkSpec, denoise_chunk, prefill, start_block_chunk
 from orl.engines.dlmrt.state import DecodeState, cache_bucket
 from orl.engines.policy import Policy
@@ -40,15 +41,17 @@ class DlmrtConfig:
     sync_every: int | None = None  # S: steps per chunk between host reads; None = 1 on CPU, 4 on CUDA
     min_cache_len: int = 256  # smallest cache bucket (engines/dlmrt/state.py)
     mode: str | None = None  # "eager" | "compile" | "cudagraph"; None = from `compiled` and the device
+    compile_backend: str = "inductor"  # torch.compile backend of "compile" mode ("aot_eager": capture only)
 
 
 @dataclass
 class _Slot:
-    """The state and the two chunk runners of one cache length (compiled or captured once)."""
+    """The state and the runners of one cache length (compiled or captured once)."""
 
     state: DecodeState
-    run_chunk: object
-    run_start_block: object
+    run_prefill: Callable[[torch.Tensor], None]  # prompt ids [1, P] -> cache and block 0 set up
+    run_chunk: Callable[[], None]  # S steps over the current block
+    run_start_block: Callable[[], None]  # next block's first forward (writes the previous block's KV), S-1 steps
 
 
 class DlmrtEngine:
@@ -79,8 +82,8 @@ class DlmrtEngine:
         )
         self._slots: dict[int, _Slot] = {}
 
-    # The state and runners of a cache length: built on first use, then reused by every request.
-    def _slot(self, needed: int) -> _Slot:
+    def slot(self, needed: int) -> _Slot:
+        """The state and runners for a request needing `needed` cache slots; built once per cache length."""
         cfg = self.model.config
         length = cache_bucket(needed, cfg.block_size, cfg.max_position_embeddings, self.config.min_cache_len)
         if length not in self._slots:
@@ -94,8 +97,13 @@ class DlmrtEngine:
             def start_block(s: DecodeState) -> None:
                 start_block_chunk(model, spec, s)
 
-            self._slots[length] = _Slot(state, make_runner(chunk, state, self.mode),
-                                        make_runner(start_block, state, self.mode))
+            def prompt(s: DecodeState, prompt_ids: torch.Tensor) -> None:
+                prefill(model, spec, s, prompt_ids)
+
+            backend = self.config.compile_backend
+            self._slots[length] = _Slot(state, make_prefill_runner(prompt, state, self.mode, backend),
+                                        make_runner(chunk, state, self.mode, backend),
+                                        make_runner(start_block, state, self.mode, backend))
         return self._slots[length]
 
     @torch.inference_mode()
@@ -104,10 +112,10 @@ class DlmrtEngine:
         prompt_ids = tok.encode(prompt)
         n_blocks = plan_request(len(prompt_ids), max_new_tokens, self.model.config.max_position_embeddings, B)
         P = len(prompt_ids)
-        slot = self._slot(P + n_blocks * B)
+        slot = self.slot(P + n_blocks * B)
         state = slot.state
         start = time.perf_counter()
-        prefill(self.model, self.spec, state, torch.tensor([prompt_ids], device=self.device))
+        slot.run_prefill(torch.tensor([prompt_ids], device=self.device))
         logs: list[tuple[int, int, torch.Tensor]] = []
         block_nfe: list[int] = []
         host_reads = steps_run = 0

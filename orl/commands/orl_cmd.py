@@ -191,12 +191,9 @@ def run_sweep(args) -> int:
     problems = load_suite(args.suite, limit=args.limit)
     taus = [float(t) for t in args.thresholds.split(",") if t.strip()]
     records, points = [], []
-    engine = None
     for tau in taus:
         policy = Policy.parse(f"threshold:{tau}")
-        if engine is None:
-            engine = build_engine(args.engine, args.ckpt, policy=policy)
-        engine.policy = policy
+        engine = build_engine(args.engine, args.ckpt, policy=policy)
         result = evaluate_quality(engine, problems, args.max_new_tokens, progress=not args.no_progress)
         model = model_field(engine.ckpt)
         system = args.system or model["name"]
@@ -209,13 +206,19 @@ def run_sweep(args) -> int:
         points.append((result.tpf, result.pass_at_1))
         print(f"tau={tau:g} pass@1={result.pass_at_1:.4f} tpf={result.tpf:.3f} tokens_per_s={tokens_per_s:.1f}",
               flush=True)
-    area = aup(points)
+    from orl.errors import InputError
+
+    note = None
+    try:
+        area = aup(points)
+    except InputError as exc:  # e.g. a model so broken that TPF < 1: AUP is undefined, say why
+        area, note = None, str(exc)
     records.append(make_record("aup", system=records[0]["system"], engine=args.engine, model=records[0]["model"],
                                suite=args.suite, n_problems=len(problems), metrics={"aup": area},
                                extra={"points": [{"tau": t, "tpf": p[0], "pass_at_1": p[1]}
-                                                 for t, p in zip(taus, points, strict=True)]}))
+                                                 for t, p in zip(taus, points, strict=True)], "note": note}))
     write_records(args.out, records)
-    print(f"aup={area:.4f}")
+    print(f"aup={area:.4f}" if area is not None else f"aup=undefined ({note})")
     return 0
 
 

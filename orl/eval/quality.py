@@ -31,20 +31,35 @@ def evaluate_quality(
     engine: Engine, problems: list[dict], max_new_tokens: int, *, timeout_s: float = 5.0, progress: bool = True,
     workers: int | None = None,
 ) -> QualityResult:
+    """pass@1 over `problems`. A problem the engine refuses (e.g. its prompt exceeds the model's context)
+    counts as failed with the reason; the rest of the suite still runs."""
+    from tqdm import tqdm
+
+    from orl.errors import InputError
     from orl.eval.execution import check_many
 
-    generations = generate_all(engine, problems, max_new_tokens, progress)
-    results = check_many(problems, [g.text for g in generations], timeout_s=timeout_s, workers=workers,
-                         progress=progress)
-    per_problem = [
-        {"task_id": p["task_id"], "passed": r.passed, "result": r.result, "completion": g.text,
-         "tokens": g.num_tokens, "nfe": g.nfe}
-        for p, g, r in zip(problems, generations, results, strict=True)
-    ]
+    outcomes: list[Generation | str] = []
+    for p in tqdm(problems, desc=f"generate ({engine.name})", disable=not progress, dynamic_ncols=True):
+        try:
+            outcomes.append(engine.generate(p["prompt"], max_new_tokens))
+        except InputError as exc:
+            outcomes.append(f"failed: not generated: {exc}")
+    generations = [g for g in outcomes if isinstance(g, Generation)]
+    checked = iter(check_many([p for p, g in zip(problems, outcomes, strict=True) if isinstance(g, Generation)],
+                              [g.text for g in generations], timeout_s=timeout_s, workers=workers, progress=progress))
+    per_problem, results = [], []
+    for p, g in zip(problems, outcomes, strict=True):
+        if isinstance(g, Generation):
+            r = next(checked)
+            results.append(r)
+            per_problem.append({"task_id": p["task_id"], "passed": r.passed, "result": r.result,
+                                "completion": g.text, "tokens": g.num_tokens, "nfe": g.nfe})
+        else:
+            per_problem.append({"task_id": p["task_id"], "passed": False, "result": g})
     tokens = sum(g.num_tokens for g in generations)
     nfe = sum(g.nfe for g in generations)
     return QualityResult(
-        pass_at_1=sum(r.passed for r in results) / max(1, len(results)),
+        pass_at_1=sum(row["passed"] for row in per_problem) / max(1, len(per_problem)),
         tpf=tokens / nfe if nfe else 0.0,
         nfe_mean=nfe / max(1, len(generations)),
         tokens=tokens,

@@ -79,19 +79,25 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 @dataclass
 class KVCache:
-    """Static key/value buffers [layers, batch, kv_heads, max_len, head_dim], written in place."""
+    """Static key/value buffers, one [batch, kv_heads, max_len, head_dim] tensor per layer, written in place.
 
-    k: torch.Tensor
-    v: torch.Tensor
+    One tensor per layer, not one 5-D tensor: torch.compile writes a separate buffer in
+    place, but views into one shared buffer make it copy the whole cache on every call.
+    """
+
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
 
     @classmethod
     def allocate(cls, config: ModelConfig, batch: int, max_len: int, device, dtype) -> KVCache:
-        shape = (config.num_hidden_layers, batch, config.num_key_value_heads, max_len, config.head_dim)
-        return cls(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
+        shape = (batch, config.num_key_value_heads, max_len, config.head_dim)
+        layers = range(config.num_hidden_layers)
+        return cls([torch.zeros(shape, device=device, dtype=dtype) for _ in layers],
+                   [torch.zeros(shape, device=device, dtype=dtype) for _ in layers])
 
     @property
     def max_len(self) -> int:
-        return self.k.shape[3]
+        return self.k[0].shape[2]
 
 
 class Attention(nn.Module):
@@ -115,8 +121,8 @@ class Attention(nn.Module):
         if cache is not None:
             # Write this step's keys/values at their slots, then attend over the whole buffer;
             # the mask hides slots that are not (yet) valid for each query.
-            cache.k[layer].index_copy_(2, slots, k.to(cache.k.dtype))
-            cache.v[layer].index_copy_(2, slots, v.to(cache.v.dtype))
+            cache.k[layer].index_copy_(2, slots, k.to(cache.k[layer].dtype))
+            cache.v[layer].index_copy_(2, slots, v.to(cache.v[layer].dtype))
             k, v = cache.k[layer].to(q.dtype), cache.v[layer].to(q.dtype)
         if self.n_kv != self.n_heads:
             k = k.repeat_interleave(self.n_heads // self.n_kv, dim=1)

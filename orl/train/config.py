@@ -74,9 +74,8 @@ class OrlConfig:
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     seed: int = 0
-    checkpoint_every: int = 50
     rollout_prompts: int = 64  # prompts per rollout refresh
-    refresh_every: int = 50  # R: optimizer steps between rollout refreshes
+    refresh_every: int = 50  # R: optimizer steps between rollout refreshes (and checkpoints)
     tau_train: float = 0.7  # threshold(τ_train) policy of the rollout
     residual_alpha: float = 1.0  # α written into the +ORL checkpoint
     aec_lambda: float = 0.1  # λ
@@ -99,9 +98,13 @@ class TrainPreset:
     diffusion: DiffusionConfig = field(default_factory=DiffusionConfig)
     orl: OrlConfig = field(default_factory=OrlConfig)
 
-    def digest(self) -> str:
-        """A short hash of the whole configuration (resume checks and records)."""
-        blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+    def digest(self, *sections: str) -> str:
+        """A short hash of the named sections (all when none are named): a stage's resume check
+        covers only what shapes that stage, so editing the orl section never invalidates AR training."""
+        values = dataclasses.asdict(self)
+        if sections:
+            values = {k: values[k] for k in sections}
+        blob = json.dumps(values, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 

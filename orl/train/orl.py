@@ -32,7 +32,7 @@ import torch
 
 from orl.engines.policy import Policy
 from orl.errors import CheckpointError, ConfigError, InputError
-from orl.model.checkpoint import load_checkpoint
+from orl.model.checkpoint import checkpoint_digest, load_checkpoint
 from orl.tasks import tinycode
 from orl.train.config import OptimConfig, TrainPreset
 from orl.train.loop import StepResult, train
@@ -90,7 +90,8 @@ def collect_states(model, tokenizer, problems: list[dict], preset: TrainPreset, 
     texts = [tokenizer.decode_completion(ids) for ids in result.completion_ids]
     verdicts = check_many(problems, texts, progress=False, timeout_s=3.0)
     passed = torch.tensor([v.passed for v in verdicts])
-    completions = result.completion_ids
+    stats.self_generated_tokens += sum(len(c) for c, v in zip(result.completion_ids, verdicts, strict=True) if v.passed)
+    completions = list(result.completion_ids)
     if cfg.use_reference_for_failed:
         # Off by default: replaces failed rollouts' targets by the reference solution (reported).
         for i, v in enumerate(verdicts):
@@ -103,9 +104,7 @@ def collect_states(model, tokenizer, problems: list[dict], preset: TrainPreset, 
     states = states.select(passed[states.request])
     stats.refreshes += 1
     stats.rollout_tpf.append(result.tpf)
-    stats.pass_rate.append(float(passed.float().mean()))
-    stats.self_generated_tokens += sum(len(c) for c, ok in zip(result.completion_ids, passed.tolist(), strict=True)
-                                       if ok)
+    stats.pass_rate.append(sum(v.passed for v in verdicts) / max(1, len(verdicts)))
     stats.states, stats.state_bytes = len(states), states.nbytes()
     stats.rollout_s += time.perf_counter() - t0
     if progress:
@@ -172,10 +171,11 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
         batch = states.select(pick)
         loss, ce, aux = orl_loss(model, batch, preset, ablation, residual, cfg.pack_tokens)
         tokens = sum(len(c) for c in batch.context) + len(batch) * model.config.block_size
-        return StepResult(loss, tokens, {"ce": float(ce), "aux": float(aux),
+        return StepResult(loss, tokens, {"ce": ce.item(), "aux": aux.item(),
                                          "tpf": stats.rollout_tpf[-1], "pass": stats.pass_rate[-1]})
 
-    digest = f"{preset.digest()}-orl-{ablation}"
+    # The resume check covers the ORL settings and the exact starting weights.
+    digest = f"{preset.digest('difficulty', 'diffusion', 'orl')}-orl-{ablation}-init{checkpoint_digest(init_dir)[:12]}"
     summary = train(model, step_fn, optim, out_dir, tokenizer, digest=digest, stage=f"orl[{ablation}]",
                     progress=progress, halt_after_checkpoint=halt_after_checkpoint,
                     model_name=f"{preset.name}-orl" + ("" if ablation == "none" else f"-{ablation}"))

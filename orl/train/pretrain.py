@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from orl.errors import CheckpointError, ConfigError
-from orl.model.checkpoint import load_checkpoint
+from orl.model.checkpoint import checkpoint_digest, load_checkpoint
 from orl.model.transformer import ModelConfig, Transformer, count_parameters
 from orl.tasks import tinycode
 from orl.tokenizer import Tokenizer, load_tokenizer, train_bpe
@@ -38,8 +38,15 @@ def model_config(size: ModelSize, tokenizer: Tokenizer) -> ModelConfig:
     )
 
 
+STAGE_SECTIONS = {
+    "ar": ("difficulty", "tokenizer", "model", "ar"),
+    "draft": ("difficulty", "tokenizer", "draft_model", "draft"),
+    "convert": ("difficulty", "convert", "diffusion"),
+}
+
+
 def _stage_digest(preset: TrainPreset, stage: str, extra: str = "") -> str:
-    return f"{preset.digest()}-{stage}{extra}"
+    return f"{preset.digest(*STAGE_SECTIONS[stage])}-{stage}{extra}"
 
 
 def train_ar(
@@ -96,6 +103,6 @@ def convert_to_diffusion(
         generator = torch.Generator().manual_seed(optim.seed * 7919 + i)
         return StepResult(masked_block_loss(model, batch, generator), int(batch.lengths.sum()))
 
-    return train(model, step, optim, out_dir, tokenizer, digest=_stage_digest(preset, "convert", f"-B{block}"),
+    return train(model, step, optim, out_dir, tokenizer, digest=_stage_digest(preset, "convert", f"-B{block}-init{checkpoint_digest(init_dir)[:12]}"),
                  stage="convert", progress=progress, halt_after_checkpoint=halt_after_checkpoint,
                  model_name=f"{preset.name}-dlm")

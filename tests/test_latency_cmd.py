@@ -1,0 +1,107 @@
+"""`orl bench-latency`: one latency record per row, the interface's last line, not-run rows."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from orl.cli import main
+from orl.commands.latency_cmd import RecordingEngine, acceptance_rate, speculative_metrics
+from orl.engines.base import Generation
+from orl.records import load_records
+
+LAST_LINE = re.compile(r"^median_s=(\S+) p90_s=(\S+) tokens_per_s=(\S+) tpf=(\S+)$")
+
+
+def _run(capsys, *argv) -> tuple[int, list[str]]:
+    code = main(["bench-latency", *map(str, argv), "--no-progress"])
+    return code, capsys.readouterr().out.strip().splitlines()
+
+
+def _gen(tokens: int, nfe: int, draft: int = 0, extra: dict | None = None) -> Generation:
+    return Generation(token_ids=[7] * tokens, text="", nfe=nfe, prefill_forwards=1, wall_time_s=0.1,
+                      draft_forwards=draft, extra=extra or {})
+
+
+def test_speculative_metrics():
+    assert speculative_metrics("hf", [_gen(4, 4)]) == {}
+    spec = speculative_metrics("dflash", [_gen(6, 2, draft=2), _gen(4, 2, draft=1)])
+    assert spec == {"draft_forwards_mean": 1.5, "acceptance_length": 2.5}
+    vllm = speculative_metrics("vllm", [_gen(9, 4, extra={"acceptance_length": 3.0}),
+                                        _gen(5, 3, extra={"acceptance_length": 2.0})])
+    assert vllm["acceptance_length"] == 2.5  # the server's own definition, not tokens / nfe
+    assert acceptance_rate([_gen(3, 1, extra={"drafted_tokens": 8, "accepted_tokens": 2}),
+                            _gen(3, 1, extra={"spec_num_draft_tokens": 2, "spec_num_accepted_tokens": 1})]) == 0.3
+    assert acceptance_rate([_gen(3, 3)]) is None
+
+
+def test_recording_engine_keeps_generations_and_device():
+    class Fixed:
+        name, device = "fixed", "cpu"
+
+        def generate(self, prompt, max_new_tokens):
+            return _gen(max_new_tokens, max_new_tokens)
+
+    recorder = RecordingEngine(Fixed())
+    recorder.generate("p", 3)
+    recorder.generate("q", 2)
+    assert recorder.name == "fixed" and recorder.device == "cpu"
+    assert [g.num_tokens for g in recorder.generations] == [3, 2]
+
+
+def test_bench_latency_hf_writes_a_latency_record(ar_ckpt_dir, tmp_path, capsys):
+    out = tmp_path / "hf.jsonl"
+    code, lines = _run(capsys, "--engine", "hf", "--ckpt", ar_ckpt_dir, "--limit", 3, "--warmup", 1,
+                       "--max-new-tokens", 8, "--out", out)
+    assert code == 0
+    match = LAST_LINE.match(lines[-1])
+    assert match, lines[-1]
+    (record,) = load_records(out)
+    metrics = record["metrics"]
+    assert record["kind"] == "latency" and record["status"] == "measured" and record["engine"] == "hf"
+    assert record["n_problems"] == 3 and record["policy"] is None
+    assert metrics["tpf"] == 1.0 and float(match.group(4)) == 1.0  # counted, AR
+    assert metrics["latency_p90_s"] >= metrics["latency_median_s"] > 0
+    assert metrics["tokens"] == sum(r["tokens"] for r in record["extra"]["per_request"])
+    assert len(record["extra"]["per_request"]) == 3
+    assert "acceptance_length" not in metrics and "draft_forwards_mean" not in metrics
+    assert record["model"]["ckpt_sha256"] and record["model"]["precision"] == "float32"
+
+
+def test_bench_latency_dflash_reports_acceptance(smoke_models, tmp_path, capsys):
+    ar, dlm = smoke_models
+    out = tmp_path / "dflash.jsonl"
+    code, lines = _run(capsys, "--engine", "dflash", "--ckpt", ar, "--draft", dlm, "--suite", "tinycode",
+                       "--limit", 2, "--warmup", 0, "--max-new-tokens", 16, "--system", "AR + DFlash-style",
+                       "--out", out)
+    assert code == 0 and LAST_LINE.match(lines[-1])
+    (record,) = load_records(out)
+    metrics = record["metrics"]
+    assert record["system"] == "AR + DFlash-style" and record["policy"]["name"] == "dflash-greedy"
+    assert metrics["acceptance_length"] == pytest.approx(metrics["tpf"])
+    assert metrics["draft_forwards_mean"] >= 1 and 0.0 <= metrics["acceptance_rate"] <= 1.0
+    assert record["extra"]["draft_sha256"] and len(record["extra"]["engine_extra"]) == 2
+
+
+def test_bench_latency_vllm_not_run_here(ar_ckpt_dir, tmp_path, capsys, monkeypatch):
+    from orl.engines import serving
+
+    # Whatever this machine has, simulate the CPU-only case the table must show.
+    monkeypatch.setattr(serving, "_environment_reason",
+                        lambda package: serving.unavailable_reason(package, cuda=False, installed=False))
+    out = tmp_path / "vllm.jsonl"
+    code, lines = _run(capsys, "--engine", "vllm", "--ckpt", ar_ckpt_dir, "--limit", 2, "--out", out)
+    assert code == 0
+    assert lines[-1].endswith("not run: needs CUDA and vllm")
+    (record,) = load_records(out)
+    assert record["status"] == "not run: needs CUDA and vllm" and record["metrics"] == {}
+    assert record["engine"] == "vllm" and record["model"]["ckpt"] == str(ar_ckpt_dir)
+
+
+def test_bench_latency_bad_input_is_one_line_error(ar_ckpt_dir, tmp_path, capsys):
+    code = main(["bench-latency", "--engine", "dflash", "--ckpt", str(ar_ckpt_dir), "--limit", "1",
+                 "--out", str(tmp_path / "x.jsonl"), "--no-progress"])
+    assert code == 2
+    assert "--draft" in capsys.readouterr().err
+    assert not (tmp_path / "x.jsonl").exists()

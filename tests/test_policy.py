@@ -1,0 +1,170 @@
+"""The shared decoding policy (engines/policy.py): commit rules, <eos> fill, residual context."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from orl.engines.policy import (
+    Policy,
+    block_finished_with_eos,
+    commit_mask,
+    denoise_step,
+    entropy_and_confidence,
+    residual_embeddings,
+)
+from orl.errors import InputError
+
+ALL = torch.ones(1, 4, dtype=torch.bool)
+
+
+def picks(policy: str, confidence: list[float], masked: torch.Tensor = ALL) -> list[int]:
+    chosen = commit_mask(Policy.parse(policy), torch.tensor([confidence]), masked)
+    return torch.nonzero(chosen[0]).flatten().tolist()
+
+
+def test_threshold_commits_every_position_at_or_above_tau():
+    assert picks("threshold:0.9", [0.95, 0.5, 0.9, 0.3]) == [0, 2]
+
+
+def test_threshold_commits_the_single_most_confident_when_none_reaches_tau():
+    assert picks("threshold:0.9", [0.4, 0.6, 0.5, 0.3]) == [1]
+
+
+def test_threshold_never_commits_a_position_that_is_not_masked():
+    masked = torch.tensor([[False, True, True, True]])
+    assert picks("threshold:0.9", [0.99, 0.2, 0.95, 0.1], masked) == [2]
+    assert picks("threshold:0.9", [0.99, 0.2, 0.5, 0.1], masked) == [2]  # fallback among masked only
+
+
+def test_fixed_commits_the_top_k_with_ties_broken_by_position():
+    assert picks("fixed:2", [0.5, 0.7, 0.7, 0.7]) == [1, 2]
+    assert picks("fixed:1", [0.3, 0.3, 0.3, 0.3]) == [0]
+    assert picks("fixed:3", [0.1, 0.9, 0.2, 0.8]) == [1, 2, 3]
+
+
+def test_fixed_with_k_above_the_masked_count_commits_all_masked():
+    masked = torch.tensor([[True, False, True, False]])
+    assert picks("fixed:3", [0.1, 0.9, 0.2, 0.8], masked) == [0, 2]
+
+
+def test_factor_commits_the_nth_most_confident_while_c_is_at_least_1_minus_f_over_n_plus_1():
+    # f = 1: bounds 1 - 1/2 = 0.5, 1 - 1/3 = 0.667, 1 - 1/4 = 0.75, 1 - 1/5 = 0.8 for n = 1..4.
+    assert picks("factor:1", [0.6, 0.9, 0.2, 0.7]) == [1, 3]  # 0.9 >= 0.5, 0.7 >= 0.667, 0.6 < 0.75
+    assert picks("factor:1", [0.95, 0.9, 0.85, 0.8]) == [0, 1, 2, 3]
+    assert picks("factor:1", [0.3, 0.2, 0.1, 0.4]) == [3]  # none qualifies: the most confident one
+    # A larger f is more permissive: f = 2 gives bounds 0, 1/3, 1/2, 3/5.
+    assert picks("factor:2", [0.6, 0.9, 0.2, 0.7]) == [0, 1, 3]
+
+
+def test_factor_commits_a_prefix_of_the_ranking_even_with_ties():
+    # Ranks by confidence (ties: lower index first): 0.7@1 (bound 0.5), 0.7@2 (0.667), 0.7@3 (0.75 fails).
+    assert picks("factor:1", [0.1, 0.7, 0.7, 0.7]) == [1, 2]
+
+
+@pytest.mark.parametrize("spec", ["threshold:0.9", "fixed:2", "factor:1"])
+def test_rows_with_nothing_masked_are_untouched(spec):
+    policy = Policy.parse(spec)
+    logits = torch.randn(2, 4, 11, generator=torch.Generator().manual_seed(0)) * 5
+    tokens = torch.tensor([[7, 7, 7, 7], [3, 4, 5, 6]])
+    masked = torch.tensor([[True, True, True, True], [False, False, False, False]])
+    assert not commit_mask(policy, entropy_and_confidence(logits)[1], masked)[1].any()
+    out = denoise_step(policy, logits, tokens, masked, eos_id=1)
+    assert out.tokens[1].tolist() == [3, 4, 5, 6]
+    assert not out.masked[1].any() and not out.committed[1].any()
+    assert out.committed[0].any()  # the other row still makes progress
+
+
+def test_at_least_one_commit_per_row_with_something_masked():
+    policy = Policy.parse("threshold:1.0")
+    logits = torch.zeros(3, 5, 9)  # uniform: every confidence is 1/9
+    masked = torch.tensor([[True] * 5, [False, False, True, False, True], [False] * 5])
+    out = denoise_step(policy, logits, torch.zeros(3, 5, dtype=torch.long), masked, eos_id=1)
+    assert out.committed.sum(-1).tolist() == [1, 1, 0]
+
+
+def _logits_favouring(tokens: list[int], vocab: int = 6, strength: float = 10.0) -> torch.Tensor:
+    logits = torch.zeros(1, len(tokens), vocab)
+    for i, t in enumerate(tokens):
+        logits[0, i, t] = strength - i * 0.5  # earlier positions slightly more confident
+    return logits
+
+
+def test_eos_commit_fills_every_later_position_and_the_block_then_finishes():
+    eos, mask = 1, 5
+    tokens = torch.full((1, 5), mask)
+    masked = torch.ones(1, 5, dtype=torch.bool)
+    logits = _logits_favouring([3, 4, 1, 2, 2])
+    logits[0, 2, eos] = 50.0  # <eos> at position 2 is by far the most confident
+    out = denoise_step(Policy.parse("fixed:1"), logits, tokens, masked, eos_id=eos)
+    assert out.tokens[0].tolist() == [mask, mask, eos, eos, eos]
+    assert out.masked[0].tolist() == [True, True, False, False, False]
+    assert out.committed[0].tolist() == [False, False, True, True, True]
+    assert not block_finished_with_eos(out.tokens, out.masked, eos)[0]  # positions before <eos> are open
+    out = denoise_step(Policy.parse("fixed:2"), logits, out.tokens, out.masked, eos_id=eos)
+    assert out.tokens[0].tolist() == [3, 4, eos, eos, eos] and not out.masked.any()
+    assert block_finished_with_eos(out.tokens, out.masked, eos)[0]
+
+
+def test_block_without_eos_is_not_finished():
+    tokens = torch.tensor([[3, 4, 2, 2]])
+    assert not block_finished_with_eos(tokens, torch.zeros(1, 4, dtype=torch.bool), eos_id=1)[0]
+
+
+def test_entropy_and_confidence_match_a_direct_computation():
+    logits = torch.randn(2, 3, 7, generator=torch.Generator().manual_seed(1))
+    probs, entropy, confidence, prediction = entropy_and_confidence(logits)
+    direct = torch.softmax(logits, -1)
+    assert torch.allclose(probs, direct, atol=1e-6)
+    assert torch.allclose(entropy, -(direct * direct.log()).sum(-1), atol=1e-5)
+    assert torch.equal(prediction, direct.argmax(-1)) and torch.allclose(confidence, direct.amax(-1))
+
+
+def test_residual_input_is_mask_embedding_plus_entropy_weighted_expected_embedding():
+    gen = torch.Generator().manual_seed(2)
+    vocab, dim, mask_id, alpha = 9, 5, 8, 0.7
+    embedding = torch.randn(vocab, dim, generator=gen)
+    tokens = torch.tensor([[mask_id, 3, mask_id, mask_id]])
+    masked = tokens == mask_id
+    probs = torch.softmax(torch.randn(1, 4, vocab, generator=gen) * 3, -1)
+    entropy = -(probs * probs.log()).sum(-1)
+    out = residual_embeddings(embedding, tokens, masked, probs, entropy, alpha, mask_id)
+    for i in range(4):
+        if masked[0, i]:
+            w = alpha * (1 - float(entropy[0, i]) / math.log(vocab))
+            r = sum(float(probs[0, i, v]) * embedding[v] for v in range(vocab))
+            expected = embedding[mask_id] + w * r
+        else:
+            expected = embedding[tokens[0, i]]  # committed positions use E[token]
+        assert torch.allclose(out[0, i], expected, atol=1e-5), i
+
+
+def test_residual_off_alpha_zero_and_step_zero_all_give_the_plain_mask_embedding():
+    gen = torch.Generator().manual_seed(3)
+    embedding = torch.randn(9, 5, generator=gen)
+    tokens = torch.tensor([[8, 2, 8]])
+    masked = tokens == 8
+    probs = torch.softmax(torch.randn(1, 3, 9, generator=gen), -1)
+    entropy = -(probs * probs.log()).sum(-1)
+    plain = embedding[tokens]
+    assert torch.equal(residual_embeddings(embedding, tokens, masked, probs, entropy, 0.0, 8), plain)
+    assert torch.equal(residual_embeddings(embedding, tokens, masked, None, None, 0.7, 8), plain)
+    # dlmrt's static-shape step 0: zero distributions make the residual term exactly zero.
+    zeros = torch.zeros_like(probs)
+    assert torch.equal(residual_embeddings(embedding, tokens, masked, zeros, torch.zeros(1, 3), 0.7, 8), plain)
+
+
+@pytest.mark.parametrize("spec", ["nope:1", "threshold", "threshold:abc", "threshold:0", "threshold:1.5",
+                                  "fixed:0", "fixed:1.5", "factor:-1"])
+def test_bad_policy_specs_are_rejected_with_the_flag_named(spec):
+    with pytest.raises(InputError, match="--policy"):
+        Policy.parse(spec)
+
+
+def test_policy_round_trips_through_its_string_and_record():
+    for spec, record in [("threshold:0.9", {"tau": 0.9}), ("fixed:2", {"k": 2}), ("factor:1", {"f": 1.0})]:
+        policy = Policy.parse(spec)
+        assert Policy.parse(str(policy)) == policy
+        assert policy.as_record()["params"] == record
