@@ -409,20 +409,22 @@ def build_serving_engine(
 ):
     """The vllm / sglang engine for a row, or EngineUnavailable with the reason it cannot run here.
 
-    The checkpoints are validated first (a wrong path is an input error on any
-    machine); then CUDA and the package are checked, and only then is the package imported.
+    CUDA and the package are checked first, then the checkpoints, and only then is the
+    package imported.
     """
     from orl.model.checkpoint import read_config
 
     if name not in SERVING_ENGINES:
         raise InputError(f"--engine: {name!r} is not a serving engine ({', '.join(SERVING_ENGINES)})")
+    # The environment first: on a machine without CUDA or the package the row cannot run whatever
+    # the checkpoints are (the CPU profiles have no EAGLE3 head at all), and that is the reason to print.
+    reason = _environment_reason(name)
+    if reason is not None:
+        raise EngineUnavailable(reason)
     ckpt_dir = Path(ckpt_dir)
     config = read_config(ckpt_dir)
     draft_config = read_draft_config(draft_dir) if draft_dir is not None else None
     method = serving_method(name, config, draft_config, method)
-    reason = _environment_reason(name)
-    if reason is not None:
-        raise EngineUnavailable(reason)
     draft = Path(draft_dir) if draft_dir is not None else None
     if name == "vllm":
         return VLLMEngine(ckpt_dir, config, method=method, draft_dir=draft, **options)

@@ -142,6 +142,21 @@ def test_chunks_compile_with_fullgraph_and_decode_like_eager(captured_engine, dl
     assert outputs(captured_engine, prompts) == outputs(eager, prompts)
 
 
+def test_one_compilation_per_shape_serves_every_threshold(dlm, prompts):
+    graphs = []
+
+    def counting_backend(gm, example_inputs):  # torch.compile calls this once per graph it compiles
+        graphs.append(gm)
+        return gm.forward
+
+    config = DlmrtConfig(sync_every=2, mode="compile", compile_backend=counting_backend)
+    for tau in ("0.5", "0.7", "0.9"):
+        engine = DlmrtEngine(dlm["off"], Policy.parse(f"threshold:{tau}"), config=config)
+        for prompt in prompts[:2]:
+            engine.generate(prompt, MAX_NEW)
+    assert len(graphs) == 3  # prefill (symbolic prompt length), block-start chunk, chunk: once each
+
+
 def test_a_graph_break_in_the_chunk_is_an_error_not_a_fallback(dlm, prompts):
     engine = DlmrtEngine(dlm["off"], Policy.parse("fixed:1"), compiled=False)
     engine.generate(prompts[0], MAX_NEW)
@@ -225,6 +240,14 @@ def test_cuda_chunk_has_no_sync_and_graph_replay_matches_eager(smoke_models, pro
         torch.cuda.set_sync_debug_mode("default")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where CUDA is missing")
+def test_gpu_bench_script_says_it_needs_cuda_and_measures_nothing(smoke_models, capsys):
+    from orl.engines.dlmrt import bench_gpu
+
+    assert bench_gpu.main(["--ckpt", str(smoke_models[1])]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_inductor_compiled_engine_matches_the_reference(dlm, prompts, reference_outputs):
     engine = DlmrtEngine(dlm["on"], Policy.parse("threshold:0.9"), compiled=True, config=DlmrtConfig(sync_every=2))
@@ -298,6 +321,23 @@ def test_engine_reuses_its_buffers_and_runners_across_requests(dlm, prompts):
     for p in prompts:
         engine.generate(p, MAX_NEW)
     assert len(engine._slots) == 1
+
+
+def test_bare_forward_replay_runs_the_requests_forwards_on_its_own_buffers(dlm, prompts):
+    from orl.engines.dlmrt.bench import BareForwards
+
+    # Small buckets: a request that stops early would fit a smaller bucket than the one it ran in.
+    engine = DlmrtEngine(dlm["off"], Policy.parse("threshold:0.9"), compiled=False,
+                         config=DlmrtConfig(min_cache_len=16))
+    bare = BareForwards(engine)
+    counter = ForwardCounter(engine.model)
+    for prompt in prompts:
+        generation = engine.generate(prompt, MAX_NEW)
+        slots, before = set(engine._slots), counter.calls
+        assert bare.replay(generation) > 0
+        assert set(engine._slots) == slots  # no new buffers: the replay used the request's own
+        assert counter.calls - before == 1 + generation.nfe  # the prefill and every counted step
+    assert any(len(g) < MAX_NEW for g in [engine.generate(p, MAX_NEW).token_ids for p in prompts])
 
 
 class ForwardCounter:

@@ -163,6 +163,10 @@ def test_build_serving_engine_reports_the_reason_without_importing(ar_ckpt_dir, 
     with pytest.raises(EngineUnavailable, match="^needs CUDA and sglang$"):
         serving.build_serving_engine("sglang", ar_ckpt_dir)
     assert "vllm" not in sys.modules and "sglang" not in sys.modules
-    # Bad input is reported as such on any machine, before the environment check.
+    # Without CUDA the environment is the reason, even for a row whose draft does not exist here...
+    with pytest.raises(EngineUnavailable, match="^needs CUDA and vllm$"):
+        serving.build_serving_engine("vllm", ar_ckpt_dir, draft_dir=ar_ckpt_dir / "missing")
+    # ...and where the engine could run, a bad checkpoint path is an input error naming the file.
+    monkeypatch.setattr(serving, "_environment_reason", lambda name: None)
     with pytest.raises(CheckpointError, match="config.json"):
         serving.build_serving_engine("vllm", ar_ckpt_dir, draft_dir=ar_ckpt_dir / "missing")

@@ -79,8 +79,8 @@ def run_suite(
     """Warm up (compilation, capture), then time each prompt once; optionally replay its forwards."""
     device = getattr(engine, "device", torch.device("cpu"))
     sync = _synchronizer(torch.device(device))
-    for i in range(min(warmup, len(prompts))):
-        generation = engine.generate(prompts[i], max_new_tokens)
+    for prompt in _warmup_prompts(engine, prompts, max_new_tokens, warmup):
+        generation = engine.generate(prompt, max_new_tokens)
         if bare is not None:
             bare.replay(generation)  # compiles / captures the bare forwards too
     run = SuiteRun(getattr(engine, "name", "engine"))
@@ -96,6 +96,20 @@ def run_suite(
         if progress is not None:
             progress(run.name, i + 1)
     return run
+
+
+def _warmup_prompts(engine: Engine, prompts: Sequence[str], max_new_tokens: int, warmup: int) -> list[str]:
+    """The first `warmup` prompts, plus for dlmrt one prompt per further cache length the suite
+    needs, so that no compilation or capture lands inside a timed request."""
+    chosen = list(prompts[:warmup])
+    if isinstance(engine, DlmrtEngine) and warmup > 0:
+        seen = {engine.cache_len(len(engine.ckpt.tokenizer.encode(p)), max_new_tokens) for p in chosen}
+        for prompt in prompts[warmup:]:
+            length = engine.cache_len(len(engine.ckpt.tokenizer.encode(prompt)), max_new_tokens)
+            if length not in seen:
+                seen.add(length)
+                chosen.append(prompt)
+    return chosen
 
 
 class BareForwards:
@@ -132,7 +146,7 @@ class BareForwards:
     def replay(self, generation: Generation) -> float:
         """Seconds the counted forwards of `generation` take alone (run right after it: same state)."""
         extra, B = generation.extra, self.block
-        slot = self.engine.slot(extra["prompt_len"] + len(extra["block_nfe"]) * B)
+        slot = self.engine.slot(extra["cache_len"])  # the request's own buffers (a bucket maps to itself)
         state, P = slot.state, extra["prompt_len"]
         seq = state.seq
         calls = []  # (forward, ids, first cache slot): built before the clock starts
@@ -155,17 +169,20 @@ class BareForwards:
         return time.perf_counter() - t0
 
 
-def _captured(forward: Callable, width: int, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], None]:
+def _captured(forward: Callable, width: int, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """A CUDA-graph replay of `forward` with static id/slot inputs (their values do not change the cost)."""
     from orl.engines.dlmrt.capture import CudaGraphRunner
 
     ids = torch.zeros(1, width, dtype=torch.long, device=device)
     slot = torch.zeros((), dtype=torch.long, device=device)
-    runner = CudaGraphRunner(lambda _: forward(ids, slot), None)
+    outputs: list[torch.Tensor] = []
+    runner = CudaGraphRunner(lambda _: outputs.append(forward(ids, slot)), None)
+    logits = outputs[-1]  # the captured call's output buffer, refilled by every replay
 
-    def run(new_ids: torch.Tensor, new_slot: torch.Tensor) -> None:
+    def run(new_ids: torch.Tensor, new_slot: torch.Tensor) -> torch.Tensor:
         ids.copy_(new_ids)
         slot.copy_(new_slot)
         runner()
+        return logits
 
     return run

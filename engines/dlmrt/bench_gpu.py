@@ -40,7 +40,7 @@ def chunk_step_time(engine, prompt: str, max_new_tokens: int, repeats: int) -> f
     """Seconds per decoding step of the engine's S-step chunk (CUDA events, after a warm-up)."""
     engine.generate(prompt, max_new_tokens)  # builds (captures) the slot and leaves a real state in it
     ids = engine.ckpt.tokenizer.encode(prompt)
-    slot = engine.slot(len(ids) + -(-max_new_tokens // engine.spec.block) * engine.spec.block)
+    slot = engine.slot(engine.cache_len(len(ids), max_new_tokens))
     for _ in range(5):
         slot.run_chunk()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -56,7 +56,7 @@ def chunk_step_time(engine, prompt: str, max_new_tokens: int, repeats: int) -> f
 def assert_no_sync(engine, prompt: str, max_new_tokens: int) -> None:
     """Run a chunk with CUDA's sync debug mode set to error: any host synchronisation raises."""
     ids = engine.ckpt.tokenizer.encode(prompt)
-    slot = engine.slot(len(ids) + -(-max_new_tokens // engine.spec.block) * engine.spec.block)
+    slot = engine.slot(engine.cache_len(len(ids), max_new_tokens))
     slot.state.start.copy_(slot.state.prompt_len)  # back to block 0, so the block-start chunk stays in bounds
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")

@@ -32,7 +32,9 @@ def default_mode(device: torch.device, compiled: bool) -> str:
     return "cudagraph" if device.type == "cuda" else "compile"
 
 
-def compile_fullgraph(fn: Callable, backend: str = "inductor", *, cpu: bool = True, dynamic: bool = False) -> Callable:
+def compile_fullgraph(
+    fn: Callable, backend: str | Callable = "inductor", *, cpu: bool = True, dynamic: bool = False
+) -> Callable:
     """torch.compile with no graph breaks allowed and, unless `dynamic`, one compilation per shape.
 
     `backend` is torch.compile's: "inductor" generates fused C++/Triton code; "eager" and
@@ -51,9 +53,10 @@ def compile_fullgraph(fn: Callable, backend: str = "inductor", *, cpu: bool = Tr
 class CudaGraphRunner:
     """One captured call of fn(state); replays act on the same buffers."""
 
-    def __init__(self, fn: Callable[[object], None], state, warmup: int = 2):
-        # Warm-up runs lazy initialisation (cuBLAS handles, workspaces) outside the capture;
-        # they scribble on the state, which every request re-initialises before use.
+    def __init__(self, fn: Callable[[object], None], state, warmup: int = 1):
+        # The warm-up call runs lazy initialisation (cuBLAS handles, workspaces) outside the
+        # capture. It scribbles on the state, which every request re-initialises before use;
+        # one call only, since a block-start chunk advances `state.start` and must stay in bounds.
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -68,7 +71,9 @@ class CudaGraphRunner:
         self.graph.replay()
 
 
-def make_runner(fn: Callable[[object], None], state, mode: str, backend: str = "inductor") -> Callable[[], None]:
+def make_runner(
+    fn: Callable[[object], None], state, mode: str, backend: str | Callable = "inductor"
+) -> Callable[[], None]:
     """A zero-argument callable that runs fn on `state` in the given mode.
 
     Always without autograd: the chunk writes its inputs in place, which autograd forbids
@@ -90,7 +95,7 @@ def make_runner(fn: Callable[[object], None], state, mode: str, backend: str = "
 
 
 def make_prefill_runner(
-    fn: Callable[[object, torch.Tensor], None], state, mode: str, backend: str = "inductor"
+    fn: Callable[[object, torch.Tensor], None], state, mode: str, backend: str | Callable = "inductor"
 ) -> Callable[[torch.Tensor], None]:
     """A callable(prompt_ids) running the prompt prefill fn(state, prompt_ids).
 

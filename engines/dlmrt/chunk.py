@@ -35,9 +35,9 @@ from orl.model.transformer import Transformer
 
 @dataclass(frozen=True)
 class ChunkSpec:
-    """What a chunk needs besides the state: plain Python constants, baked into a compiled graph."""
+    """What a chunk needs besides the state; the numbers are baked into a compiled graph."""
 
-    policy: Policy
+    policy: Policy  # τ / f as a 0-d device tensor (a graph input, see engine.py), k of fixed(k) a number
     block: int  # B
     steps: int  # S, steps per chunk = decoding steps between two host reads
     alpha: float  # residual-context α (0 = residual off)

@@ -41,7 +41,7 @@ class DlmrtConfig:
     sync_every: int | None = None  # S: steps per chunk between host reads; None = 1 on CPU, 4 on CUDA
     min_cache_len: int = 256  # smallest cache bucket (engines/dlmrt/state.py)
     mode: str | None = None  # "eager" | "compile" | "cudagraph"; None = from `compiled` and the device
-    compile_backend: str = "inductor"  # torch.compile backend of "compile" mode ("aot_eager": capture only)
+    compile_backend: str | Callable = "inductor"  # torch.compile backend of "compile" mode ("aot_eager": capture only)
 
 
 @dataclass
@@ -76,11 +76,22 @@ class DlmrtEngine:
         steps = self.config.sync_every or (4 if self.device.type == "cuda" else 1)
         if steps < 1:
             raise InputError(f"sync_every: expected a positive integer, got {steps}")
+        # τ of threshold and f of factor enter the graph as a 0-d tensor rather than a baked-in
+        # constant, so one compilation per shape serves every value of a sweep; k of fixed(k)
+        # is structural (a rank cut) and stays a number.
+        graph_policy = policy if policy.name == "fixed" else Policy(
+            policy.name, torch.tensor(policy.value, dtype=torch.float32, device=self.device))
         self.spec = ChunkSpec(
-            policy=policy, block=cfg.block_size, steps=steps, alpha=cfg.residual_alpha if residual else 0.0,
+            policy=graph_policy, block=cfg.block_size, steps=steps, alpha=cfg.residual_alpha if residual else 0.0,
             mask_id=cfg.mask_token_id, eos_id=ckpt.tokenizer.eos_id, log_steps=log_steps,
         )
         self._slots: dict[int, _Slot] = {}
+
+    def cache_len(self, prompt_len: int, max_new_tokens: int) -> int:
+        """The cache length (bucket) a request of this size runs in."""
+        cfg = self.model.config
+        needed = prompt_len + -(-max_new_tokens // cfg.block_size) * cfg.block_size
+        return cache_bucket(needed, cfg.block_size, cfg.max_position_embeddings, self.config.min_cache_len)
 
     def slot(self, needed: int) -> _Slot:
         """The state and runners for a request needing `needed` cache slots; built once per cache length."""

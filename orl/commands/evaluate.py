@@ -60,12 +60,20 @@ def _build(args, log_steps: bool = False):
 
 
 def run_eval_quality(args) -> int:
+    from orl.engines.base import EngineUnavailable
     from orl.eval.quality import evaluate_quality
-    from orl.records import make_record, write_records
+    from orl.records import make_record, not_run, write_records
     from orl.tasks import load_suite
 
     problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
-    engine, policy = _build(args)
+    try:
+        engine, policy = _build(args)
+    except EngineUnavailable as exc:  # a GPU row on a CPU machine: the table says why
+        system = args.system or f"{args.ckpt} ({args.engine})"
+        write_records(args.out, [not_run("quality", system=system, engine=args.engine, reason=str(exc),
+                                         suite=args.suite, n_problems=len(problems))])
+        print(f"{system}: not run: {exc}")
+        return 0
     result = evaluate_quality(engine, problems, args.max_new_tokens, timeout_s=args.timeout,
                               progress=not args.no_progress, workers=args.workers)
     ckpt = getattr(engine, "ckpt", None)
