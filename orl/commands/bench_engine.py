@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from orl.commands.common import add_progress_flag, model_field
+from orl.commands.common import add_progress_flag, model_field, policy_arg
 
 BENCH_ENGINES = ("dlmrt", "dlmrt-eager", "reference")
 
@@ -28,7 +28,9 @@ def register(subparsers) -> None:
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
     p.add_argument("--limit", type=int, default=32, help="first N TinyCode test problems")
     p.add_argument("--difficulty", default="medium", help="TinyCode difficulty")
-    p.add_argument("--policy", default="threshold:0.9", help="commit policy: fixed:K, threshold:T or factor:F")
+    p.add_argument("--policy", default="threshold:0.9", help="commit policy: fixed:K, threshold:T or factor:F, "
+                   "or @FILE.json from `orl operating-point`")
+    p.add_argument("--system", default=None, help="table row name stored in the records (default: model name)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generation budget per prompt")
     p.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
     p.add_argument("--engines", default=",".join(BENCH_ENGINES), help="comma-separated subset of "
@@ -77,7 +79,7 @@ def run_bench_engine(args) -> int:
     from orl.tasks import load_suite
 
     names = _engines(args.engines)
-    policy = Policy.parse(args.policy)
+    policy = Policy.parse(policy_arg(args.policy))
     if args.limit is not None and args.limit < 1:
         raise InputError(f"--limit: expected a positive integer, got {args.limit}")
     if args.threads < 0:
@@ -125,7 +127,8 @@ def run_bench_engine(args) -> int:
                          host_reads=sum(g.extra["host_reads"] for g in run.generations),
                          overhead_definition="generation wall / bare forwards (prefill + counted steps) "
                          "replayed in the same execution mode")
-        records.append(make_record("engine_bench", system=f"{model_field(ckpt)['name']} ({name})", engine=name,
+        system = args.system or f"{model_field(ckpt)['name']} ({name})"
+        records.append(make_record("engine_bench", system=system, engine=name,
                                    model=model_field(ckpt), metrics=metrics, policy=policy.as_record(),
                                    suite="tinycode", n_problems=len(problems), extra=extra))
         print(f"{name:12s} tokens/s {run.tokens_per_s:9.1f}  TPF {run.tpf:.3f}  NFE/req {run.nfe / len(prompts):6.2f}"
@@ -136,4 +139,8 @@ def run_bench_engine(args) -> int:
     print(f"overhead={_fmt(overhead)}")
     print(f"speedup_vs_eager={_fmt(speedup_vs_eager)}")
     print(f"speedup_vs_reference={_fmt(speedup_vs_reference)}")
+    if ckpt.config.get("quantization_config"):
+        from orl.kernels.quantize import weight_bytes
+
+        print(f"weight_bytes_ratio={weight_bytes(ckpt.model)['weight_bytes_ratio']:.4f}")
     return 0

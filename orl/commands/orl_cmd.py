@@ -194,6 +194,7 @@ def run_sweep(args) -> int:
     for tau in taus:
         policy = Policy.parse(f"threshold:{tau}")
         engine = build_engine(args.engine, args.ckpt, policy=policy)
+        engine.generate(problems[0]["prompt"], args.max_new_tokens)  # warm-up: compilation is not timed
         result = evaluate_quality(engine, problems, args.max_new_tokens, progress=not args.no_progress)
         model = model_field(engine.ckpt)
         system = args.system or model["name"]
