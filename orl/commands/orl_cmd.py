@@ -185,7 +185,7 @@ def run_sweep(args) -> int:
     from orl.engines.registry import build_engine
     from orl.eval.quality import evaluate_quality
     from orl.records import make_record, write_records
-    from orl.report.aup import aup
+    from orl.report.aup import aup_or_none
     from orl.tasks import load_suite
 
     problems = load_suite(args.suite, limit=args.limit)
@@ -207,13 +207,7 @@ def run_sweep(args) -> int:
         points.append((result.tpf, result.pass_at_1))
         print(f"tau={tau:g} pass@1={result.pass_at_1:.4f} tpf={result.tpf:.3f} tokens_per_s={tokens_per_s:.1f}",
               flush=True)
-    from orl.errors import InputError
-
-    note = None
-    try:
-        area = aup(points)
-    except InputError as exc:  # e.g. a model so broken that TPF < 1: AUP is undefined, say why
-        area, note = None, str(exc)
+    area, note = aup_or_none(points)  # undefined (None, why) e.g. for a model whose TPF < 1
     records.append(make_record("aup", system=records[0]["system"], engine=args.engine, model=records[0]["model"],
                                suite=args.suite, n_problems=len(problems), metrics={"aup": area},
                                extra={"points": [{"tau": t, "tpf": p[0], "pass_at_1": p[1]}

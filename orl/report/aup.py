@@ -53,3 +53,12 @@ def aup(points: Iterable[tuple[float, float]]) -> float:
         area += (tpf - t_prev) * (acc + a_prev) / 2
         t_prev, a_prev = tpf, acc
     return area
+
+
+def aup_or_none(points: Iterable[tuple[float, float]]) -> tuple[float | None, str | None]:
+    """AUP, or (None, why) where it is undefined (no points, or a point below one token per forward,
+    which a model that spends forwards on text after <eos> can produce)."""
+    try:
+        return aup(points), None
+    except InputError as exc:
+        return None, str(exc)

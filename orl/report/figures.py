@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from orl.io import atomic_write_bytes
-from orl.report.aup import aup
+from orl.report.aup import aup_or_none
 
 FIGURES = ("accuracy_vs_tpf", "tokens_per_s", "entropy_per_step")
 
@@ -82,8 +82,9 @@ def plot_accuracy_vs_tpf(records: list[dict], paths: list[Path]) -> list[Path]:
             if (curve_suite or "") != suite:
                 continue
             xs, ys = [p[0] for p in points], [p[1] for p in points]
-            area = aup([(x, y) for x, y in zip(xs, ys, strict=True)])
-            ax.plot(xs, ys, marker="o", label=f"{system} [{engine}] (AUP {area:.3g})")
+            area, _ = aup_or_none([(x, y) for x, y in zip(xs, ys, strict=True)])
+            label = f"AUP {area:.3g}" if area is not None else "AUP undefined: TPF < 1"
+            ax.plot(xs, ys, marker="o", label=f"{system} [{engine}] ({label})")
             for x, y, tau in points:
                 if tau is not None:
                     ax.annotate(f"{tau:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from orl.report.aup import aup
+from orl.report.aup import aup_or_none
 from orl.report.claims import Claim
 from orl.report.compare import Anchor, compare_to_claim, hardware_matches, model_matches, precision_matches
 
@@ -590,8 +590,8 @@ def build_table5(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
         points = sweep_points(records, spec.system, spec.engine, res.suite)
         if res.measured:
             if points:
-                row["aup"] = aup(points)
-                notes.append(f"AUP over {len(points)} sweep points")
+                row["aup"], why = aup_or_none(points)
+                notes.append(f"AUP over {len(points)} sweep points" if why is None else f"AUP undefined: {why}")
             else:
                 aup_spec = RowSpec(spec.system, spec.engine, ("aup",))
                 aup_record = resolve(records, aup_spec, res.suite).primary
