@@ -109,18 +109,9 @@ def serving_method(engine: str, config: dict, draft_config: dict | None, method:
 
 def read_draft_config(draft_dir: str | Path) -> dict:
     """A draft's config.json, any architecture (an EAGLE3 head is not one of our checkpoints)."""
-    import json
+    from orl.model.checkpoint import read_json_config
 
-    path = Path(draft_dir) / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"{path}: file not found (the draft checkpoint needs a config.json)")
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
-    return config
+    return read_json_config(Path(draft_dir) / "config.json", "the draft checkpoint needs a config.json")
 
 
 def vllm_llm_kwargs(

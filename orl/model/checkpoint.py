@@ -99,18 +99,25 @@ def save_checkpoint(model: Transformer, tokenizer: Tokenizer, out_dir: str | Pat
     return out_dir
 
 
-def read_config(ckpt_dir: str | Path) -> dict:
-    path = Path(ckpt_dir) / CONFIG
-    if not Path(ckpt_dir).is_dir():
-        raise CheckpointError(f"{ckpt_dir}: checkpoint directory not found")
+def read_json_config(path: Path, missing_hint: str) -> dict:
+    """A config.json as a dict, or a CheckpointError naming the file (any architecture)."""
     if not path.is_file():
-        raise CheckpointError(f"{path}: file not found (a checkpoint needs config.json, model.safetensors, tokenizer.json)")
+        raise CheckpointError(f"{path}: file not found ({missing_hint})")
     try:
         config = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(config, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
+    return config
+
+
+def read_config(ckpt_dir: str | Path) -> dict:
+    """config.json of one of our checkpoints, validated (architecture and required fields)."""
+    path = Path(ckpt_dir) / CONFIG
+    if not Path(ckpt_dir).is_dir():
+        raise CheckpointError(f"{ckpt_dir}: checkpoint directory not found")
+    config = read_json_config(path, "a checkpoint needs config.json, model.safetensors, tokenizer.json")
     archs = config.get("architectures")
     if not isinstance(archs, list) or not archs or archs[0] not in SUPPORTED_ARCHS:
         raise CheckpointError(f"{path}: architectures: unsupported {archs!r}; expected one of {list(SUPPORTED_ARCHS)}")
