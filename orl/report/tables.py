@@ -567,11 +567,14 @@ def sweep_points(records: list[dict], system: str, engine: str | None = None, su
     return points
 
 
-def _train_records(records: list[dict], system: str, packing: bool) -> dict | None:
-    """The latest measured train record of `system` with (packing=True: extra.packing absent or true)."""
+def _train_records(records: list[dict], system: str, packing: bool, metric: str) -> dict | None:
+    """The latest measured train record of `system` that has `metric`, with (packing=True:
+    extra.packing absent or true). A training run and a step-speed benchmark are separate records."""
     found = []
     for record in records:
         if record["kind"] != "train" or record["system"] != system or record["status"] != "measured":
+            continue
+        if record["metrics"].get(metric) is None:
             continue
         flag = (record.get("extra") or {}).get("packing")
         if (flag is not False) == packing:
@@ -597,15 +600,17 @@ def build_table5(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
                 aup_record = resolve(records, aup_spec, res.suite).primary
                 row["aup"] = aup_record["metrics"].get("aup") if aup_record else None
                 notes.append("AUP from an 'aup' record" if row["aup"] is not None else "no sweep records: no AUP")
-        packed = _train_records(records, spec.system, packing=True)
-        unpacked = _train_records(records, spec.system, packing=False)
+        packed = _train_records(records, spec.system, packing=True, metric="self_generated_tokens")
+        packed_speed = _train_records(records, spec.system, packing=True, metric="step_tokens_per_s")
+        unpacked = _train_records(records, spec.system, packing=False, metric="step_tokens_per_s")
+        if res.measured and packed_speed is not None:
+            row["step_tokens_per_s_packed"] = packed_speed["metrics"]["step_tokens_per_s"]
         if res.measured and packed is not None:
             metrics = packed["metrics"]
             row["self_generated_tokens"] = metrics.get("self_generated_tokens")
             row["train_wall_s"] = metrics.get("train_wall_s")
             if packed["env"]["gpu_name"] and metrics.get("train_wall_s") is not None:
                 row["train_gpu_hours"] = metrics["train_wall_s"] / 3600 * gpu_count(packed)
-            row["step_tokens_per_s_packed"] = metrics.get("step_tokens_per_s")
             # The training run is what the cost claims are about, so compare on its machine and model.
             row.update({"_gpu": packed["env"]["gpu_name"], "_gpu_count": gpu_count(packed),
                         "_model": packed["model"]["name"], "_precision": packed["model"]["precision"]})  # fmt: skip
