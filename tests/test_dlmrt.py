@@ -229,15 +229,9 @@ def test_cuda_chunk_has_no_sync_and_graph_replay_matches_eager(smoke_models, pro
     graph = DlmrtEngine(ckpt, policy, config=DlmrtConfig(sync_every=3, mode="cudagraph"))
     eager = DlmrtEngine(ckpt, policy, config=DlmrtConfig(sync_every=3, mode="eager"))
     assert outputs(graph, prompts) == outputs(eager, prompts)
-    slot = next(iter(eager._slots.values()))
-    slot.state.start.copy_(slot.state.prompt_len)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        slot.run_start_block()
-        slot.run_chunk()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
+    from orl.engines.dlmrt.bench_gpu import assert_no_sync
+
+    assert_no_sync(eager, prompts[0], MAX_NEW)  # raises on any host synchronisation inside the chunks
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where CUDA is missing")

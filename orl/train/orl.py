@@ -135,8 +135,6 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
     cfg = preset.orl
     if cfg.rollout_prompts <= 0:
         raise ConfigError(f"orl.rollout_prompts: expected a positive number of prompts, got {cfg.rollout_prompts}")
-    if not rollout_prompts(preset, 0):
-        raise InputError("orl: the rollout prompt set is empty")
     ckpt = check_init(init_dir, preset)
     model, tokenizer = ckpt.model, ckpt.tokenizer
     residual = ablation not in ("no-residual", "dparallel")
