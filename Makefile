@@ -10,7 +10,7 @@ EXTRAS ?= dev,eval
 CORES  ?= 2
 PROFILE ?= tiny
 
-.PHONY: venv test reproduce reproduce-all lint clean-results
+.PHONY: venv test reproduce reproduce-all report lint
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ reproduce: venv
 reproduce-all: venv
 	$(VENV)/bin/snakemake --unlock --config profile=$(PROFILE) >/dev/null 2>&1 || true
 	$(SNAKEMAKE) reproduce_all --config profile=$(PROFILE)
+
+# The HTML report (figures and tables) of a finished run: reports/<profile>/report.html.
+report: venv
+	$(VENV)/bin/snakemake --report reports/$(PROFILE)/report.html reproduce_all --config profile=$(PROFILE)
 
 lint: venv
 	$(VENV)/bin/ruff check .

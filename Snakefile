@@ -1,7 +1,7 @@
 # The reproduction DAG. Usage:
 #   snakemake -c2 reproduce_table2                          # tiny profile (default), CPU
-#   snakemake -c2 --config profile=smoke reproduce_all      # seconds-scale models, CI
-#   snakemake -c1 --config profile=paper reproduce_table2   # GPU runner, real checkpoints
+#   snakemake -c2 reproduce_all --config profile=smoke      # seconds-scale models, CI
+#   snakemake -c1 reproduce_table2 --config profile=paper   # GPU runner, real checkpoints
 # Outputs: results/<profile>/ (records) and reports/<profile>/ (tables, figures, index.md).
 from snakemake.utils import min_version
 

@@ -124,13 +124,13 @@ class Attention(nn.Module):
             cache.k[layer].index_copy_(2, slots, k.to(cache.k[layer].dtype))
             cache.v[layer].index_copy_(2, slots, v.to(cache.v[layer].dtype))
             k, v = cache.k[layer].to(q.dtype), cache.v[layer].to(q.dtype)
-        if self.n_kv != self.n_heads:
-            k = k.repeat_interleave(self.n_heads // self.n_kv, dim=1)
-            v = v.repeat_interleave(self.n_heads // self.n_kv, dim=1)
+        # enable_gqa lets SDPA share each key/value head across its query group without
+        # materialising repeated copies of the cache on every step.
+        gqa = self.n_kv != self.n_heads
         if mask is None:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=gqa)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
 

@@ -16,15 +16,19 @@ rule quality_reference_fixed1:
     output:
         f"{RESULTS}/quality/dlm_fixed1.jsonl",
     params:
+        env=ENV,
+        orl=ORL,
         ckpt=lambda wc: ckpt("dlm"),
+        suite=SUITE,
         limit=limit_flag(config["eval_limit"]),
+        max_new_tokens=config["max_new_tokens"],
     log:
         f"{LOGS}/quality_dlm_fixed1.log",
     threads: THREADS
     shell:
-        "{ENV} {ORL} eval-quality --ckpt {params.ckpt} --engine dlmrt --policy fixed:1 --suite {SUITE} "
-        "{params.limit} --max-new-tokens {config[max_new_tokens]} --system 'dLLM base, fixed(1)' "
-        "--out {output} --no-progress > {log} 2>&1"
+        "{params.env} {params.orl} eval-quality --ckpt {params.ckpt} --engine dlmrt --policy fixed:1 "
+        "--suite {params.suite} {params.limit} --max-new-tokens {params.max_new_tokens} "
+        "--system 'dLLM base, fixed(1)' --out {output} --no-progress > {log} 2>&1"
 
 
 rule sweep:
@@ -33,17 +37,21 @@ rule sweep:
     output:
         f"{RESULTS}/sweep/{{model}}.jsonl",
     params:
+        env=ENV,
+        orl=ORL,
         ckpt=lambda wc: ckpt(wc.model),
+        suite=SUITE,
         system=lambda wc: SYSTEMS[wc.model],
         taus=",".join(str(t) for t in config["sweep_thresholds"]),
         limit=limit_flag(config["eval_limit"]),
+        max_new_tokens=config["max_new_tokens"],
     log:
         f"{LOGS}/sweep_{{model}}.log",
     threads: THREADS
     shell:
-        "{ENV} {ORL} sweep --ckpt {params.ckpt} --suite {SUITE} --thresholds {params.taus} {params.limit} "
-        "--max-new-tokens {config[max_new_tokens]} --system '{params.system}' --out {output} --no-progress "
-        "> {log} 2>&1"
+        "{params.env} {params.orl} sweep --ckpt {params.ckpt} --suite {params.suite} --thresholds {params.taus} "
+        "{params.limit} --max-new-tokens {params.max_new_tokens} --system '{params.system}' --out {output} "
+        "--no-progress > {log} 2>&1"
 
 
 rule operating_point:
@@ -55,11 +63,14 @@ rule operating_point:
     output:
         point=f"{RESULTS}/oppoint/{{model}}.json",
         quality=f"{RESULTS}/quality/op_{{model}}.jsonl",
+    params:
+        orl=ORL,
+        tolerance=config["match_tolerance"],
     log:
         f"{LOGS}/oppoint_{{model}}.log",
     shell:
-        "{ORL} operating-point --sweep {input.sweep} --reference {input.reference} "
-        "--tolerance {config[match_tolerance]} --out {output.point} --quality-out {output.quality} > {log} 2>&1"
+        "{params.orl} operating-point --sweep {input.sweep} --reference {input.reference} "
+        "--tolerance {params.tolerance} --out {output.point} --quality-out {output.quality} > {log} 2>&1"
 
 
 rule quality_nvfp4:
@@ -70,14 +81,19 @@ rule quality_nvfp4:
     output:
         f"{RESULTS}/quality/op_orl-nvfp4.jsonl",
     params:
+        env=ENV,
+        orl=ORL,
+        ckpt=lambda wc, input: os.path.dirname(input.ckpt),  # the folder of the tracked config.json
+        suite=SUITE,
         limit=limit_flag(config["eval_limit"]),
+        max_new_tokens=config["max_new_tokens"],
     log:
         f"{LOGS}/quality_orl-nvfp4.log",
     threads: THREADS
     shell:
-        "{ENV} {ORL} eval-quality --ckpt {CKPT}/orl-nvfp4 --engine dlmrt --policy @{input.point} --suite {SUITE} "
-        "{params.limit} --max-new-tokens {config[max_new_tokens]} --system 'dLLM + ORL NVFP4' "
-        "--out {output} --no-progress > {log} 2>&1"
+        "{params.env} {params.orl} eval-quality --ckpt {params.ckpt} --engine dlmrt --policy @{input.point} "
+        "--suite {params.suite} {params.limit} --max-new-tokens {params.max_new_tokens} "
+        "--system 'dLLM + ORL NVFP4' --out {output} --no-progress > {log} 2>&1"
 
 
 rule quality_extra_suite:
@@ -91,14 +107,17 @@ rule quality_extra_suite:
         suite="humaneval",
         model="dlm|orl",
     params:
+        env=ENV,
+        orl=ORL,
         ckpt=lambda wc: ckpt(wc.model),
         system=lambda wc: SYSTEMS[wc.model],
+        max_new_tokens=config["max_new_tokens"],
     log:
         f"{LOGS}/quality_{{suite}}_{{model}}.log",
     threads: THREADS
     shell:
-        "{ENV} {ORL} eval-quality --ckpt {params.ckpt} --engine dlmrt --policy @{input.point} "
-        "--suite {wildcards.suite} --max-new-tokens {config[max_new_tokens]} --system '{params.system}' "
+        "{params.env} {params.orl} eval-quality --ckpt {params.ckpt} --engine dlmrt --policy @{input.point} "
+        "--suite {wildcards.suite} --max-new-tokens {params.max_new_tokens} --system '{params.system}' "
         "--out {output} --no-progress > {log} 2>&1"
 
 
@@ -110,16 +129,20 @@ rule entropy_profile:
     wildcard_constraints:
         model="dlm|orl",
     params:
+        env=ENV,
+        orl=ORL,
         ckpt=lambda wc: ckpt(wc.model),
+        suite=SUITE,
         system=lambda wc: SYSTEMS[wc.model],
         limit=limit_flag(config["bench_limit"]),
+        max_new_tokens=config["max_new_tokens"],
     log:
         f"{LOGS}/entropy_{{model}}.log",
     threads: THREADS
     shell:
-        "{ENV} {ORL} entropy-profile --ckpt {params.ckpt} --suite {SUITE} --policy fixed:1 {params.limit} "
-        "--max-new-tokens {config[max_new_tokens]} --system '{params.system}' --out {output} --no-progress "
-        "> {log} 2>&1"
+        "{params.env} {params.orl} entropy-profile --ckpt {params.ckpt} --suite {params.suite} --policy fixed:1 "
+        "{params.limit} --max-new-tokens {params.max_new_tokens} --system '{params.system}' --out {output} "
+        "--no-progress > {log} 2>&1"
 
 
 rule bench_engine:
@@ -130,12 +153,15 @@ rule bench_engine:
     output:
         f"{RESULTS}/engine/bench.jsonl",
     params:
+        env=ENV,
+        orl=ORL,
         ckpt=lambda wc: ckpt("orl"),
+        limit=config["bench_limit"],  # the count itself; in other rules `limit` is the whole flag
     log:
         f"{LOGS}/bench_engine.log",
     threads: THREADS
     resources:
         gpu=1 if PAPER else 0,
     shell:
-        "{ENV} {ORL} bench-engine --ckpt {params.ckpt} --policy @{input.point} --limit {config[bench_limit]} "
+        "{params.env} {params.orl} bench-engine --ckpt {params.ckpt} --policy @{input.point} --limit {params.limit} "
         "--system 'dLLM + ORL' --out {output} > {log} 2>&1"

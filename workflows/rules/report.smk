@@ -17,6 +17,9 @@ TABLE_INPUTS = {
 FIGURE_INPUTS = [f"{RESULTS}/sweep/{m}.jsonl" for m in SWEEP_MODELS] + [
     f"{RESULTS}/entropy/dlm.jsonl", f"{RESULTS}/entropy/orl.jsonl"] + TABLE_INPUTS[2]
 FIGURES = ["accuracy_vs_tpf", "tokens_per_s", "entropy_per_step"]
+# The renderer reads whole folders (every record of the profile, contributed hardware results, the
+# paper's claims) rather than single files, so the render rules pass the folders as one set of flags.
+RENDER_FLAGS = f"--profile {PROFILE} --results {RESULTS} --out {REPORTS} --claims {CLAIMS} --hardware {HARDWARE}"
 
 
 rule bench_packing:
@@ -26,12 +29,15 @@ rule bench_packing:
     output:
         f"{RESULTS}/train/packing.jsonl",
     params:
+        env=ENV,
+        orl=ORL,
+        preset=config["preset"],
         ckpt=lambda wc: ckpt("dlm"),
     log:
         f"{LOGS}/bench_packing.log",
     threads: THREADS
     shell:
-        "{ENV} {ORL} bench-replay --preset {config[preset]} --init {params.ckpt} --system 'dLLM + ORL' "
+        "{params.env} {params.orl} bench-replay --preset {params.preset} --init {params.ckpt} --system 'dLLM + ORL' "
         "--out {output} > {log} 2>&1"
 
 
@@ -39,13 +45,19 @@ rule render_table:
     input:
         lambda wc: TABLE_INPUTS[int(wc.n)],
     output:
-        multiext(f"{REPORTS}/table{{n}}", ".md", ".tex", ".csv"),
+        md=f"{REPORTS}/table{{n}}.md",
+        tex=f"{REPORTS}/table{{n}}.tex",
+        # The CSV goes into `snakemake --report`, which renders it as a sortable table.
+        csv=report(f"{REPORTS}/table{{n}}.csv", caption="../report/tables.rst", category="Tables"),
     wildcard_constraints:
         n="[1-5]",
+    params:
+        orl=ORL,
+        flags=RENDER_FLAGS,
     log:
         f"{LOGS}/render_table{{n}}.log",
     shell:
-        "{ORL} render --profile {PROFILE} --results {RESULTS} --out {REPORTS} --claims {CLAIMS} --hardware {HARDWARE} --tables {wildcards.n} --no-index > {log} 2>&1"
+        "{params.orl} render {params.flags} --tables {wildcards.n} --no-index > {log} 2>&1"
 
 
 rule render_figures:
@@ -57,11 +69,13 @@ rule render_figures:
             caption="../report/figures.rst",
             category="Figures",
         ),
+    params:
+        orl=ORL,
+        flags=RENDER_FLAGS,
     log:
         f"{LOGS}/render_figures.log",
     shell:
-        "{ORL} render --profile {PROFILE} --results {RESULTS} --out {REPORTS} --claims {CLAIMS} --hardware {HARDWARE} --tables none --figures --no-index "
-        "> {log} 2>&1"
+        "{params.orl} render {params.flags} --tables none --figures --no-index > {log} 2>&1"
 
 
 rule render_index:
@@ -70,10 +84,13 @@ rule render_index:
         expand(f"{REPORTS}/figures/{{fig}}.png", fig=FIGURES),
     output:
         f"{REPORTS}/index.md",
+    params:
+        orl=ORL,
+        flags=RENDER_FLAGS,
     log:
         f"{LOGS}/render_index.log",
     shell:
-        "{ORL} render --profile {PROFILE} --results {RESULTS} --out {REPORTS} --claims {CLAIMS} --hardware {HARDWARE} --tables none > {log} 2>&1"
+        "{params.orl} render {params.flags} --tables none > {log} 2>&1"
 
 
 for _n in range(1, 6):

@@ -1,5 +1,7 @@
 # Training: tokenizer + AR model, draft model, AR -> diffusion conversion, ORL and its ablations,
 # NVFP4 quantization. Each rule resumes from its last checkpoint when rerun after an interruption.
+# Checkpoint folders are taken from the rule's own config.json input/output (not hard-coded), so the
+# command names exactly the files snakemake tracks.
 
 
 rule train_ar:
@@ -7,11 +9,16 @@ rule train_ar:
         f"{CKPT}/ar/config.json",
     log:
         f"{LOGS}/train_ar.log",
+    params:
+        env=ENV,
+        orl=ORL,
+        preset=config["preset"],
+        out=lambda wc, output: os.path.dirname(output[0]),
     benchmark:
         f"{RESULTS}/benchmarks/train_ar.tsv"
     threads: THREADS
     shell:
-        "{ENV} {ORL} train-ar --preset {config[preset]} --out {CKPT}/ar > {log} 2>&1"
+        "{params.env} {params.orl} train-ar --preset {params.preset} --out {params.out} > {log} 2>&1"
 
 
 rule train_draft:
@@ -21,11 +28,18 @@ rule train_draft:
         f"{CKPT}/draft/config.json",
     log:
         f"{LOGS}/train_draft.log",
+    params:
+        env=ENV,
+        orl=ORL,
+        preset=config["preset"],
+        tokenizer=lambda wc, input: os.path.dirname(input[0]),
+        out=lambda wc, output: os.path.dirname(output[0]),
     benchmark:
         f"{RESULTS}/benchmarks/train_draft.tsv"
     threads: THREADS
     shell:
-        "{ENV} {ORL} train-ar --preset {config[preset]} --draft --tokenizer {CKPT}/ar --out {CKPT}/draft > {log} 2>&1"
+        "{params.env} {params.orl} train-ar --preset {params.preset} --draft --tokenizer {params.tokenizer} "
+        "--out {params.out} > {log} 2>&1"
 
 
 rule convert:
@@ -35,11 +49,17 @@ rule convert:
         f"{CKPT}/dlm/config.json",
     log:
         f"{LOGS}/convert.log",
+    params:
+        env=ENV,
+        orl=ORL,
+        preset=config["preset"],
+        init=lambda wc, input: os.path.dirname(input[0]),
+        out=lambda wc, output: os.path.dirname(output[0]),
     benchmark:
         f"{RESULTS}/benchmarks/convert.tsv"
     threads: THREADS
     shell:
-        "{ENV} {ORL} convert --preset {config[preset]} --init {CKPT}/ar --out {CKPT}/dlm > {log} 2>&1"
+        "{params.env} {params.orl} convert --preset {params.preset} --init {params.init} --out {params.out} > {log} 2>&1"
 
 
 rule train_orl:
@@ -50,11 +70,17 @@ rule train_orl:
         record=f"{RESULTS}/train/orl.jsonl",
     log:
         f"{LOGS}/train_orl.log",
+    params:
+        env=ENV,
+        orl=ORL,
+        preset=config["preset"],
+        init=lambda wc, input: os.path.dirname(input[0]),
+        out=lambda wc, output: os.path.dirname(output.ckpt),
     benchmark:
         f"{RESULTS}/benchmarks/train_orl.tsv"
     threads: THREADS
     shell:
-        "{ENV} {ORL} train-orl --preset {config[preset]} --init {CKPT}/dlm --out {CKPT}/orl "
+        "{params.env} {params.orl} train-orl --preset {params.preset} --init {params.init} --out {params.out} "
         "--record {output.record} --system 'dLLM + ORL' > {log} 2>&1"
 
 
@@ -76,6 +102,11 @@ rule train_ablation:
     wildcard_constraints:
         ablation="|".join(ABLATION_SYSTEMS),
     params:
+        env=ENV,
+        orl=ORL,
+        preset=config["preset"],
+        init=lambda wc, input: os.path.dirname(input[0]),
+        out=lambda wc, output: os.path.dirname(output.ckpt),
         system=lambda wc: ABLATION_SYSTEMS[wc.ablation],
     log:
         f"{LOGS}/train_{{ablation}}.log",
@@ -83,7 +114,7 @@ rule train_ablation:
         f"{RESULTS}/benchmarks/train_{{ablation}}.tsv"
     threads: THREADS
     shell:
-        "{ENV} {ORL} train-orl --preset {config[preset]} --init {CKPT}/dlm --out {CKPT}/orl-{wildcards.ablation} "
+        "{params.env} {params.orl} train-orl --preset {params.preset} --init {params.init} --out {params.out} "
         "--ablation {wildcards.ablation} --record {output.record} --system '{params.system}' > {log} 2>&1"
 
 
@@ -93,8 +124,11 @@ rule quantize_nvfp4:
     output:
         f"{CKPT}/orl-nvfp4/config.json",
     params:
+        env=ENV,
+        orl=ORL,
         src=lambda wc: ckpt("orl"),
+        out=lambda wc, output: os.path.dirname(output[0]),
     log:
         f"{LOGS}/quantize.log",
     shell:
-        "{ENV} {ORL} quantize {params.src} --format nvfp4 --out {CKPT}/orl-nvfp4 > {log} 2>&1"
+        "{params.env} {params.orl} quantize {params.src} --format nvfp4 --out {params.out} > {log} 2>&1"
