@@ -188,10 +188,12 @@ def load_checkpoint(ckpt_dir: str | Path, *, device: str | torch.device = "cpu",
     if missing or unexpected:
         raise CheckpointError(f"{ckpt_dir / WEIGHTS}: tensors do not match config.json "
                               f"(missing: {missing[:5]}, unexpected: {unexpected[:5]})")
-    for name, tensor in state.items():
-        if tuple(tensor.shape) != tuple(expected[name].shape):
-            raise CheckpointError(f"{ckpt_dir / WEIGHTS}: {name}: shape {tuple(tensor.shape)} but config.json "
-                                  f"implies {tuple(expected[name].shape)}")
+    # The model's own parameter order, not the file's: safetensors versions differ in the key order
+    # they return, and the error should name the same tensor whichever wrote the file.
+    for name, want in expected.items():
+        if tuple(state[name].shape) != tuple(want.shape):
+            raise CheckpointError(f"{ckpt_dir / WEIGHTS}: {name}: shape {tuple(state[name].shape)} but config.json "
+                                  f"implies {tuple(want.shape)}")
     model.load_state_dict(state, strict=False)
     if dtype is not None:
         model.to(dtype=dtype)
