@@ -17,6 +17,7 @@ from orl.engines.policy import Policy, block_finished_with_eos, denoise_step, re
 from orl.errors import CheckpointError
 from orl.model.checkpoint import Checkpoint
 from orl.model.masks import block_causal_limits, mask_from_limits
+from orl.model.transformer import avoid_per_length_attention_plans
 
 
 class ReferenceDiffusion:
@@ -33,6 +34,7 @@ class ReferenceDiffusion:
         self.alpha = cfg.residual_alpha if residual else 0.0
         self.block, self.mask_id, self.eos_id = cfg.block_size, cfg.mask_token_id, ckpt.tokenizer.eos_id
         self.device = next(ckpt.model.parameters()).device
+        avoid_per_length_attention_plans(self.device)
 
     @torch.inference_mode()
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:

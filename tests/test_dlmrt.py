@@ -242,6 +242,63 @@ def test_gpu_bench_script_says_it_needs_cuda_and_measures_nothing(smoke_models, 
     assert "CUDA is not available" in capsys.readouterr().err
 
 
+def test_gpu_bench_bookkeeping_dry_run_on_the_cpu(smoke_models, monkeypatch, tmp_path, capsys):
+    # bench_gpu's rounds, medians, speedups and records run with CPU stand-ins for what needs a
+    # GPU: a host clock for CUDA events, eager mode for graph capture. The figures mean nothing.
+    import time
+
+    from orl.engines.dlmrt import bench_gpu
+    from orl.engines.dlmrt import engine as engine_module
+    from orl.records import load_records
+
+    class HostEvent:
+        def __init__(self, **_):
+            self.t = 0.0
+
+        def record(self):
+            self.t = time.perf_counter()
+
+        def elapsed_time(self, other):
+            return (other.t - self.t) * 1000
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "CPU stand-in")
+    monkeypatch.setattr(torch.cuda, "Event", HostEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *_: None)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda _: None)
+    real_config, real_load = engine_module.DlmrtConfig, load_checkpoint
+    monkeypatch.setattr("orl.engines.dlmrt.DlmrtConfig", lambda **kw: real_config(**{**kw, "mode": "eager"}))
+    monkeypatch.setattr("orl.model.checkpoint.load_checkpoint",
+                        lambda path, device=None, dtype=None: real_load(path, device="cpu", dtype=dtype))
+    monkeypatch.setattr("orl.engines.dlmrt.bench._synchronizer", lambda _: (lambda: None))
+    out = tmp_path / "bench.jsonl"
+    argv = ["--ckpt", str(smoke_models[1]), "--limit", "3", "--rounds", "3", "--repeats", "2",
+            "--max-new-tokens", "32", "--out", str(out)]
+    assert bench_gpu.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "identical to reference: 3/3" in printed and "speedup_vs_reference=" in printed
+    records = load_records(out)
+    assert [r["engine"] for r in records] == ["dlmrt", "dlmrt-eager", "reference"]
+    for record in records:
+        rounds = record["extra"]["tokens_per_s_rounds"]
+        assert len(rounds) == 3 and sorted(rounds)[1] == pytest.approx(record["metrics"]["tokens_per_s"])
+    with pytest.raises(SystemExit):
+        bench_gpu.parse_args(["--ckpt", "x", "--rounds", "0"])
+
+
+def test_cudnn_attention_is_left_out_on_cuda_only():
+    from orl.model.transformer import avoid_per_length_attention_plans
+
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    avoid_per_length_attention_plans(torch.device("cpu"))
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        avoid_per_length_attention_plans(torch.device("cuda"))  # only flips a flag: no GPU needed
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+
+
 @pytest.mark.slow
 def test_inductor_compiled_engine_matches_the_reference(dlm, prompts, reference_outputs):
     engine = DlmrtEngine(dlm["on"], Policy.parse("threshold:0.9"), compiled=True, config=DlmrtConfig(sync_every=2))

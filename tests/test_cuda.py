@@ -1,0 +1,94 @@
+"""Checks that need a CUDA GPU: the compiled Triton kernel, and NVFP4 models under graph capture.
+
+Skipped without CUDA. On a GPU machine:
+
+    pytest tests/test_cuda.py tests/test_dlmrt.py -k cuda
+
+The CPU suite covers the same code through TRITON_INTERPRET=1 and the eager/compiled
+engine modes; these tests cover what only a GPU runs: Triton compiling the kernel for
+the device, and CUDA-graph replay of a chunk whose linears are NVFP4.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+from orl.kernels.nvfp4 import dequantize_nvfp4, quantize_nvfp4  # noqa: E402
+from orl.kernels.reference import dequantize_matmul  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def compiled_kernel():
+    """orl.kernels.triton_w4a16 with its kernel compiled for the GPU.
+
+    tests/test_nvfp4_kernel.py may have left the interpreted module in sys.modules; reload
+    it with TRITON_INTERPRET unset so triton.jit defines the compiled kernel.
+    """
+    saved = os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        module = importlib.import_module("orl.kernels.triton_w4a16")
+        if module.kernel_is_interpreted():
+            module = importlib.reload(module)
+        assert not module.kernel_is_interpreted()
+        yield module
+    finally:
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+# (M, N, K, tiles): ragged in every dimension, split-K included; M up to a 64-row block step.
+SHAPES = [
+    (1, 16, 16, {}),
+    (17, 33, 80, {}),
+    (5, 70, 208, {"block_k": 64, "block_n": 32, "split_k": 3}),
+    (32, 768, 256, {}),
+    (64, 256, 768, {"split_k": 4}),
+]
+
+
+@pytest.mark.parametrize("m,n,k,tiles", SHAPES)
+def test_compiled_kernel_matches_dequantize_then_matmul(compiled_kernel, m, n, k, tiles):
+    gen = torch.Generator().manual_seed(m * 1000 + n + k)
+    q = quantize_nvfp4(torch.randn(n, k, generator=gen).cuda())
+    x = torch.randn(m, k, generator=gen).cuda()
+    y = compiled_kernel.w4a16_matmul(x, q.packed, q.block_scale, q.tensor_scale, **tiles)
+    ref = dequantize_matmul(x, q)
+    # fp32 activations: Triton's dot may use TF32 on the tensor cores (10-bit mantissa).
+    assert float((y - ref).abs().max() / ref.abs().max()) <= 5e-3
+
+
+def test_compiled_kernel_bf16_within_bf16_rounding(compiled_kernel):
+    gen = torch.Generator().manual_seed(11)
+    q = quantize_nvfp4(torch.randn(96, 256, generator=gen).cuda())
+    x = torch.randn(32, 256, generator=gen).to(device="cuda", dtype=torch.bfloat16)
+    y = compiled_kernel.w4a16_matmul(x, q.packed, q.block_scale, q.tensor_scale)
+    ref = x.float() @ dequantize_nvfp4(q).T
+    assert y.dtype == torch.bfloat16
+    # bf16 products are exact in fp32; what is left is the bf16 output rounding and summation order.
+    assert ((y.float() - ref).abs() <= ref.abs() * 2.0**-8 + 1e-4).all()
+
+
+def test_nvfp4_model_graph_replay_matches_eager(smoke_models):
+    from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
+    from orl.engines.policy import Policy
+    from orl.kernels.quantize import quantize_model
+    from orl.model.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(smoke_models[1], device="cuda")
+    report = quantize_model(ckpt.model)
+    assert report["quantized"], "the smoke model has linears to quantize"
+    backends = {m.backend for m in ckpt.model.modules() if hasattr(m, "backend")}
+    assert backends == {"triton"}, f"on CUDA the W4A16 linears run the Triton kernel, got {backends}"
+    policy = Policy.parse("threshold:0.9")
+    graph = DlmrtEngine(ckpt, policy, config=DlmrtConfig(sync_every=3, mode="cudagraph"))
+    eager = DlmrtEngine(ckpt, policy, config=DlmrtConfig(sync_every=3, mode="eager"))
+    prompts = ["def add(a, b):\n", "def is_even(n):\n"]
+    for prompt in prompts:
+        a, b = graph.generate(prompt, 32), eager.generate(prompt, 32)
+        assert a.token_ids == b.token_ids and a.nfe == b.nfe
