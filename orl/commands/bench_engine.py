@@ -37,7 +37,7 @@ def register(subparsers) -> None:
                    f"{', '.join(BENCH_ENGINES)}")
     p.add_argument("--warmup", type=int, default=2, help="discarded requests per engine (compilation happens here)")
     p.add_argument("--sync-every", type=int, default=None, help="dlmrt steps per chunk between host reads "
-                   "(default: 1 on CPU, 4 on CUDA)")
+                   "(default: 1 on CPU, 2 on CUDA)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads; batch-1 steps of a tiny model gain "
                    "little from more and suffer from oversubscription on a shared machine (0 = torch's default)")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend of the compiled engine")
