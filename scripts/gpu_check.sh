@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU path of the harness in one pass, for whoever has a CUDA GPU for a few minutes.
 #
-#   scripts/gpu_check.sh CKPT_ROOT OUT_DIR [SECONDS]
+#   scripts/gpu_check.sh CKPT_ROOT OUT_DIR [SCALE]
 #
 # CKPT_ROOT holds the tiny profile's checkpoints (orl, dlm, orl-nvfp4: results/<profile>/ckpt).
 # Steps run most important first, each under its own time limit, and write into OUT_DIR:
@@ -9,13 +9,14 @@
 #   dlmrt_<name>.jsonl       engine_bench records: CUDA-graph vs eager step time, tokens/s,
 #                            TPF, overhead, speedups, identical-to-reference counts
 #   nvfp4_kernel_bench.json  Triton W4A16 vs dequantize+matmul vs bf16 nn.Linear
+# SCALE (default 1) multiplies every step's time limit, for slower GPUs.
 # A failing step is logged and the next one runs. The script exits non-zero if any step failed.
 # GPU_CHECK_SKIP="name ..." leaves the named steps out (for a rerun of only what failed).
 # orl must be importable (pip install -e . or a wheel on PYTHONPATH); it runs from OUT_DIR so
 # that a source checkout in the working directory does not shadow the installed package.
 set -u
-CKPT_ROOT=$(realpath "${1:?usage: scripts/gpu_check.sh CKPT_ROOT OUT_DIR [SECONDS]}")
-OUT_DIR=$(realpath -m "${2:?usage: scripts/gpu_check.sh CKPT_ROOT OUT_DIR [SECONDS]}")
+CKPT_ROOT=$(realpath "${1:?usage: scripts/gpu_check.sh CKPT_ROOT OUT_DIR [SCALE]}")
+OUT_DIR=$(realpath -m "${2:?usage: scripts/gpu_check.sh CKPT_ROOT OUT_DIR [SCALE]}")
 REPO=$(realpath "$(dirname "$0")/..")
 PY=${PYTHON:-python3}
 SCALE=${3:-1}  # multiplies every step's time limit

@@ -75,9 +75,9 @@ class DlmrtEngine:
         avoid_per_length_attention_plans(self.device)
         self.mode = self.config.mode or default_mode(self.device, compiled)
         self.name = "dlmrt" if self.mode != "eager" else "dlmrt-eager"
-        # On CUDA a host read costs tens of microseconds and an idle predicated step a whole
-        # forward (1.27 ms for the tiny model on an H200), so S is kept small: with S=2 instead
-        # of 4, ORL at TPF 7.9 (about two steps per 16-token block) ran 2,027 vs 1,015 tokens/s.
+        # On CUDA an idle predicated step costs a whole forward (about 1.25 ms for the tiny model
+        # on an H200), so S is kept small: ORL at TPF 7.9 (about two steps per 16-token block)
+        # ran at a median 1,443 tokens/s with S=2 against 1,265 with S=4 (5 rounds each).
         steps = self.config.sync_every or (2 if self.device.type == "cuda" else 1)
         if steps < 1:
             raise InputError(f"sync_every: expected a positive integer, got {steps}")

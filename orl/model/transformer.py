@@ -237,4 +237,3 @@ def avoid_per_length_attention_plans(device: torch.device) -> None:
     """
     if device.type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(False)
-
