@@ -273,10 +273,11 @@ def test_gpu_bench_bookkeeping_dry_run_on_the_cpu(smoke_models, monkeypatch, tmp
     monkeypatch.setattr("orl.engines.dlmrt.bench._synchronizer", lambda _: (lambda: None))
     out = tmp_path / "bench.jsonl"
     argv = ["--ckpt", str(smoke_models[1]), "--limit", "3", "--rounds", "3", "--repeats", "2",
-            "--max-new-tokens", "32", "--out", str(out)]
+            "--max-new-tokens", "32", "--profile", "--out", str(out)]
     assert bench_gpu.main(argv) == 0
     printed = capsys.readouterr().out
     assert "identical to reference: 3/3" in printed and "speedup_vs_reference=" in printed
+    assert "profile (eager):" in printed
     records = load_records(out)
     assert [r["engine"] for r in records] == ["dlmrt", "dlmrt-eager", "reference"]
     for record in records:

@@ -43,11 +43,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def prompt_slot(engine, prompt: str, max_new_tokens: int):
+    """The engine's slot (state and captured runners) that a request for `prompt` runs in."""
+    return engine.slot(engine.cache_len(len(engine.ckpt.tokenizer.encode(prompt)), max_new_tokens))
+
+
 def chunk_step_time(engine, prompt: str, max_new_tokens: int, repeats: int) -> float:
     """Seconds per decoding step of the engine's S-step chunk (CUDA events, after a warm-up)."""
     engine.generate(prompt, max_new_tokens)  # builds (captures) the slot and leaves a real state in it
-    ids = engine.ckpt.tokenizer.encode(prompt)
-    slot = engine.slot(engine.cache_len(len(ids), max_new_tokens))
+    slot = prompt_slot(engine, prompt, max_new_tokens)
     for _ in range(5):
         slot.run_chunk()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -62,8 +66,7 @@ def chunk_step_time(engine, prompt: str, max_new_tokens: int, repeats: int) -> f
 
 def assert_no_sync(engine, prompt: str, max_new_tokens: int) -> None:
     """Run a chunk with CUDA's sync debug mode set to error: any host synchronisation raises."""
-    ids = engine.ckpt.tokenizer.encode(prompt)
-    slot = engine.slot(engine.cache_len(len(ids), max_new_tokens))
+    slot = prompt_slot(engine, prompt, max_new_tokens)
     with torch.inference_mode():  # the state's buffers are inference tensors
         slot.state.start.copy_(slot.state.prompt_len)  # back to block 0, so the block-start chunk stays in bounds
     torch.cuda.synchronize()
@@ -80,8 +83,7 @@ def profile_chunk(engine, prompt: str, max_new_tokens: int, top: int = 12) -> No
     """Print what one S-step chunk launches: CUDA kernels per step and the kernels taking the most time."""
     from torch.profiler import ProfilerActivity, profile
 
-    ids = engine.ckpt.tokenizer.encode(prompt)
-    slot = engine.slot(engine.cache_len(len(ids), max_new_tokens))
+    slot = prompt_slot(engine, prompt, max_new_tokens)
     slot.run_chunk()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
