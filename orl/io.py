@@ -14,6 +14,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+# The checkout this package runs from (an editable install): results/, reports/ and the claims ledger.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write `data` to `path` via a temp file and rename (same filesystem)."""

@@ -15,7 +15,7 @@ def test_unmatched_sweep_falls_back_to_most_accurate_and_says_so():
 
 
 def test_aup_is_undefined_below_one_token_per_forward():
-    from orl.report.aup import aup_or_none
+    from orl.eval.aup import aup_or_none
 
     value, why = aup_or_none([(0.7, 0.0), (1.5, 0.2)])
     assert value is None and "TPF" in why

@@ -9,7 +9,7 @@ import pytest
 from orl.cli import main
 from orl.errors import ConfigError
 from orl.records import make_record, write_records
-from orl.report.regress import compare_runs, parse_tolerances
+from orl.records.regress import compare_runs, parse_tolerances
 
 MODEL = {"name": "tiny-qwendlm", "precision": "float32"}
 

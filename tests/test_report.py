@@ -9,11 +9,11 @@ import pytest
 
 from orl.cli import main
 from orl.errors import InputError
-from orl.records import make_record, not_run, validate_record, write_records
-from orl.report.aup import aup, curve
+from orl.eval.aup import aup, curve
+from orl.records import load_record_tree, make_record, not_run, validate_record, write_records
 from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
 from orl.report.figures import figure_paths, write_figures
-from orl.report.render import load_record_tree, table_paths, write_table
+from orl.report.render import table_paths, write_table
 from orl.report.tables import build_table1, build_table2, build_table3, build_table4, build_table5
 
 H100 = "NVIDIA H100 80GB HBM3"

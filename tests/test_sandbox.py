@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from orl.errors import InputError
-from orl.eval import execution
-from orl.eval.execution import SandboxLimits, check_completion, check_many, run_program
+from orl.sandbox import SandboxLimits, check_completion, check_many, run_program, runner
+from orl.sandbox import isolation as sandbox_isolation
 
 TIMEOUT_S = 2.0
 ROOT = os.geteuid() == 0
-BWRAP_PROBLEM = execution._bwrap_self_test()
+BWRAP_PROBLEM = runner._bwrap_self_test()
 
 PROBLEM = {
     "task_id": "Adversarial/add",
@@ -257,25 +257,25 @@ def test_bad_arguments():
 
 
 def test_missing_bwrap_falls_back_with_a_warning(monkeypatch):
-    real_which = execution.shutil.which
-    monkeypatch.setattr(execution.shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
-    execution._bwrap_self_test.cache_clear()
-    execution._warn_fallback.cache_clear()
+    real_which = runner.shutil.which
+    monkeypatch.setattr(runner.shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
+    runner._bwrap_self_test.cache_clear()
+    runner._warn_fallback.cache_clear()
     try:
         with pytest.warns(RuntimeWarning, match="bwrap is not installed.*weaker fallback"):
-            assert execution.isolation_mode() == "fallback"
+            assert runner.isolation_mode() == "fallback"
         result = check_completion(PROBLEM, "    return a + b\n", timeout_s=TIMEOUT_S)
         assert result.passed and result.isolation.startswith("fallback")
         with pytest.raises(InputError, match="bwrap is not installed"):
             run_program("x = 1", isolation="bwrap")
     finally:
-        execution._bwrap_self_test.cache_clear()
-        execution._warn_fallback.cache_clear()
+        runner._bwrap_self_test.cache_clear()
+        runner._warn_fallback.cache_clear()
 
 
 @pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"bwrap unusable here: {BWRAP_PROBLEM}")
 def test_bwrap_command_line_has_the_isolation_flags():
-    cmd = execution._bwrap_command(SandboxLimits(), {"PATH": "/usr/bin"})
+    cmd = sandbox_isolation.bwrap_command(SandboxLimits(), {"PATH": "/usr/bin"})
     for flag in ("--ro-bind", "--tmpfs", "--proc", "--dev", "--unshare-net", "--unshare-pid", "--unshare-ipc",
                  "--die-with-parent", "--new-session", "--clearenv"):  # fmt: skip
         assert flag in cmd or (flag.startswith("--unshare") and "--unshare-all" in cmd), flag

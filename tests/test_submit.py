@@ -8,10 +8,9 @@ import pytest
 
 from orl.cli import main
 from orl.errors import InputError
-from orl.records import make_record, validate_record
+from orl.records import load_record_tree, make_record, validate_record
+from orl.records.submit import gpu_slug, submit
 from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
-from orl.report.render import load_record_tree
-from orl.report.submit import gpu_slug, submit
 from orl.report.tables import build_table4
 
 GPU = "NVIDIA GeForce RTX 5090"

@@ -183,9 +183,9 @@ def run_train_orl(args) -> int:
 def run_sweep(args) -> int:
     from orl.engines.policy import Policy
     from orl.engines.registry import build_engine
+    from orl.eval.aup import aup_or_none
     from orl.eval.quality import evaluate_quality
     from orl.records import make_record, write_records
-    from orl.report.aup import aup_or_none
     from orl.tasks import load_suite
 
     problems = load_suite(args.suite, limit=args.limit)

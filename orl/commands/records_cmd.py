@@ -12,7 +12,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     records = subparsers.add_parser(
         "records",
         help="inspect result record files",
-        description="Work with result record files (.jsonl, one record per line, orl/schemas/record.schema.json).",
+        description="Work with result record files (.jsonl, one record per line, orl/records/record.schema.json).",
     )
     records_sub = records.add_subparsers(dest="records_command", metavar="ACTION")
     validate = records_sub.add_parser(
@@ -86,9 +86,9 @@ def _read_jsonl(path: Path, required: tuple[str, ...], what: str) -> list[tuple[
 
 def run_check_samples(args: argparse.Namespace) -> int:
     from orl.errors import InputError
-    from orl.eval.execution import check_many
     from orl.eval.passk import mean_pass_at_k
     from orl.io import atomic_write_jsonl
+    from orl.sandbox import check_many
 
     if args.timeout <= 0:
         raise InputError(f"--timeout: expected a positive number of seconds, got {args.timeout}")

@@ -75,9 +75,9 @@ def _tables(text: str) -> tuple[int, ...]:
 
 
 def run_render(args: argparse.Namespace) -> int:
+    from orl.records.submit import DEFAULT_HARDWARE_ROOT
     from orl.report.build import render_report
     from orl.report.claims import DEFAULT_CLAIMS_PATH
-    from orl.report.submit import DEFAULT_HARDWARE_ROOT
 
     written = render_report(
         args.profile,
@@ -95,7 +95,7 @@ def run_render(args: argparse.Namespace) -> int:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    from orl.report.submit import DEFAULT_HARDWARE_ROOT, submit
+    from orl.records.submit import DEFAULT_HARDWARE_ROOT, submit
 
     target = submit(args.results_file, args.root or DEFAULT_HARDWARE_ROOT)
     print(f"filed {args.results_file} as {target}")
@@ -105,7 +105,7 @@ def run_submit(args: argparse.Namespace) -> int:
 def run_regress(args: argparse.Namespace) -> int:
     from orl.errors import ConfigError
     from orl.records import load_records
-    from orl.report.regress import DEFAULT_REFERENCE_SYSTEM, compare_runs, parse_tolerances
+    from orl.records.regress import DEFAULT_REFERENCE_SYSTEM, compare_runs, parse_tolerances
 
     if args.timing_threshold < 1:
         raise ConfigError(f"--timing-threshold {args.timing_threshold}: must be >= 1 (a slowdown factor)")

@@ -36,7 +36,7 @@ def evaluate_quality(
     from tqdm import tqdm
 
     from orl.errors import InputError
-    from orl.eval.execution import check_many
+    from orl.sandbox import check_many
 
     outcomes: list[Generation | str] = []
     for p in tqdm(problems, desc=f"generate ({engine.name})", disable=not progress, dynamic_ncols=True):

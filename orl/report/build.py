@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from orl.records import load_record_tree
+from orl.records.submit import DEFAULT_HARDWARE_ROOT
 from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
 from orl.report.figures import write_figures
 from orl.report.index import write_index
-from orl.report.render import load_record_tree, write_table
-from orl.report.submit import DEFAULT_HARDWARE_ROOT
+from orl.report.render import write_table
 from orl.report.tables import build_table, build_table2
 
 ALL_TABLES = (1, 2, 3, 4, 5)

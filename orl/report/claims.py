@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orl.errors import ConfigError
+from orl.io import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CLAIMS_PATH = REPO_ROOT / "results" / "paper" / "claims.yaml"
 # The seed articles live beside the repository (shared/seeds/), not inside it.
 DEFAULT_SEEDS_DIR = REPO_ROOT.parent / "shared" / "seeds"

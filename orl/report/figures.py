@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from orl.eval.aup import aup_or_none
 from orl.io import atomic_write_bytes
-from orl.report.aup import aup_or_none
 
 FIGURES = ("accuracy_vs_tpf", "tokens_per_s", "entropy_per_step")
 

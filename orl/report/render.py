@@ -17,7 +17,6 @@ from pathlib import Path
 import pandas as pd
 
 from orl.io import atomic_write_text
-from orl.records import load_records
 from orl.report.claims import Claim, claims_for_table
 
 GENERAL_CAVEATS = (
@@ -54,7 +53,7 @@ TABLE_CAVEATS = {
     ),
     5: (
         "TPF and pass@1 at each system's chosen operating point; AUP is the area under pass@1 over TPF of "
-        "its threshold sweep, from TPF = 1 (orl/report/aup.py).",
+        "its threshold sweep, from TPF = 1 (orl/eval/aup.py).",
         "The paper's training-step speedup combines residual state capture, attention kernels and packing; "
         "`train_step_speedup` here is training tokens/s with packing over without.",
     ),
@@ -65,32 +64,6 @@ def table_paths(out_dir: str | Path, table: int) -> dict[str, Path]:
     """Where Table `table` is written: {"md": ..., "tex": ..., "csv": ...}."""
     out_dir = Path(out_dir)
     return {ext: out_dir / f"table{table}.{ext}" for ext in ("md", "tex", "csv")}
-
-
-# Folders under a results tree that hold checkpoints and scratch files, not records
-# (results/<profile>/ckpt/ and work/ are git-ignored; training logs there may be JSONL too).
-NOT_RECORD_DIRS = ("ckpt", "work")
-
-
-def load_record_tree(root: str | Path, *, missing_ok: bool = False) -> list[dict]:
-    """Every record of every *.jsonl file under `root`, except under ckpt/, work/ and hidden folders.
-
-    Each file is validated; an error names the file, the line and the field.
-    """
-    root = Path(root)
-    if not root.is_dir():
-        if missing_ok:
-            return []
-        from orl.errors import InputError
-
-        raise InputError(f"{root}: no such results folder")
-    records = []
-    for path in sorted(root.rglob("*.jsonl")):
-        folders = path.relative_to(root).parts[:-1]
-        if any(part in NOT_RECORD_DIRS or part.startswith(".") for part in folders):
-            continue
-        records.extend(load_records(path))
-    return records
 
 
 # ------------------------------------------------------------------------------------------

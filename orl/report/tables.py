@@ -64,7 +64,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from orl.report.aup import aup_or_none
+from orl.eval.aup import aup_or_none
+from orl.records import gpu_count
 from orl.report.claims import Claim
 from orl.report.compare import Anchor, compare_to_claim, hardware_matches, model_matches, precision_matches
 
@@ -228,11 +229,6 @@ TABLE_TITLES = {
 # ------------------------------------------------------------------------------------------
 # Selecting records
 # ------------------------------------------------------------------------------------------
-
-
-def gpu_count(record: dict) -> int:
-    count = (record.get("extra") or {}).get("gpu_count", 1)
-    return count if isinstance(count, int) and count >= 1 else 1
 
 
 def _matches(record: dict, spec: RowSpec, kind: str, suite: str | None) -> bool:

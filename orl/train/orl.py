@@ -79,7 +79,7 @@ def rollout_prompts(preset: TrainPreset, refresh: int) -> list[dict]:
 def collect_states(model, tokenizer, problems: list[dict], preset: TrainPreset, alpha: float, stats: OrlStats,
                    progress: bool) -> CapturedStates | None:
     """Rollout, sandboxed check, keep the states of passing rollouts with their own completion as target."""
-    from orl.eval.execution import check_many
+    from orl.sandbox import check_many
 
     cfg = preset.orl
     t0 = time.perf_counter()

@@ -41,7 +41,6 @@ verdict, not code a model writes by accident, and it still cannot escape.)
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -54,214 +53,21 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
-from pathlib import Path
 
 from orl.errors import InputError
+from orl.sandbox.isolation import (
+    SANDBOX_PATH,
+    bwrap_command,
+    expose_interpreter,
+    fallback_label,
+    is_root,
+    unshare_works,
+)
+from orl.sandbox.limits import ExecutionResult, SandboxLimits
+from orl.sandbox.stub import _STUB
 
 ISOLATION_MODES = ("bwrap", "fallback")
-SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _REPORT_CAP = 4096  # bytes read from the verdict pipe; a verdict line is ~40 bytes
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Resource limits of one run. cpu_s defaults to the wall-clock timeout rounded up, plus 1."""
-
-    timeout_s: float = 3.0
-    cpu_s: int | None = None
-    memory_mb: int = 1024  # RLIMIT_AS per process
-    file_size_mb: int = 16  # RLIMIT_FSIZE: largest file the program may write
-    max_processes: int = 8  # RLIMIT_NPROC: processes (threads count too) the program may own
-    tmpfs_mb: int = 64  # size of the private /tmp in bwrap mode
-    output_bytes: int = 8192  # tail of stdout+stderr kept in the result
-
-
-@dataclass
-class ExecutionResult:
-    """The verdict of one run. result is "passed", "failed: <reason>" or "timed out"."""
-
-    task_id: str
-    passed: bool
-    result: str
-    isolation: str
-    duration_s: float
-    stdout_tail: str = ""
-    returncode: int | None = None
-    run_id: str = ""  # the ORL_SANDBOX_RUN marker in the program's environment
-
-    def to_record(self) -> dict:
-        """The per_problem entry of a quality record (orl/records.py)."""
-        return {
-            "task_id": self.task_id,
-            "passed": self.passed,
-            "result": self.result,
-            "isolation": self.isolation,
-            "duration_s": round(self.duration_s, 4),
-        }
-
-
-# --------------------------------------------------------------------------------------
-# The stub: trusted code that runs first inside the sandbox, then runs the program.
-# It is passed to `python -I -u -c`; its arguments are the verdict and nonce fds.
-# --------------------------------------------------------------------------------------
-
-_STUB = r'''
-def _orl_main():
-    import builtins, ctypes, json, os, resource, sys
-    # References taken before the candidate runs: patching os/sys later cannot touch them.
-    _write, _read, _exit, _dup2, _open = os.write, os.read, os._exit, os.dup2, os.open
-    _str, _type = str, type
-    report_fd, nonce_fd = int(sys.argv[1]), int(sys.argv[2])
-    chunks = []
-    while True:
-        chunk = os.read(0, 1 << 16)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    job = json.loads(b"".join(chunks))
-    _dup2(_open("/dev/null", os.O_RDONLY), 0)  # input() sees end of file
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def fail(message):
-        try:
-            _write(report_fd, ("failed: " + message.replace("\n", " ")[:300] + "\n").encode("utf-8", "replace"))
-        except OSError:
-            pass
-        _exit(1)
-
-    # Fallback mode as root, in its own mount namespace: hide the home directories behind
-    # empty tmpfs mounts and bind the interpreter back, readable by the sandbox uid. The
-    # interpreter dirs are opened first: once hidden, only these handles still reach them.
-    handles = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in job["expose"]]
-    for hidden in job["hide"]:
-        if libc.mount(b"tmpfs", hidden.encode(), b"tmpfs", 0, b"mode=0755,size=1m") != 0:
-            fail("sandbox setup: cannot mount tmpfs on %s (errno %d)" % (hidden, ctypes.get_errno()))
-    for path, handle in zip(job["expose"], handles):
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        source = ("/proc/self/fd/%d" % handle).encode()
-        if libc.mount(source, path.encode(), None, 0x1000 | 0x4000, None) != 0:  # MS_BIND | MS_REC
-            fail("sandbox setup: cannot bind %s (errno %d)" % (path, ctypes.get_errno()))
-        os.close(handle)
-    if job["uid"] is not None:
-        os.setgroups([])
-        os.setresgid(job["uid"], job["uid"], job["uid"])
-        os.setresuid(job["uid"], job["uid"], job["uid"])
-    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: no setuid binaries from here on
-    limits = job["limits"]
-    for name, value in (("RLIMIT_CPU", limits["cpu_s"]), ("RLIMIT_AS", limits["as_bytes"]),
-                        ("RLIMIT_FSIZE", limits["fsize_bytes"]), ("RLIMIT_NPROC", limits["nproc"]),
-                        ("RLIMIT_CORE", 0)):
-        kind = getattr(resource, name)
-        ceiling = resource.getrlimit(kind)[1]  # an unprivileged process cannot raise its hard limit
-        if ceiling != resource.RLIM_INFINITY:
-            value = min(value, ceiling)
-        hard = value + 1 if name == "RLIMIT_CPU" and ceiling == resource.RLIM_INFINITY else value
-        resource.setrlimit(kind, (value, hard))  # for CPU: SIGXCPU at the soft limit, SIGKILL a second later
-    os.chdir(job["cwd"])
-
-    namespace = {"__name__": "__orl_candidate__", "__builtins__": builtins}
-    try:
-        exec(compile(job["code"], "<candidate>", "exec"), namespace)
-        if job["test"]:
-            exec(compile(job["test"], "<test>", "exec"), namespace)
-        if job["entry_point"] is not None:
-            namespace["check"](namespace[job["entry_point"]])
-    except BaseException as exc:  # SystemExit and KeyboardInterrupt included: the tests did not finish
-        try:
-            text = _type(exc).__name__ + ": " + _str(exc)
-        except BaseException:
-            text = "exception with an unprintable message"
-        fail(text)
-    # The tests returned: only now fetch the nonce and report it.
-    try:
-        nonce = _read(nonce_fd, 64)
-        _write(report_fd, b"passed " + nonce.strip() + b"\n")
-    except BaseException:
-        _exit(1)
-    _exit(0)
-
-
-_orl_main()
-'''
-
-
-# --------------------------------------------------------------------------------------
-# Choosing and building the isolation
-# --------------------------------------------------------------------------------------
-
-
-def _is_root() -> bool:
-    return os.geteuid() == 0
-
-
-def _interpreter_dirs() -> list[str]:
-    """Directories the sandboxed interpreter needs (venv and base installation), outermost first."""
-    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                  os.path.dirname(os.path.realpath(sys.executable))}  # fmt: skip
-    paths = sorted({os.path.realpath(p) for p in candidates if p})
-    # Drop paths nested in another one of the list.
-    return [p for p in paths if not any(p != q and p.startswith(q + os.sep) for q in paths)]
-
-
-def _expose_interpreter() -> tuple[list[str], list[str]]:
-    """(dirs to hide behind an empty tmpfs, interpreter dirs to bind back inside them).
-
-    Home directories are hidden from the program; when the interpreter lives
-    under one (pyenv in /root, a venv in /home/...) it is bound back read-only,
-    which also lets a dropped, unprivileged uid reach it through a 0700 home.
-    """
-    hide = [d for d in ("/root", "/home") if os.path.isdir(d)]
-    expose = [p for p in _interpreter_dirs() if any(p == h or p.startswith(h + os.sep) for h in hide)]
-    return hide, expose
-
-
-def _bwrap_command(limits: SandboxLimits, env: dict[str, str]) -> list[str]:
-    """The bwrap command line (everything before `--`), see the module docstring."""
-    cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    tmpfs = str(limits.tmpfs_mb << 20)
-    cmd += ["--perms", "1777", "--size", tmpfs, "--tmpfs", "/tmp"]
-    cmd += ["--size", tmpfs, "--tmpfs", "/dev/shm"]
-    hide, expose = _expose_interpreter()
-    for hidden in hide:
-        cmd += ["--perms", "0755", "--tmpfs", hidden]
-    for path in expose:
-        # bwrap creates missing parents with mode 0700; make each one traversable first.
-        root = next(h for h in hide if path == h or path.startswith(h + os.sep))
-        parents = Path(path).relative_to(root).parts[:-1]
-        for depth in range(1, len(parents) + 1):
-            cmd += ["--perms", "0755", "--dir", os.path.join(root, *parents[:depth])]
-        cmd += ["--ro-bind", path, path]
-    if _is_root():
-        # --unshare-all would add a user namespace mapping only uid 0, and the stub could
-        # then not drop to its unprivileged uid; list the other namespaces instead.
-        cmd += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
-        # The stub needs only these two capabilities, to drop to its own uid (which clears them).
-        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    else:
-        cmd += ["--unshare-all"]
-    cmd += ["--die-with-parent", "--new-session", "--chdir", "/tmp", "--clearenv"]
-    for key, value in env.items():
-        cmd += ["--setenv", key, value]
-    return cmd
-
-
-@functools.lru_cache(maxsize=1)
-def _unshare_works() -> bool:
-    """Whether `unshare --net --mount` can run here (root, and the container allows it)."""
-    if not _is_root() or shutil.which("unshare") is None:
-        return False
-    try:
-        proc = subprocess.run(["unshare", "--net", "--mount", "--", "true"], capture_output=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return proc.returncode == 0
-
-
-def _fallback_label() -> str:
-    return "fallback+netns" if _unshare_works() else "fallback"
 
 
 @functools.lru_cache(maxsize=1)
@@ -291,15 +97,10 @@ def isolation_mode() -> str:
 def _warn_fallback(reason: str) -> None:
     warnings.warn(
         f"sandbox: {reason}; running model-generated code in the weaker fallback sandbox "
-        f"({_fallback_label()}: process group, rlimits, scrubbed environment, no filesystem isolation)",
+        f"({fallback_label()}: process group, rlimits, scrubbed environment, no filesystem isolation)",
         RuntimeWarning,
         stacklevel=3,
     )
-
-
-# --------------------------------------------------------------------------------------
-# Running one program
-# --------------------------------------------------------------------------------------
 
 
 def _processes_of_uid(uid: int) -> int:
@@ -390,13 +191,13 @@ def run_program(
         raise InputError(f"sandbox: isolation: expected one of {', '.join(ISOLATION_MODES)}, got {mode!r}")
     if mode == "bwrap" and shutil.which("bwrap") is None:
         raise InputError("sandbox: isolation 'bwrap' requested but bwrap is not installed")
-    label = "bwrap" if mode == "bwrap" else _fallback_label()
+    label = "bwrap" if mode == "bwrap" else fallback_label()
 
     run_id = secrets.token_hex(8)
     nonce = secrets.token_hex(16)
     # A fresh uid per run (root only): nothing else runs under it, so RLIMIT_NPROC counts
     # only this program's processes and "kill every process of this uid" is exact.
-    uid = 1_000_000_000 + secrets.randbelow(1_000_000_000) if _is_root() else None
+    uid = 1_000_000_000 + secrets.randbelow(1_000_000_000) if is_root() else None
     nproc = limits.max_processes + (0 if uid is not None else _processes_of_uid(os.getuid()))
     cpu_s = limits.cpu_s or int(limits.timeout_s) + 1
 
@@ -409,8 +210,8 @@ def run_program(
         workdir = tempfile.mkdtemp(prefix="orl-sandbox-")
         if uid is not None:
             os.chown(workdir, uid, uid)
-            if _unshare_works():
-                hide, expose = _expose_interpreter()
+            if unshare_works():
+                hide, expose = expose_interpreter()
         cwd = workdir
     env = {"PATH": SANDBOX_PATH, "HOME": cwd, "TMPDIR": cwd, "LANG": "C.UTF-8", "ORL_SANDBOX_RUN": run_id}
 
@@ -422,9 +223,9 @@ def run_program(
     }  # fmt: skip
     python = [sys.executable, "-I", "-u", "-c", _STUB]
     if mode == "bwrap":
-        prefix = [*_bwrap_command(limits, env), "--"]
+        prefix = [*bwrap_command(limits, env), "--"]
     else:
-        prefix = ["unshare", "--net", "--mount", "--"] if _unshare_works() else []
+        prefix = ["unshare", "--net", "--mount", "--"] if unshare_works() else []
 
     nonce_r, nonce_w = os.pipe()
     os.write(nonce_w, nonce.encode())
@@ -526,67 +327,3 @@ def _collect(proc: subprocess.Popen, report_fd: int, deadline: float, cap: int) 
     return bytes(output), bytes(report), timed_out
 
 
-# --------------------------------------------------------------------------------------
-# Problems (HumanEval format) and batches
-# --------------------------------------------------------------------------------------
-
-
-def check_completion(
-    problem: dict,
-    completion: str,
-    timeout_s: float = 3.0,
-    *,
-    isolation: str | None = None,
-    limits: SandboxLimits | None = None,
-) -> ExecutionResult:
-    """Run a HumanEval-format problem's tests on prompt + completion."""
-    missing = [key for key in ("task_id", "prompt", "test", "entry_point") if key not in problem]
-    if missing:
-        raise InputError(f"problem {problem.get('task_id', '?')}: missing field {missing[0]!r}")
-    limits = dataclasses.replace(limits or SandboxLimits(), timeout_s=timeout_s)
-    return run_program(
-        problem["prompt"] + completion,
-        problem["test"],
-        problem["entry_point"],
-        task_id=str(problem["task_id"]),
-        limits=limits,
-        isolation=isolation,
-    )
-
-
-def check_many(
-    problems: Sequence[dict],
-    completions: Sequence[str],
-    workers: int | None = None,
-    progress: bool = True,
-    *,
-    timeout_s: float = 3.0,
-    isolation: str | None = None,
-    limits: SandboxLimits | None = None,
-) -> list[ExecutionResult]:
-    """Check completions[i] against problems[i], several subprocesses at once; results in input order."""
-    if len(problems) != len(completions):
-        raise InputError(f"check_many: {len(problems)} problems but {len(completions)} completions")
-    if not problems:
-        return []
-    isolation = isolation or isolation_mode()  # self-test once, before the threads start
-    workers = max(1, min(workers or os.cpu_count() or 1, len(problems)))
-    from tqdm.auto import tqdm
-
-    results: list[ExecutionResult | None] = [None] * len(problems)
-    # Threads suffice: each one only waits on its subprocess.
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {
-            pool.submit(check_completion, problem, completion, timeout_s, isolation=isolation, limits=limits): i
-            for i, (problem, completion) in enumerate(zip(problems, completions, strict=True))
-        }
-        bar = tqdm(total=len(futures), desc="sandbox", unit="prog", disable=not progress, leave=False)
-        passed = 0
-        for future in as_completed(futures):
-            result = future.result()
-            results[futures[future]] = result
-            passed += result.passed
-            bar.update(1)
-            bar.set_postfix(passed=passed)
-        bar.close()
-    return results  # type: ignore[return-value]

@@ -21,9 +21,9 @@ import re
 from pathlib import Path
 
 from orl.errors import InputError
-from orl.records import load_records, write_records
-from orl.report.claims import REPO_ROOT
-from orl.report.tables import gpu_count
+from orl.io import REPO_ROOT
+from orl.records.schema import gpu_count
+from orl.records.store import load_records, write_records
 
 DEFAULT_HARDWARE_ROOT = REPO_ROOT / "results" / "hardware"
 MAX_LISTED = 8  # problems listed in one error message

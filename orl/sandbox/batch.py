@@ -1,0 +1,73 @@
+"""Checking HumanEval-format problems: one sandboxed run per (problem, completion), several at once."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+
+from orl.errors import InputError
+from orl.sandbox.limits import ExecutionResult, SandboxLimits
+from orl.sandbox.runner import isolation_mode, run_program
+
+
+def check_completion(
+    problem: dict,
+    completion: str,
+    timeout_s: float = 3.0,
+    *,
+    isolation: str | None = None,
+    limits: SandboxLimits | None = None,
+) -> ExecutionResult:
+    """Run a HumanEval-format problem's tests on prompt + completion."""
+    missing = [key for key in ("task_id", "prompt", "test", "entry_point") if key not in problem]
+    if missing:
+        raise InputError(f"problem {problem.get('task_id', '?')}: missing field {missing[0]!r}")
+    limits = dataclasses.replace(limits or SandboxLimits(), timeout_s=timeout_s)
+    return run_program(
+        problem["prompt"] + completion,
+        problem["test"],
+        problem["entry_point"],
+        task_id=str(problem["task_id"]),
+        limits=limits,
+        isolation=isolation,
+    )
+
+
+def check_many(
+    problems: Sequence[dict],
+    completions: Sequence[str],
+    workers: int | None = None,
+    progress: bool = True,
+    *,
+    timeout_s: float = 3.0,
+    isolation: str | None = None,
+    limits: SandboxLimits | None = None,
+) -> list[ExecutionResult]:
+    """Check completions[i] against problems[i], several subprocesses at once; results in input order."""
+    if len(problems) != len(completions):
+        raise InputError(f"check_many: {len(problems)} problems but {len(completions)} completions")
+    if not problems:
+        return []
+    isolation = isolation or isolation_mode()  # self-test once, before the threads start
+    workers = max(1, min(workers or os.cpu_count() or 1, len(problems)))
+    from tqdm.auto import tqdm
+
+    results: list[ExecutionResult | None] = [None] * len(problems)
+    # Threads suffice: each one only waits on its subprocess.
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {
+            pool.submit(check_completion, problem, completion, timeout_s, isolation=isolation, limits=limits): i
+            for i, (problem, completion) in enumerate(zip(problems, completions, strict=True))
+        }
+        bar = tqdm(total=len(futures), desc="sandbox", unit="prog", disable=not progress, leave=False)
+        passed = 0
+        for future in as_completed(futures):
+            result = future.result()
+            results[futures[future]] = result
+            passed += result.passed
+            bar.update(1)
+            bar.set_postfix(passed=passed)
+        bar.close()
+    return results  # type: ignore[return-value]
