@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from orl.engines.base import Engine
 from orl.engines.policy import Policy
 from orl.errors import InputError
@@ -17,9 +19,9 @@ ENGINE_NAMES = ("dlmrt", "dlmrt-eager", "reference", "hf", "hf-assisted", "dflas
 
 def build_engine(
     name: str, ckpt_dir: str | Path, *, policy: Policy | None = None, draft_dir: str | Path | None = None,
-    device: str = "cpu", residual: bool = True, log_steps: bool = False,
+    device: str = "cpu", dtype: torch.dtype | None = None, residual: bool = True, log_steps: bool = False,
 ) -> Engine:
-    """Load the checkpoint and wrap it in the named engine."""
+    """Load the checkpoint and wrap it in the named engine; dtype None keeps the checkpoint's own."""
     from orl.model.checkpoint import load_checkpoint
 
     if name not in ENGINE_NAMES:
@@ -29,21 +31,23 @@ def build_engine(
         from orl.engines.serving import build_serving_engine
 
         return build_serving_engine(name, ckpt_dir, draft_dir=draft_dir, policy=policy)
-    ckpt = load_checkpoint(ckpt_dir, device=device)
+    if name in ("hf", "hf-assisted"):
+        from orl.engines.hf import HFEngine
+
+        return HFEngine(ckpt_dir, draft_dir=draft_dir if name == "hf-assisted" else None, device=device,
+                        dtype=dtype or torch.float32)
+    if name == "dflash":
+        from orl.engines.dflash import DFlashEngine
+
+        return DFlashEngine(target_dir=ckpt_dir, drafter_dir=draft_dir, device=device, dtype=dtype)
+    # The engines below run our own model code on a checkpoint loaded once here.
+    ckpt = load_checkpoint(ckpt_dir, device=device, dtype=dtype)
     if name == "reference":
         from orl.engines.reference import ReferenceAR, ReferenceDiffusion
 
         if ckpt.is_diffusion:
             return ReferenceDiffusion(ckpt, policy, residual=residual, log_steps=log_steps)
         return ReferenceAR(ckpt)
-    if name in ("dlmrt", "dlmrt-eager"):
-        from orl.engines.dlmrt import DlmrtEngine
+    from orl.engines.dlmrt import DlmrtEngine
 
-        return DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, log_steps=log_steps)
-    if name in ("hf", "hf-assisted"):
-        from orl.engines.hf import HFEngine
-
-        return HFEngine(ckpt_dir, draft_dir=draft_dir if name == "hf-assisted" else None, device=device)
-    from orl.engines.dflash import DFlashEngine
-
-    return DFlashEngine(target_dir=ckpt_dir, drafter_dir=draft_dir, device=device)
+    return DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, log_steps=log_steps)

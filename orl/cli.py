@@ -12,16 +12,25 @@ import argparse
 import importlib
 import sys
 
-# Modules under orl.commands, one per group of subcommands.
+# Modules under orl.commands, one per subcommand, in the order `orl --help` lists them.
 COMMAND_MODULES = [
-    "orl.commands.train",
-    "orl.commands.evaluate",
-    "orl.commands.records_cmd",
-    "orl.commands.report_cmd",
-    "orl.commands.orl_cmd",
-    "orl.commands.quantize_cmd",
-    "orl.commands.latency_cmd",
+    "orl.commands.train_ar",
+    "orl.commands.convert",
+    "orl.commands.train_orl",
+    "orl.commands.quantize",
+    "orl.commands.generate",
+    "orl.commands.eval_quality",
+    "orl.commands.sweep",
+    "orl.commands.operating_point",
+    "orl.commands.entropy_profile",
     "orl.commands.bench_engine",
+    "orl.commands.bench_latency",
+    "orl.commands.bench_replay",
+    "orl.commands.check_samples",
+    "orl.commands.records",
+    "orl.commands.render",
+    "orl.commands.submit",
+    "orl.commands.regress",
 ]
 
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from orl.cli import main
-from orl.commands.latency_cmd import RecordingEngine, acceptance_rate, speculative_metrics
+from orl.commands.bench_latency import RecordingEngine, acceptance_rate, speculative_metrics
 from orl.engines.base import Generation
 from orl.records import load_records
 

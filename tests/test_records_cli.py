@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from orl.commands import records_cmd
+from orl import cli
 from orl.records import make_record, write_records
 
 PROBLEMS = [
@@ -16,20 +16,7 @@ PROBLEMS = [
 
 
 def _main(argv: list[str]) -> int:
-    # The real `orl` parser, restricted to this module, so the test does not depend on
-    # which other command modules exist yet.
-    import argparse
-
-    from orl import cli
-
-    parser = argparse.ArgumentParser(prog="orl")
-    records_cmd.register(parser.add_subparsers(dest="command"))
-    original = cli.build_parser
-    cli.build_parser = lambda: parser
-    try:
-        return cli.main(argv)
-    finally:
-        cli.build_parser = original
+    return cli.main(argv)
 
 
 def _jsonl(path, rows):

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import argparse
 
-from orl.commands.common import add_progress_flag, model_field, policy_arg
+from orl.commands.common import (
+    add_model_args,
+    add_progress_flag,
+    model_field,
+    parse_device,
+    policy_arg,
+    torch_dtype,
+)
 
 BENCH_ENGINES = ("dlmrt", "dlmrt-eager", "reference")
 
@@ -41,7 +48,7 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads; batch-1 steps of a tiny model gain "
                    "little from more and suffer from oversubscription on a shared machine (0 = torch's default)")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend of the compiled engine")
-    p.add_argument("--device", default="cpu", help="torch device")
+    add_model_args(p)
     p.add_argument("--out", required=True, help="records file (.jsonl) to write")
     add_progress_flag(p)
     p.set_defaults(func=run_bench_engine)
@@ -88,7 +95,8 @@ def run_bench_engine(args) -> int:
         torch.set_num_threads(args.threads)
     problems = load_suite("tinycode", difficulty=args.difficulty, limit=args.limit)
     prompts = [p["prompt"] for p in problems]
-    ckpt = load_checkpoint(args.ckpt, device=args.device)
+    device = parse_device(args.device)
+    ckpt = load_checkpoint(args.ckpt, device=device, dtype=torch_dtype(args.dtype))
     residual = not args.no_residual
     config = DlmrtConfig(sync_every=args.sync_every, compile_backend=args.compile_backend)
 
@@ -118,7 +126,7 @@ def run_bench_engine(args) -> int:
             metrics["speedup_vs_reference"] = run.tokens_per_s / reference.tokens_per_s
         same = sum(a.token_ids == b.token_ids and a.nfe == b.nfe for a, b in zip(run.generations, base.generations, strict=True))
         extra = {"max_new_tokens": args.max_new_tokens, "residual": residual, "warmup": args.warmup,
-                 "threads": torch.get_num_threads(), "device": args.device, "compared_to": base.name,
+                 "threads": torch.get_num_threads(), "device": device, "compared_to": base.name,
                  "identical_outputs": same}
         if name != "reference":
             first = run.generations[0].extra

@@ -88,7 +88,7 @@ def save_checkpoint(model: Transformer, tokenizer: Tokenizer, out_dir: str | Pat
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight", None)  # tied to model.embed_tokens.weight, as transformers stores it
     tokenizer.save(out_dir / TOKENIZER)

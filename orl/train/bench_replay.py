@@ -20,8 +20,8 @@ from orl.train.replay import packed_layout, padded_layout, replay_logits
 from orl.train.rollout import attach_targets, rollout
 
 
-def bench_replay(preset: TrainPreset, init_dir, *, steps: int = 10, pack_tokens: int = 512) -> list[dict]:
-    ckpt = load_checkpoint(init_dir)
+def bench_replay(preset: TrainPreset, init_dir, *, steps: int = 10, pack_tokens: int = 512, device: str = "cpu") -> list[dict]:
+    ckpt = load_checkpoint(init_dir, device=device)
     model, tok = ckpt.model, ckpt.tokenizer
     cfg = preset.orl
     problems = rollout_prompts(preset, 0)

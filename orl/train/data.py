@@ -25,6 +25,10 @@ class TokenBatch:
     lengths: torch.Tensor  # [b] real tokens per row
     loss_mask: torch.Tensor  # [b, t] True on completion tokens (incl. <eos>)
 
+    def to(self, device: torch.device | str) -> TokenBatch:
+        return TokenBatch(self.ids.to(device), self.prompt_lens.to(device), self.lengths.to(device),
+                          self.loss_mask.to(device))
+
 
 def step_rng(seed: int, step: int) -> random.Random:
     return random.Random(seed * 1_000_003 + step)

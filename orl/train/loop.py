@@ -60,9 +60,9 @@ def save_train_state(out_dir: Path, model: Transformer, optimizer: torch.optim.O
 
     state_dir = out_dir / STATE_DIR
     state_dir.mkdir(parents=True, exist_ok=True)
-    weights = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    weights = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
     opt = optimizer.state_dict()
-    moments = {f"{idx}.{key}": value.contiguous() for idx, s in opt["state"].items()
+    moments = {f"{idx}.{key}": value.detach().cpu().contiguous() for idx, s in opt["state"].items()
                for key, value in s.items() if torch.is_tensor(value)}
     atomic_write_bytes(state_dir / "model.safetensors", save(weights))
     atomic_write_bytes(state_dir / "optimizer.safetensors", save(moments))
@@ -87,8 +87,8 @@ def load_train_state(out_dir: Path, model: Transformer, optimizer: torch.optim.O
             f"resumed ({info.get('config_digest')}); use another --out or delete {state_dir}"
         )
     try:
-        model.load_state_dict(load_file(state_dir / "model.safetensors"))
-        moments = load_file(state_dir / "optimizer.safetensors")
+        model.load_state_dict(load_file(state_dir / "model.safetensors", device=str(model.embedding.device)))
+        moments = load_file(state_dir / "optimizer.safetensors", device=str(model.embedding.device))
     except Exception as exc:
         raise CheckpointError(f"{state_dir}: cannot read resume state ({exc})") from None
     opt = optimizer.state_dict()

@@ -33,6 +33,7 @@ def length_groups(lengths: torch.Tensor, groups: int = LENGTH_GROUPS) -> list[to
 
 
 def ar_loss(model: Transformer, batch: TokenBatch, groups: int = LENGTH_GROUPS) -> torch.Tensor:
+    batch = batch.to(model.embedding.device)
     total = torch.zeros((), device=batch.ids.device)
     for rows in length_groups(batch.lengths, groups):
         width = int(batch.lengths[rows].max())
@@ -73,8 +74,12 @@ def masked_block_loss(
     model: Transformer, batch: TokenBatch, generator: torch.Generator, groups: int = LENGTH_GROUPS
 ) -> torch.Tensor:
     cfg = model.config
+    # The noise is drawn on the CPU from the step's generator, whatever the model's device, so a
+    # step's batch is the same everywhere; then everything moves to the model.
     noisy, masked, t, lengths = noise_one_block(batch, cfg.block_size, cfg.mask_token_id, generator)
-    total = torch.zeros((), device=batch.ids.device)
+    device = model.embedding.device
+    batch, noisy, masked, t, lengths = batch.to(device), noisy.to(device), masked.to(device), t.to(device), lengths.to(device)
+    total = torch.zeros((), device=device)
     for rows in length_groups(lengths, groups):
         width = int(lengths[rows].max())
         targets = batch.ids[rows, :width]

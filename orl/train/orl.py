@@ -57,9 +57,9 @@ class OrlStats:
     reference_targets: int = 0
 
 
-def check_init(init_dir: str | Path, preset: TrainPreset):
+def check_init(init_dir: str | Path, preset: TrainPreset, device: str = "cpu"):
     """Load --init and refuse what ORL cannot start from, before any compute."""
-    ckpt = load_checkpoint(init_dir)
+    ckpt = load_checkpoint(init_dir, device=device)
     config_path = Path(init_dir) / "config.json"
     if not ckpt.is_diffusion:
         raise CheckpointError(f"{config_path}: architectures: --init is autoregressive ({ckpt.config['architectures'][0]}); "
@@ -128,14 +128,14 @@ def orl_loss(model, batch: CapturedStates, preset: TrainPreset, ablation: str, r
 
 
 def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *, ablation: str = "none",
-              progress: bool = True, halt_after_checkpoint: int | None = None) -> dict:
+              device: str = "cpu", progress: bool = True, halt_after_checkpoint: int | None = None) -> dict:
     """Post-train `init_dir` with ORL (or an ablation) and write the checkpoint to `out_dir`."""
     if ablation not in ABLATIONS:
         raise InputError(f"--ablation: unknown {ablation!r}; expected one of {', '.join(ABLATIONS)}")
     cfg = preset.orl
     if cfg.rollout_prompts <= 0:
         raise ConfigError(f"orl.rollout_prompts: expected a positive number of prompts, got {cfg.rollout_prompts}")
-    ckpt = check_init(init_dir, preset)
+    ckpt = check_init(init_dir, preset, device)
     model, tokenizer = ckpt.model, ckpt.tokenizer
     residual = ablation not in ("no-residual", "dparallel")
     alpha = cfg.residual_alpha if residual else 0.0

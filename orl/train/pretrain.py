@@ -51,13 +51,13 @@ def _stage_digest(preset: TrainPreset, stage: str, extra: str = "") -> str:
 
 def train_ar(
     preset: TrainPreset, out_dir: str | Path, *, draft: bool = False, tokenizer_path: str | Path | None = None,
-    progress: bool = True, halt_after_checkpoint: int | None = None,
+    device: str = "cpu", progress: bool = True, halt_after_checkpoint: int | None = None,
 ) -> dict:
     """Train the AR target (or, with draft=True, the small draft model) and write OUT as a checkpoint."""
     tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path else build_tokenizer(preset)
     size, optim = (preset.draft_model, preset.draft) if draft else (preset.model, preset.ar)
     torch.manual_seed(optim.seed)
-    model = Transformer(model_config(size, tokenizer))
+    model = Transformer(model_config(size, tokenizer)).to(device)
     held_out = tinycode.held_out_prompts(preset.difficulty)
     max_len = size.max_position_embeddings
 
@@ -73,11 +73,11 @@ def train_ar(
 
 
 def convert_to_diffusion(
-    preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *, progress: bool = True,
+    preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *, device: str = "cpu", progress: bool = True,
     halt_after_checkpoint: int | None = None,
 ) -> dict:
     """Continue training an AR checkpoint as a block-diffusion model (residual α = 0: the base dLLM)."""
-    init = load_checkpoint(init_dir)
+    init = load_checkpoint(init_dir, device=device)
     if init.is_diffusion:
         raise CheckpointError(f"{Path(init_dir) / 'config.json'}: architectures: --init must be an AR checkpoint "
                               "(Qwen3ForCausalLM); this one is already a diffusion model")

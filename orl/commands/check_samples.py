@@ -1,4 +1,4 @@
-"""`orl records validate` and `orl check-samples`: result records and sandboxed sample checking."""
+"""`orl check-samples`: completions run against their problems' tests in the sandbox (pass@1)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,6 @@ from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    records = subparsers.add_parser(
-        "records",
-        help="inspect result record files",
-        description="Work with result record files (.jsonl, one record per line, orl/records/record.schema.json).",
-    )
-    records_sub = records.add_subparsers(dest="records_command", metavar="ACTION")
-    validate = records_sub.add_parser(
-        "validate",
-        help="check a record file against the schema",
-        description="Validate every line of a record file; exit non-zero with the line and field of the first error.",
-    )
-    validate.add_argument("file", type=Path, help="records file (.jsonl)")
-    validate.set_defaults(func=run_validate)
-    records.set_defaults(func=lambda args: (records.print_help(), 2)[1])
-
     check = subparsers.add_parser(
         "check-samples",
         help="run completions against their problems' tests in the sandbox (pass@1)",
@@ -41,14 +26,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="sandbox mode (default auto: bwrap when it works here)")  # fmt: skip
     check.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     check.set_defaults(func=run_check_samples)
-
-
-def run_validate(args: argparse.Namespace) -> int:
-    from orl.records import load_records
-
-    records = load_records(args.file)
-    print(f"{args.file}: {len(records)} valid records")
-    return 0
 
 
 def _read_jsonl(path: Path, required: tuple[str, ...], what: str) -> list[tuple[int, dict]]:

@@ -1,25 +1,9 @@
-"""`orl eval-quality` and `orl generate`: run an engine on prompts and score completions."""
+"""`orl eval-quality`: pass@1 of an engine on a task suite (sandboxed tests), written as a record."""
 
 from __future__ import annotations
 
-import argparse
-
-from orl.commands.common import add_progress_flag, model_field, policy_arg
-
-
-def _engine_args(parser: argparse.ArgumentParser, default_engine: str) -> None:
-    from orl.engines.registry import ENGINE_NAMES
-
-    parser.add_argument("--ckpt", required=True, help="checkpoint directory (HF layout; NVFP4-quantized ones too)")
-    parser.add_argument("--engine", default=default_engine, choices=ENGINE_NAMES,
-                        help=f"engine or baseline (default: {default_engine}); 'reference' picks greedy AR "
-                        "decoding for an AR checkpoint and LLaDA-style block decoding for a dLLM")
-    parser.add_argument("--policy", default="fixed:1", help="dLLM commit policy: fixed:K, threshold:T or "
-                        "factor:F, or @FILE.json from `orl operating-point` (default: fixed:1, one token per step)")
-    parser.add_argument("--draft", default=None, help="draft / drafter checkpoint for hf-assisted and dflash")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="generation budget (default: 64)")
-    parser.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
-    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+from orl.commands.common import add_progress_flag, model_field
+from orl.commands.generate import add_engine_args, build_from_args
 
 
 def register(subparsers) -> None:
@@ -28,7 +12,7 @@ def register(subparsers) -> None:
         description="Greedy-decode one completion per problem, run each problem's unit tests in the sandbox "
         "and write one 'quality' record (pass@1, TPF, per-problem results). Prints pass@1=<value> last.",
     )
-    _engine_args(p, "reference")
+    add_engine_args(p, "reference")
     p.add_argument("--suite", default="tinycode", choices=["tinycode", "humaneval"], help="task suite")
     p.add_argument("--limit", type=int, default=None, help="only the first N problems")
     p.add_argument("--difficulty", default="medium", help="TinyCode difficulty (default: medium)")
@@ -39,25 +23,6 @@ def register(subparsers) -> None:
     add_progress_flag(p)
     p.set_defaults(func=run_eval_quality)
 
-    p = subparsers.add_parser(
-        "generate", help="generate one completion and print it with its NFE and TPF",
-        description="Run one prompt through an engine. Prints the completion, then a last line "
-        "'nfe=<n> tokens=<n> tpf=<x>'.",
-    )
-    _engine_args(p, "dlmrt")
-    p.add_argument("--prompt", required=True, help="prompt text (use $'...' for newlines in bash)")
-    p.set_defaults(func=run_generate)
-
-
-def _build(args, log_steps: bool = False):
-    from orl.engines.policy import Policy
-    from orl.engines.registry import build_engine
-
-    policy = Policy.parse(policy_arg(args.policy))
-    engine = build_engine(args.engine, args.ckpt, policy=policy, draft_dir=args.draft, device=args.device,
-                          residual=not args.no_residual, log_steps=log_steps)
-    return engine, policy
-
 
 def run_eval_quality(args) -> int:
     from orl.engines.base import EngineUnavailable
@@ -67,7 +32,7 @@ def run_eval_quality(args) -> int:
 
     problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
     try:
-        engine, policy = _build(args)
+        engine, policy = build_from_args(args)
     except EngineUnavailable as exc:  # a GPU row on a CPU machine: the table says why
         system = args.system or f"{args.ckpt} ({args.engine})"
         write_records(args.out, [not_run("quality", system=system, engine=args.engine, reason=str(exc),
@@ -90,12 +55,4 @@ def run_eval_quality(args) -> int:
     print(f"{args.suite}: {sum(r['passed'] for r in result.per_problem)}/{len(problems)} passed, "
           f"TPF {result.tpf:.3f}, isolation {result.isolation}")
     print(f"pass@1={result.pass_at_1:.4f}")
-    return 0
-
-
-def run_generate(args) -> int:
-    engine, _ = _build(args)
-    gen = engine.generate(args.prompt, args.max_new_tokens)
-    print(args.prompt + gen.text)
-    print(f"nfe={gen.nfe} tokens={gen.num_tokens} tpf={gen.tpf:.3f}")
     return 0

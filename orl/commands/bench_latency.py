@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orl.commands.common import add_progress_flag, policy_arg
+from orl.commands.common import add_model_args, add_progress_flag, parse_device, policy_arg, torch_dtype
 
 SPECULATIVE_ENGINES = ("hf-assisted", "dflash")
 
@@ -31,7 +31,7 @@ def register(subparsers) -> None:
     p.add_argument("--warmup", type=int, default=3, help="warm-up requests, not measured (default: 3)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generation budget per request (default: 64)")
     p.add_argument("--system", default=None, help="table row name stored in the record (default: derived)")
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    add_model_args(p)
     p.add_argument("--no-residual", action="store_true", help="decode dLLMs with the residual context off")
     p.add_argument("--out", required=True, help="records file (.jsonl) to write")
     add_progress_flag(p)
@@ -122,7 +122,8 @@ def run_bench_latency(args) -> int:
     extra = {"max_new_tokens": args.max_new_tokens, "warmup": args.warmup, "device": args.device,
              "draft": args.draft, "draft_sha256": checkpoint_digest(args.draft) if args.draft else None}
     try:
-        engine = build_engine(args.engine, args.ckpt, policy=policy, draft_dir=args.draft, device=args.device,
+        engine = build_engine(args.engine, args.ckpt, policy=policy, draft_dir=args.draft,
+                              device=parse_device(args.device), dtype=torch_dtype(args.dtype),
                               residual=not args.no_residual)
     except EngineUnavailable as exc:
         model = _model_block(None, args.ckpt)

@@ -1,19 +1,21 @@
-"""`orl train-ar` and `orl convert`: the base models of the tiny and smoke profiles."""
+"""`orl train-ar`: the tokenizer and the AR model (or the draft model) of the tiny and smoke profiles."""
 
 from __future__ import annotations
 
 import argparse
 
-from orl.commands.common import add_progress_flag
+from orl.commands.common import add_model_args, add_progress_flag, parse_device
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def add_training_args(parser: argparse.ArgumentParser) -> None:
+    """Arguments every training command takes (train-ar, convert)."""
     parser.add_argument("--preset", default="tiny", choices=["smoke", "tiny"], help="training preset (default: tiny)")
     parser.add_argument("--config", default=None, help="YAML file overriding preset fields (sections: "
                         "tokenizer, model, draft_model, ar, draft, convert, diffusion, orl)")
     parser.add_argument("--out", required=True, help="output checkpoint directory (HF layout); resumes if it "
                         "holds an unfinished run of the same configuration")
     parser.add_argument("--halt-after-checkpoint", type=int, default=None, help=argparse.SUPPRESS)
+    add_model_args(parser, dtype=False)
     add_progress_flag(parser)
 
 
@@ -25,20 +27,11 @@ def register(subparsers) -> None:
         "reusing the target's tokenizer. Writes config.json (a transformers Qwen3Config), "
         "model.safetensors and tokenizer.json to --out.",
     )
-    _common(p)
+    add_training_args(p)
     p.add_argument("--draft", action="store_true", help="train the draft model (preset section draft_model/draft)")
     p.add_argument("--tokenizer", default=None, help="tokenizer.json (or checkpoint dir) to reuse instead of "
                    "training one; required with --draft so the draft shares the target's vocabulary")
     p.set_defaults(func=run_train_ar)
-
-    p = subparsers.add_parser(
-        "convert", help="convert an AR checkpoint to a block-diffusion model by continued training",
-        description="Start from an AR checkpoint, switch attention to block-causal and continue training with "
-        "the masked-block diffusion objective (METHOD.md §1). The result is the base dLLM (residual α = 0).",
-    )
-    _common(p)
-    p.add_argument("--init", required=True, help="AR checkpoint directory to start from")
-    p.set_defaults(func=run_convert)
 
 
 def run_train_ar(args) -> int:
@@ -50,27 +43,12 @@ def run_train_ar(args) -> int:
     if args.draft and not args.tokenizer:
         raise InputError("--tokenizer: required with --draft (the draft must share the target's tokenizer)")
     preset = load_preset(args.preset, args.config)
+    device = parse_device(args.device)
     if is_finished(args.out):
         print(f"{args.out}: already trained (delete it to retrain)")
         return 0
     summary = train_ar(preset, args.out, draft=args.draft, tokenizer_path=args.tokenizer,
-                       progress=not args.no_progress, halt_after_checkpoint=args.halt_after_checkpoint)
+                       device=device, progress=not args.no_progress, halt_after_checkpoint=args.halt_after_checkpoint)
     print(f"wrote {args.out}: {summary['parameters']:,} parameters, {summary['tokens']:,} tokens, "
           f"final loss {summary['final_loss']:.4f}, {summary['wall_s']:.1f} s")
-    return 0
-
-
-def run_convert(args) -> int:
-    from orl.train.config import load_preset
-    from orl.train.loop import is_finished
-    from orl.train.pretrain import convert_to_diffusion
-
-    preset = load_preset(args.preset, args.config)
-    if is_finished(args.out):
-        print(f"{args.out}: already trained (delete it to retrain)")
-        return 0
-    summary = convert_to_diffusion(preset, args.init, args.out, progress=not args.no_progress,
-                                   halt_after_checkpoint=args.halt_after_checkpoint)
-    print(f"wrote {args.out}: {summary['tokens']:,} tokens, final loss {summary['final_loss']:.4f}, "
-          f"{summary['wall_s']:.1f} s")
     return 0

@@ -1,0 +1,59 @@
+"""`orl render`: Tables 1-5 (md, tex, csv), figures and index.md from record files."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    render = subparsers.add_parser(
+        "render",
+        help="render Tables 1-5 (md, tex, csv), figures and index.md from record files",
+        description="Read every record under --results (and contributed results under --hardware for "
+        "Table 4), set them beside the paper's claims and write reports/<profile>/tableN.{md,tex,csv}, "
+        "figures/*.{png,pdf} (with --figures) and index.md.",
+    )
+    render.add_argument("--profile", required=True, help="profile name (smoke, tiny, paper)")
+    render.add_argument("--results", help="folder of record files (default: results/<profile>)")
+    render.add_argument("--out", help="report folder (default: reports/<profile>)")
+    render.add_argument("--tables", default="1,2,3,4,5",
+                        help="comma-separated table numbers, or 'none' (default: all)")
+    render.add_argument("--figures", action="store_true", help="also draw the figures (PNG and PDF)")
+    render.add_argument("--no-index", action="store_true", help="do not (re)write index.md")
+    render.add_argument("--claims", help="claims ledger (default: results/paper/claims.yaml)")
+    render.add_argument("--hardware", help="contributed results for Table 4 (default: results/hardware)")
+    render.set_defaults(func=run_render)
+
+
+def _tables(text: str) -> tuple[int, ...]:
+    from orl.errors import ConfigError
+
+    if text.strip() == "none":
+        return ()
+    try:
+        tables = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(f"--tables {text!r}: expected comma-separated numbers from 1 to 5") from None
+    if not tables or any(t not in (1, 2, 3, 4, 5) for t in tables):
+        raise ConfigError(f"--tables {text!r}: expected comma-separated numbers from 1 to 5")
+    return tables
+
+
+def run_render(args: argparse.Namespace) -> int:
+    from orl.records.submit import DEFAULT_HARDWARE_ROOT
+    from orl.report.build import render_report
+    from orl.report.claims import DEFAULT_CLAIMS_PATH
+
+    written = render_report(
+        args.profile,
+        args.results or f"results/{args.profile}",
+        args.out or f"reports/{args.profile}",
+        tables=_tables(args.tables),
+        figures=args.figures,
+        index=not args.no_index,
+        claims_path=args.claims or DEFAULT_CLAIMS_PATH,
+        hardware_root=args.hardware or DEFAULT_HARDWARE_ROOT,
+    )
+    for path in written:
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,68 @@
+"""`orl train-orl`: ORL post-training of a block-diffusion checkpoint, or one of its Table 5 ablations."""
+
+from __future__ import annotations
+
+import argparse
+
+from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device
+
+
+def register(subparsers) -> None:
+    from orl.train.orl import ABLATIONS
+
+    p = subparsers.add_parser(
+        "train-orl", help="ORL post-training of a block-diffusion checkpoint (or one of its ablations)",
+        description="On-policy residual learning (METHOD.md §3): rollouts of the current model with residual "
+        "context, self-generated targets that pass their unit tests, replay with CE + λ·AEC, rollouts refreshed "
+        "every R steps. --ablation selects a Table 5 variant.",
+    )
+    p.add_argument("--preset", default="tiny", choices=["smoke", "tiny"], help="training preset (default: tiny)")
+    p.add_argument("--config", default=None, help="YAML overriding preset fields (section orl: ...)")
+    p.add_argument("--init", required=True, help="block-diffusion checkpoint to start from (output of orl convert)")
+    p.add_argument("--out", required=True, help="output checkpoint directory; resumes an unfinished run")
+    p.add_argument("--ablation", default="none", choices=ABLATIONS, help="Table 5 variant (default: none = ORL)")
+    p.add_argument("--record", default=None, help="also write a 'train' record (.jsonl) with cost figures")
+    p.add_argument("--system", default=None, help="table row name for the record")
+    p.add_argument("--halt-after-checkpoint", type=int, default=None, help=argparse.SUPPRESS)
+    add_model_args(p, dtype=False)
+    add_progress_flag(p)
+    p.set_defaults(func=run_train_orl)
+
+
+def run_train_orl(args) -> int:
+    from orl.records import make_record, write_records
+    from orl.train.config import load_preset
+    from orl.train.loop import is_finished
+    from orl.train.orl import check_init, train_orl
+
+    preset = load_preset(args.preset, args.config)
+    device = parse_device(args.device)
+    check_init(args.init, preset, device)
+    if is_finished(args.out) and not args.record:
+        print(f"{args.out}: already trained (delete it to retrain)")
+        return 0
+    if is_finished(args.out):
+        import json
+        from pathlib import Path
+
+        summary = json.loads((Path(args.out) / "train_summary.json").read_text())
+    else:
+        summary = train_orl(preset, args.init, args.out, ablation=args.ablation, device=device,
+                            progress=not args.no_progress,
+                            halt_after_checkpoint=args.halt_after_checkpoint)
+    print(f"wrote {args.out}: {summary['steps']} steps, {summary['refreshes']} rollouts, "
+          f"{summary['self_generated_tokens']:,} self-generated tokens, {summary['wall_s']:.1f} s")
+    if args.record:
+        from orl.model.checkpoint import load_checkpoint
+
+        ckpt = load_checkpoint(args.out)
+        record = make_record(
+            "train", system=args.system or f"ORL ({args.ablation})", engine="dlmrt", model=model_field(ckpt),
+            metrics={"self_generated_tokens": summary["self_generated_tokens"], "train_wall_s": summary["wall_s"]},
+            extra={k: summary[k] for k in ("ablation", "refreshes", "rollout_tpf", "rollout_pass_rate",
+                                           "replay_states", "replay_state_bytes", "rollout_s", "steps",
+                                           "reference_targets", "residual_alpha")},
+            config={"preset": preset.digest(), "ablation": args.ablation},
+        )
+        write_records(args.record, [record])
+    return 0
