@@ -7,8 +7,12 @@ never new code (shared/design/ARCHITECTURE.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+import torch
 
 
 @dataclass
@@ -50,13 +54,33 @@ class Generation:
         return self.num_tokens / self.nfe if self.nfe else 0.0
 
 
+@dataclass(frozen=True)
+class EngineInfo:
+    """What a record says about the engine that ran, as the engine itself knows it."""
+
+    name: str  # the record's `engine`
+    model_name: str
+    ckpt: str | None  # checkpoint directory (the AR target for speculative rows)
+    precision: str  # what actually runs: float32, bfloat16, nvfp4-w4a16, ...
+    device: str
+    policy: dict | None = None  # the decoding policy or speculation settings in record form
+    settings: dict = field(default_factory=dict)  # engine knobs that change speed, not outputs
+
+
 @runtime_checkable
 class Engine(Protocol):
     """Anything that turns a prompt into a Generation."""
 
     name: str
+    device: torch.device
 
     def generate(self, prompt: str, max_new_tokens: int) -> Generation: ...
+
+    def describe(self) -> EngineInfo: ...
+
+    def compile_key(self, prompt: str, max_new_tokens: int) -> Hashable | None:
+        """Requests with equal keys reuse one compiled / captured program; None: nothing is compiled
+        per shape. The timing protocol warms up once per key (orl/eval/latency.py)."""
 
 
 class EngineUnavailable(RuntimeError):
@@ -66,23 +90,16 @@ class EngineUnavailable(RuntimeError):
     """
 
 
-def plan_request(prompt_len: int, max_new_tokens: int, max_positions: int, block_size: int = 1) -> int:
-    """Validate a request before any compute; returns the number of blocks to generate.
+def checkpoint_info(name: str, ckpt, device, *, policy: dict | None = None, settings: dict | None = None) -> EngineInfo:
+    """EngineInfo of an engine running one of our loaded checkpoints (orl.model.checkpoint.Checkpoint)."""
+    model_name = ckpt.config.get("orl_model_name") or Path(ckpt.path).name
+    return EngineInfo(name=name, model_name=model_name, ckpt=str(ckpt.path), precision=ckpt.precision,
+                      device=str(device), policy=policy, settings=dict(settings or {}))
 
-    The completion is generated in whole blocks, so max_new_tokens is rounded up to a
-    multiple of the block size, and prompt plus that must fit the model's context.
-    """
-    from orl.errors import InputError
 
-    if not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
-        raise InputError(f"max_new_tokens: expected a positive integer, got {max_new_tokens!r}")
-    if prompt_len <= 0:
-        raise InputError("prompt: empty prompt (it must encode to at least one token)")
-    blocks = -(-max_new_tokens // block_size)
-    total = prompt_len + blocks * block_size
-    if total > max_positions:
-        raise InputError(
-            f"prompt: {prompt_len} prompt tokens + {blocks * block_size} new tokens = {total} exceeds the model's "
-            f"context (config.json: max_position_embeddings = {max_positions})"
-        )
-    return blocks
+def synchronizer(device) -> Callable[[], None] | None:
+    """torch.cuda.synchronize for a CUDA device, None for the CPU (nothing runs asynchronously there)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    return lambda: torch.cuda.synchronize(device)

@@ -38,7 +38,8 @@ from pathlib import Path
 
 import torch
 
-from orl.engines.base import Generation, plan_request
+from orl.decoding import cut_at_eos, plan_request
+from orl.engines.base import EngineInfo, Generation, checkpoint_info
 from orl.errors import CheckpointError, InputError
 from orl.model.checkpoint import CONFIG, TOKENIZER, Checkpoint, load_checkpoint
 from orl.model.masks import block_causal_limits, causal_limits, mask_from_limits
@@ -81,7 +82,7 @@ class DFlashEngine:
 
     def __init__(
         self, *, target_dir: str | Path, drafter_dir: str | Path | None, device: str = "cpu",
-        dtype: torch.dtype | None = None, block_size: int | None = None,
+        dtype: torch.dtype | None = None, block_size: int | None = None, ignore_eos: bool = False,
     ):
         if drafter_dir is None:
             raise InputError("--draft: the dflash baseline needs a block-diffusion drafter checkpoint (--draft DIR)")
@@ -93,12 +94,17 @@ class DFlashEngine:
         if self.block < 1:
             raise InputError(f"block_size: expected a positive integer, got {self.block}")
         self.mask_id = self.drafter.model.config.mask_token_id
+        self.ignore_eos = ignore_eos  # speed runs: generate to the budget whatever the target emits
         self.device = next(self.ckpt.model.parameters()).device
-        self.precision = self.ckpt.precision
 
-    def policy_record(self) -> dict:
-        """The record's `policy` block: what one speculation step does."""
-        return {"name": "dflash-greedy", "params": {"block_size": self.block}}
+    def describe(self) -> EngineInfo:
+        """The record's view: policy = what one speculation step does."""
+        return checkpoint_info(self.name, self.ckpt, self.device, policy={"name": "dflash-greedy",
+                               "params": {"block_size": self.block}},
+                               settings={"drafter": str(self.drafter.path), "stop_at_eos": not self.ignore_eos})
+
+    def compile_key(self, prompt: str, max_new_tokens: int) -> None:
+        return None
 
     def _draft(self, cache: KVCache, committed: list[int], start: int) -> list[int]:
         """One drafter forward: tokens committed[start:] (not yet cached) + B masks -> B draft tokens."""
@@ -152,10 +158,10 @@ class DFlashEngine:
             drafted, accepted = drafted + len(draft), accepted + n
             committed += new
             generated += new
-            if tok.eos_id in new:
+            if not self.ignore_eos and set(new) & set(tok.eos_ids):
                 break
-        if tok.eos_id in generated:
-            generated = generated[: generated.index(tok.eos_id) + 1]
+        if not self.ignore_eos:
+            generated = cut_at_eos(generated, tok.eos_ids)
         return Generation(
             token_ids=generated, text=tok.decode_completion(generated), nfe=nfe, prefill_forwards=1,
             wall_time_s=time.perf_counter() - start, draft_forwards=draft_forwards,

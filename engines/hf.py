@@ -31,7 +31,8 @@ from pathlib import Path
 
 import torch
 
-from orl.engines.base import Generation, plan_request
+from orl.decoding import cut_at_eos, plan_request
+from orl.engines.base import EngineInfo, Generation
 from orl.errors import CheckpointError
 
 
@@ -98,7 +99,7 @@ class HFEngine:
 
     def __init__(
         self, ckpt_dir: str | Path, *, draft_dir: str | Path | None = None, device: str = "cpu",
-        dtype: torch.dtype = torch.float32, assist: AssistConfig | None = None,
+        dtype: torch.dtype = torch.float32, assist: AssistConfig | None = None, ignore_eos: bool = False,
     ):
         from orl.model.checkpoint import TOKENIZER
         from orl.tokenizer import load_tokenizer
@@ -108,6 +109,7 @@ class HFEngine:
         self.device = torch.device(device)
         self.precision = str(dtype).replace("torch.", "")
         self.assist = assist or AssistConfig()
+        self.ignore_eos = ignore_eos  # speed runs: generate to the budget whatever the model emits
         self.name = "hf-assisted" if draft_dir is not None else "hf"
         self.tokenizer = load_tokenizer(self.ckpt_dir / TOKENIZER)
         self.model = load_hf_causal_lm(self.ckpt_dir, self.device, dtype)
@@ -125,11 +127,19 @@ class HFEngine:
             self.draft = load_hf_causal_lm(self.draft_dir, self.device, dtype)
             self.draft_forwards = ForwardCounter(self.draft)
 
-    def policy_record(self) -> dict | None:
-        """The record's `policy` block: the speculation settings (None for plain greedy)."""
-        if self.draft is None:
-            return None
-        return {"name": "assisted-greedy", "params": asdict(self.assist)}
+    def describe(self) -> EngineInfo:
+        """The record's view: policy = the speculation settings (None for plain greedy)."""
+        from orl.model.checkpoint import read_config
+
+        name = read_config(self.ckpt_dir).get("orl_model_name") or self.ckpt_dir.name
+        policy = None if self.draft is None else {"name": "assisted-greedy", "params": asdict(self.assist)}
+        settings = {"stop_at_eos": not self.ignore_eos}
+        if self.draft_dir is not None:
+            settings["draft"] = str(self.draft_dir)
+        return EngineInfo(self.name, name, str(self.ckpt_dir), self.precision, str(self.device), policy, settings)
+
+    def compile_key(self, prompt: str, max_new_tokens: int) -> None:
+        return None
 
     def _reset_assistant(self) -> None:
         config = self.draft.generation_config
@@ -143,7 +153,7 @@ class HFEngine:
         ids = tok.encode(prompt)
         plan_request(len(ids), max_new_tokens, self.max_positions)
         input_ids = torch.tensor([ids], device=self.device)
-        kwargs = {}
+        kwargs = {"min_new_tokens": max_new_tokens} if self.ignore_eos else {}
         if self.draft is not None:
             self._reset_assistant()
             self.draft_forwards.reset()
@@ -152,14 +162,14 @@ class HFEngine:
         start = time.perf_counter()
         output = self.model.generate(
             input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new_tokens,
-            do_sample=False, num_beams=1, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id, **kwargs,
+            do_sample=False, num_beams=1, eos_token_id=list(tok.eos_ids), pad_token_id=tok.pad_id, **kwargs,
         )
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         wall = time.perf_counter() - start
         generated = output[0, len(ids):].tolist()
-        if tok.eos_id in generated:
-            generated = generated[: generated.index(tok.eos_id) + 1]
+        if not self.ignore_eos:
+            generated = cut_at_eos(generated, tok.eos_ids)
         nfe = self.target_forwards.count
         return Generation(
             token_ids=generated, text=tok.decode_completion(generated), nfe=nfe, prefill_forwards=1 if nfe else 0,

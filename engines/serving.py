@@ -41,8 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orl.engines.base import EngineUnavailable, Generation, plan_request
-from orl.engines.policy import Policy
+import torch
+
+from orl.decoding import Policy, plan_request
+from orl.engines.base import EngineInfo, EngineUnavailable, Generation
 from orl.errors import CheckpointError, InputError
 
 SERVING_ENGINES = ("vllm", "sglang")
@@ -314,14 +316,20 @@ class VLLMEngine:
 
         from orl.tokenizer import load_tokenizer
 
-        self.method, self.device = method, "cuda"
+        self.method, self.device = method, torch.device("cuda")
+        self.ckpt_dir, self.config = ckpt_dir, config
         self.tokenizer = load_tokenizer(ckpt_dir)
         self.max_positions = int(config["max_position_embeddings"])
         self.precision = str(config.get("dtype") or config.get("torch_dtype") or "auto")
         self.llm = LLM(**vllm_llm_kwargs(ckpt_dir, method=method, draft_dir=draft_dir, **llm_options))
 
-    def policy_record(self) -> dict | None:
-        return None if self.method == "ar" else {"name": f"vllm-{self.method}", "params": {}}
+    def describe(self) -> EngineInfo:
+        policy = None if self.method == "ar" else {"name": f"vllm-{self.method}", "params": {}}
+        return EngineInfo(self.name, self.config.get("orl_model_name") or self.ckpt_dir.name, str(self.ckpt_dir),
+                          self.precision, str(self.device), policy, {"method": self.method})
+
+    def compile_key(self, prompt: str, max_new_tokens: int) -> None:
+        return None  # vLLM captures its own graphs at start-up
 
     def _counters(self) -> SpecCounters | None:
         return None if self.method == "ar" else parse_vllm_spec_counters(self.llm.get_metrics())
@@ -358,7 +366,8 @@ class SGLangEngine:
         from orl.io import atomic_write_text
         from orl.tokenizer import load_tokenizer
 
-        self.method, self.device = method, "cuda"
+        self.method, self.device = method, torch.device("cuda")
+        self.ckpt_dir, self.config = ckpt_dir, config
         self.tokenizer = load_tokenizer(ckpt_dir)
         self.max_positions = int(config["max_position_embeddings"])
         self.precision = str(config.get("dtype") or config.get("torch_dtype") or "auto")
@@ -378,10 +387,16 @@ class SGLangEngine:
         except Exception as exc:  # e.g. "Unknown diffusion LLM: OrlBlockDiffusionLM"
             raise EngineUnavailable(f"sglang cannot serve {ckpt_dir} ({method}): {exc}") from exc
 
-    def policy_record(self) -> dict | None:
+    def describe(self) -> EngineInfo:
         if self.method == "dllm":
-            return (self.policy or Policy("threshold", 0.9)).as_record()
-        return None if self.method == "ar" else {"name": f"sglang-{self.method}", "params": {}}
+            policy = (self.policy or Policy("threshold", 0.9)).to_record()
+        else:
+            policy = None if self.method == "ar" else {"name": f"sglang-{self.method}", "params": {}}
+        return EngineInfo(self.name, self.config.get("orl_model_name") or self.ckpt_dir.name, str(self.ckpt_dir),
+                          self.precision, str(self.device), policy, {"method": self.method})
+
+    def compile_key(self, prompt: str, max_new_tokens: int) -> None:
+        return None
 
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:
         ids = self.tokenizer.encode(prompt)

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "orl.commands.operating_point",
     "orl.commands.entropy_profile",
     "orl.commands.bench_engine",
+    "orl.commands.parity",
     "orl.commands.bench_latency",
     "orl.commands.bench_replay",
     "orl.commands.check_samples",

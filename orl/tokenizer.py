@@ -29,6 +29,11 @@ class Tokenizer:
     path: Path | None = None
 
     @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """Every id that ends a completion (the primary one first)."""
+        return (self.eos_id,)
+
+    @property
     def vocab_size(self) -> int:
         return self.backend.get_vocab_size(with_added_tokens=True)
 

@@ -6,8 +6,8 @@
 # CKPT_ROOT holds the tiny profile's checkpoints (orl, dlm, orl-nvfp4: results/<profile>/ckpt).
 # Steps run most important first, each under its own time limit, and write into OUT_DIR:
 #   gpu_check.log            everything printed, with each step's exit status and wall time
-#   dlmrt_<name>.jsonl       engine_bench records: CUDA-graph vs eager step time, tokens/s,
-#                            TPF, overhead, speedups, identical-to-reference counts
+#   dlmrt_<name>.jsonl       engine_bench records (orl bench-engine): CUDA-graph vs eager step time,
+#                            tokens/s, TPF, overhead, speedups, identical-to-reference counts, host syncs
 #   nvfp4_kernel_bench.json  Triton W4A16 vs dequantize+matmul vs bf16 nn.Linear
 # SCALE (default 1) multiplies every step's time limit, for slower GPUs.
 # A failing step is logged and the next one runs. The script exits non-zero if any step failed.
@@ -45,8 +45,8 @@ bench() {  # bench NAME LIMIT CKPT POLICY [extra args]
     echo "=== $name: skipped, no checkpoint at $CKPT_ROOT/$ckpt" | tee -a "$LOG"
     return
   fi
-  step "$name" "$limit" "$PY" -m orl.engines.dlmrt.bench_gpu --ckpt "$CKPT_ROOT/$ckpt" --policy "$policy" \
-    --limit 16 --out "$OUT_DIR/dlmrt_$name.jsonl" "$@"
+  step "$name" "$limit" "$PY" -m orl.cli bench-engine --device cuda --check-sync --ckpt "$CKPT_ROOT/$ckpt" \
+    --policy "$policy" --limit 16 --repeats 200 --no-progress --out "$OUT_DIR/dlmrt_$name.jsonl" "$@"
 }
 
 step environment 30 bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; \

@@ -75,8 +75,8 @@ def test_compiled_kernel_bf16_within_bf16_rounding(compiled_kernel):
 
 
 def test_nvfp4_model_graph_replay_matches_eager(smoke_models):
+    from orl.decoding import Policy
     from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
-    from orl.engines.policy import Policy
     from orl.kernels.quantize import quantize_model
     from orl.model.checkpoint import load_checkpoint
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from orl.decoding import Policy
 from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
 from orl.engines.dlmrt.capture import compile_fullgraph
 from orl.engines.dlmrt.chunk import denoise_chunk, prefill, start_block_chunk
 from orl.engines.dlmrt.state import DecodeState, cache_bucket
-from orl.engines.policy import Policy
 from orl.engines.reference import ReferenceDiffusion
 from orl.errors import CheckpointError, InputError
 from orl.model.checkpoint import load_checkpoint
@@ -229,62 +229,43 @@ def test_cuda_chunk_has_no_sync_and_graph_replay_matches_eager(smoke_models, pro
     graph = DlmrtEngine(ckpt, policy, config=DlmrtConfig(sync_every=3, mode="cudagraph"))
     eager = DlmrtEngine(ckpt, policy, config=DlmrtConfig(sync_every=3, mode="eager"))
     assert outputs(graph, prompts) == outputs(eager, prompts)
-    from orl.engines.dlmrt.bench_gpu import assert_no_sync
+    from orl.eval.engine_bench import host_sync_in_chunk
 
-    assert_no_sync(eager, prompts[0], MAX_NEW)  # raises on any host synchronisation inside the chunks
+    assert host_sync_in_chunk(eager, prompts[0], MAX_NEW) is None  # the first host sync inside the chunks, if any
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where CUDA is missing")
-def test_gpu_bench_script_says_it_needs_cuda_and_measures_nothing(smoke_models, capsys):
-    from orl.engines.dlmrt import bench_gpu
+def test_bench_engine_on_cuda_says_cuda_is_missing_and_measures_nothing(smoke_models, tmp_path, capsys):
+    from orl.cli import main
 
-    assert bench_gpu.main(["--ckpt", str(smoke_models[1])]) == 2
-    assert "CUDA is not available" in capsys.readouterr().err
+    out = tmp_path / "bench.jsonl"
+    assert main(["bench-engine", "--ckpt", str(smoke_models[1]), "--device", "cuda", "--out", str(out)]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err and not out.exists()
+    assert main(["bench-engine", "--ckpt", str(smoke_models[1]), "--check-sync", "--out", str(out)]) == 2
+    assert "--check-sync: needs --device cuda" in capsys.readouterr().err
 
 
-def test_gpu_bench_bookkeeping_dry_run_on_the_cpu(smoke_models, monkeypatch, tmp_path, capsys):
-    # bench_gpu's rounds, medians, speedups and records run with CPU stand-ins for what needs a
-    # GPU: a host clock for CUDA events, eager mode for graph capture. The figures mean nothing.
-    import time
-
-    from orl.engines.dlmrt import bench_gpu
-    from orl.engines.dlmrt import engine as engine_module
+def test_bench_engine_rounds_medians_step_time_and_profile_on_the_cpu(smoke_models, tmp_path, capsys):
+    from orl.cli import main
     from orl.records import load_records
 
-    class HostEvent:
-        def __init__(self, **_):
-            self.t = 0.0
-
-        def record(self):
-            self.t = time.perf_counter()
-
-        def elapsed_time(self, other):
-            return (other.t - self.t) * 1000
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "CPU stand-in")
-    monkeypatch.setattr(torch.cuda, "Event", HostEvent)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *_: None)
-    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda _: None)
-    real_config, real_load = engine_module.DlmrtConfig, load_checkpoint
-    monkeypatch.setattr("orl.engines.dlmrt.DlmrtConfig", lambda **kw: real_config(**{**kw, "mode": "eager"}))
-    monkeypatch.setattr("orl.model.checkpoint.load_checkpoint",
-                        lambda path, device=None, dtype=None: real_load(path, device="cpu", dtype=dtype))
-    monkeypatch.setattr("orl.engines.dlmrt.bench._synchronizer", lambda _: (lambda: None))
     out = tmp_path / "bench.jsonl"
-    argv = ["--ckpt", str(smoke_models[1]), "--limit", "3", "--rounds", "3", "--repeats", "2",
-            "--max-new-tokens", "32", "--profile", "--out", str(out)]
-    assert bench_gpu.main(argv) == 0
+    argv = ["bench-engine", "--ckpt", str(smoke_models[1]), "--limit", "3", "--rounds", "3", "--repeats", "2",
+            "--max-new-tokens", "32", "--engines", "dlmrt-eager,reference", "--profile", "--out", str(out),
+            "--no-progress"]
+    assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "identical to reference: 3/3" in printed and "speedup_vs_reference=" in printed
-    assert "profile (eager):" in printed
+    assert "identical to reference: 3/3" in printed and "profile (eager):" in printed
     records = load_records(out)
-    assert [r["engine"] for r in records] == ["dlmrt", "dlmrt-eager", "reference"]
+    assert [r["engine"] for r in records] == ["dlmrt-eager", "reference"]
     for record in records:
         rounds = record["extra"]["tokens_per_s_rounds"]
         assert len(rounds) == 3 and sorted(rounds)[1] == pytest.approx(record["metrics"]["tokens_per_s"])
-    with pytest.raises(SystemExit):
-        bench_gpu.parse_args(["--ckpt", "x", "--rounds", "0"])
+        assert record["metrics"]["latency_p90_s"] >= record["metrics"]["latency_median_s"] > 0
+    eager = records[0]
+    assert eager["metrics"]["step_time_s"] > 0 and eager["extra"]["kernels_per_step"] > 0
+    assert eager["extra"]["mode"] == "eager" and eager["extra"]["sync_every"] == 1
+    assert main(argv[:-4] + ["--rounds", "0", "--out", str(out)]) == 2
 
 
 def test_cudnn_attention_is_left_out_on_cuda_only():
@@ -376,7 +357,7 @@ def test_engine_reuses_its_buffers_and_runners_across_requests(dlm, prompts):
 
 
 def test_bare_forward_replay_runs_the_requests_forwards_on_its_own_buffers(dlm, prompts):
-    from orl.engines.dlmrt.bench import BareForwards
+    from orl.engines.dlmrt.forwards import BareForwards
 
     # Small buckets: a request that stops early would fit a smaller bucket than the one it ran in.
     engine = DlmrtEngine(dlm["off"], Policy.parse("threshold:0.9"), compiled=False,
@@ -386,7 +367,7 @@ def test_bare_forward_replay_runs_the_requests_forwards_on_its_own_buffers(dlm, 
     for prompt in prompts:
         generation = engine.generate(prompt, MAX_NEW)
         slots, before = set(engine._slots), counter.calls
-        assert bare.replay(generation) > 0
+        assert bare(generation) > 0
         assert set(engine._slots) == slots  # no new buffers: the replay used the request's own
         assert counter.calls - before == 1 + generation.nfe  # the prefill and every counted step
     assert any(len(g) < MAX_NEW for g in [engine.generate(p, MAX_NEW).token_ids for p in prompts])
@@ -468,5 +449,5 @@ def test_prefill_writes_the_prompt_and_sets_up_block_zero(dlm, prompts):
     with torch.inference_mode():
         prefill(engine.model, engine.spec, state, torch.tensor([ids]))
     assert state.seq[0, : len(ids)].tolist() == ids
-    assert int(state.start) == int(state.prompt_len) == len(ids)
+    assert int(state.start) == int(state.mask_origin) == len(ids)
     assert state.masked.all() and (state.tokens == engine.spec.mask_id).all() and int(state.nfe) == 0

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
-from orl.engines.base import Engine, Generation
+from orl.engines.base import Engine, EngineInfo, Generation
 from orl.errors import InputError
 from orl.eval import latency
 from orl.eval.latency import RequestTiming, measure_latency, percentile, summarize
@@ -19,9 +20,17 @@ class FakeEngine:
 
     name = "fake"
 
-    def __init__(self, tpf: int, seconds_per_forward: float, clock: list[float], device: str = "cpu"):
-        self.tpf, self.spf, self.clock, self.device = tpf, seconds_per_forward, clock, device
+    def __init__(self, tpf: int, seconds_per_forward: float, clock: list[float], device: str = "cpu",
+                 shapes: dict[str, int] | None = None):
+        self.tpf, self.spf, self.clock, self.device = tpf, seconds_per_forward, clock, torch.device(device)
+        self.shapes = shapes or {}  # prompt -> compiled shape it runs in (None: nothing compiled)
         self.prompts_seen: list[str] = []
+
+    def describe(self) -> EngineInfo:
+        return EngineInfo(self.name, "fake", None, "float32", str(self.device))
+
+    def compile_key(self, prompt: str, max_new_tokens: int):
+        return self.shapes.get(prompt)
 
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:
         self.prompts_seen.append(prompt)
@@ -46,7 +55,8 @@ def test_fake_engine_is_an_engine(clock):
 def test_protocol_numbers(clock):
     engine = FakeEngine(tpf=2, seconds_per_forward=0.5, clock=clock)
     prompts = ["a" * 4, "b" * 8, "c" * 2, "d" * 6]  # 4, 8, 2, 6 tokens -> 2, 4, 1, 3 forwards
-    timings, summary = measure_latency(engine, prompts, max_new_tokens=100, warmup=3, progress=False)
+    run = measure_latency(engine, prompts, max_new_tokens=100, warmup=3, progress=False)
+    timings, summary = run.timings, run.summary
     # Warm-up requests cycle over the prompts and are not measured.
     assert engine.prompts_seen == prompts[:3] + prompts
     assert [t.wall_s for t in timings] == [1.0, 2.0, 0.5, 1.5]
@@ -70,14 +80,34 @@ def test_tokens_per_s_is_a_ratio_of_sums_not_a_mean_of_rates():
 def test_gpu_engines_are_synchronised_around_each_request(clock, monkeypatch):
     calls = []
     engine = FakeEngine(tpf=1, seconds_per_forward=0.1, clock=clock, device="cuda:0")
-    assert callable(latency.cuda_synchronizer(engine))  # built (not called: no GPU needed)
-    monkeypatch.setattr(latency, "cuda_synchronizer", lambda e: (lambda: calls.append(len(e.prompts_seen))))
+    assert callable(latency.synchronizer(engine.device))  # built (not called: no GPU needed)
+    monkeypatch.setattr(latency, "synchronizer", lambda device: (lambda: calls.append(len(engine.prompts_seen))))
     measure_latency(engine, ["aa", "bbb"], max_new_tokens=8, warmup=1, progress=False)
     assert calls == [0, 1, 1, 2, 2, 3]  # before and after each of the 3 requests
 
 
 def test_cpu_engine_needs_no_synchronisation(clock):
-    assert latency.cuda_synchronizer(FakeEngine(1, 0.1, clock)) is None
+    assert latency.synchronizer(FakeEngine(1, 0.1, clock).device) is None
+
+
+def test_warm_up_covers_every_compiled_shape_of_the_suite(clock):
+    prompts = ["a", "bb", "ccc", "dddd"]
+    engine = FakeEngine(1, 0.1, clock, shapes={"a": 256, "bb": 256, "ccc": 512, "dddd": 256})
+    run = measure_latency(engine, prompts, max_new_tokens=8, warmup=1, progress=False)
+    assert engine.prompts_seen == ["a", "ccc"] + prompts  # "ccc" compiles the second shape before timing
+    assert run.warmup == 2 and len(run.timings) == 4
+
+
+def test_after_request_runs_outside_the_timing_and_gives_the_overhead(clock):
+    engine = FakeEngine(tpf=1, seconds_per_forward=1.0, clock=clock)
+
+    def bare(generation):
+        clock[0] += 100.0  # far slower than the request: it must not be in the request's time
+        return generation.nfe * 0.5
+
+    run = measure_latency(engine, ["aa", "bbbb"], max_new_tokens=8, warmup=0, after_request=bare, progress=False)
+    assert [t.wall_s for t in run.timings] == [2.0, 4.0]
+    assert run.overhead == pytest.approx(6.0 / 3.0)
 
 
 def test_percentile_edges():
@@ -91,7 +121,7 @@ def test_percentile_edges():
 @pytest.mark.parametrize("prompts, warmup, max_new, message", [
     ([], 1, 8, "prompt set is empty"),
     (["a"], -1, 8, "warmup must be >= 0"),
-    (["a"], 0, 0, "max_new_tokens must be positive"),
+    (["a"], 0, 0, "max_new_tokens must be a positive integer"),
 ])  # fmt: skip
 def test_bad_protocol_arguments(clock, prompts, warmup, max_new, message):
     with pytest.raises(InputError, match=message):

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from orl.cli import main
-from orl.commands.bench_latency import RecordingEngine, acceptance_rate, speculative_metrics
+from orl.commands.bench_latency import acceptance_rate, speculative_metrics
 from orl.engines.base import Generation
 from orl.records import load_records
 
@@ -34,20 +34,6 @@ def test_speculative_metrics():
     assert acceptance_rate([_gen(3, 1, extra={"drafted_tokens": 8, "accepted_tokens": 2}),
                             _gen(3, 1, extra={"spec_num_draft_tokens": 2, "spec_num_accepted_tokens": 1})]) == 0.3
     assert acceptance_rate([_gen(3, 3)]) is None
-
-
-def test_recording_engine_keeps_generations_and_device():
-    class Fixed:
-        name, device = "fixed", "cpu"
-
-        def generate(self, prompt, max_new_tokens):
-            return _gen(max_new_tokens, max_new_tokens)
-
-    recorder = RecordingEngine(Fixed())
-    recorder.generate("p", 3)
-    recorder.generate("q", 2)
-    assert recorder.name == "fixed" and recorder.device == "cpu"
-    assert [g.num_tokens for g in recorder.generations] == [3, 2]
 
 
 def test_bench_latency_hf_writes_a_latency_record(ar_ckpt_dir, tmp_path, capsys):

@@ -62,7 +62,7 @@ def test_simple_evaluate_offline_through_dlmrt(smoke_models, no_network):
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    from orl.engines.policy import Policy
+    from orl.decoding import Policy
     from orl.engines.registry import build_engine
 
     limit = 3

@@ -69,32 +69,39 @@ def dlm(smoke_models):
 
 @pytest.mark.parametrize("pack_tokens", [0, 200])
 def test_replaying_a_captured_state_reproduces_its_logits(dlm, pack_tokens):
-    from orl.engines.policy import Policy
+    from orl.decoding import Policy, decode_blocks, decode_rule
     from orl.tasks import tinycode
     from orl.train.replay import replay_logits
-    from orl.train.rollout import rollout
+    from orl.train.rollout import StateCapture
 
     prompts = [dlm.tokenizer.encode(p["prompt"]) for p in tinycode.train_problems(5, 6, "easy")]
-    result = rollout(dlm.model, prompts, Policy("threshold", 0.5), max_new_tokens=32, alpha=1.0,
-                     eos_id=dlm.tokenizer.eos_id, pad_id=dlm.tokenizer.pad_id, keep_logits=True)
-    states = result.states
-    assert len(states) >= len(prompts) and (states.step > 0).any(), "want states beyond step 0"
+    rule = decode_rule(dlm.model.config, dlm.tokenizer.eos_ids, Policy("threshold", 0.5))
+    capture, logits = StateCapture([len(p) for p in prompts]), []
+
+    def observe(view):  # the rollout's capture, plus the logits each captured state produced
+        capture(view)
+        logits.extend(view.logits[i].float().clone() for i in view.active.nonzero().flatten().tolist())
+
+    decode_blocks(dlm.model, prompts, rule, max_new_tokens=32, pad_id=dlm.tokenizer.pad_id, observer=observe)
+    states = capture.states()
+    assert rule.alpha == 1.0 and len(states) >= len(prompts) and (states.step > 0).any(), "want residual states"
     with torch.no_grad():
         replayed = replay_logits(dlm.model, states, pack_tokens=pack_tokens)
-    assert (replayed - states.logits).abs().max().item() <= 1e-5
+    assert (replayed - torch.stack(logits)).abs().max().item() <= 1e-5
 
 
 def test_rollout_matches_the_reference_decoder(dlm):
-    """The batched rollout decodes each prompt exactly as the single-request reference decoder."""
-    from orl.engines.policy import Policy
+    """The batched rollout (left-padded rows) decodes each prompt exactly as one request alone does."""
+    from orl.decoding import Policy, decode_rule
     from orl.engines.reference import ReferenceDiffusion
     from orl.tasks import tinycode
     from orl.train.rollout import rollout
 
     problems = tinycode.train_problems(7, 5, "easy")
     policy = Policy("threshold", 0.6)
-    result = rollout(dlm.model, [dlm.tokenizer.encode(p["prompt"]) for p in problems], policy,
-                     max_new_tokens=32, alpha=1.0, eos_id=dlm.tokenizer.eos_id, pad_id=dlm.tokenizer.pad_id)
+    rule = decode_rule(dlm.model.config, dlm.tokenizer.eos_ids, policy)
+    result = rollout(dlm.model, [dlm.tokenizer.encode(p["prompt"]) for p in problems], rule, max_new_tokens=32,
+                     pad_id=dlm.tokenizer.pad_id)
     reference = ReferenceDiffusion(dlm, policy)
     for i, p in enumerate(problems):
         gen = reference.generate(p["prompt"], 32)

@@ -1,4 +1,4 @@
-"""The shared decoding policy (engines/policy.py): commit rules, <eos> fill, residual context."""
+"""The shared decoding rules (orl/decoding/): commit policies, the <eos> rule, residual context."""
 
 from __future__ import annotations
 
@@ -7,15 +7,13 @@ import math
 import pytest
 import torch
 
-from orl.engines.policy import (
-    Policy,
-    block_finished_with_eos,
-    commit_mask,
-    denoise_step,
-    entropy_and_confidence,
-    residual_embeddings,
-)
+from orl.decoding import Policy, commit_mask, cut_at_eos, denoise_step
+from orl.decoding.eos import block_finished_with_eos
+from orl.decoding.residual import residual_embeddings
+from orl.decoding.step import entropy_and_confidence
 from orl.errors import InputError
+
+EOS = torch.tensor([1])
 
 ALL = torch.ones(1, 4, dtype=torch.bool)
 
@@ -71,7 +69,7 @@ def test_rows_with_nothing_masked_are_untouched(spec):
     tokens = torch.tensor([[7, 7, 7, 7], [3, 4, 5, 6]])
     masked = torch.tensor([[True, True, True, True], [False, False, False, False]])
     assert not commit_mask(policy, entropy_and_confidence(logits)[1], masked)[1].any()
-    out = denoise_step(policy, logits, tokens, masked, eos_id=1)
+    out = denoise_step(policy, logits, tokens, masked, EOS)
     assert out.tokens[1].tolist() == [3, 4, 5, 6]
     assert not out.masked[1].any() and not out.committed[1].any()
     assert out.committed[0].any()  # the other row still makes progress
@@ -81,7 +79,7 @@ def test_at_least_one_commit_per_row_with_something_masked():
     policy = Policy.parse("threshold:1.0")
     logits = torch.zeros(3, 5, 9)  # uniform: every confidence is 1/9
     masked = torch.tensor([[True] * 5, [False, False, True, False, True], [False] * 5])
-    out = denoise_step(policy, logits, torch.zeros(3, 5, dtype=torch.long), masked, eos_id=1)
+    out = denoise_step(policy, logits, torch.zeros(3, 5, dtype=torch.long), masked, EOS)
     assert out.committed.sum(-1).tolist() == [1, 1, 0]
 
 
@@ -98,19 +96,19 @@ def test_eos_commit_fills_every_later_position_and_the_block_then_finishes():
     masked = torch.ones(1, 5, dtype=torch.bool)
     logits = _logits_favouring([3, 4, 1, 2, 2])
     logits[0, 2, eos] = 50.0  # <eos> at position 2 is by far the most confident
-    out = denoise_step(Policy.parse("fixed:1"), logits, tokens, masked, eos_id=eos)
+    out = denoise_step(Policy.parse("fixed:1"), logits, tokens, masked, torch.tensor([eos]))
     assert out.tokens[0].tolist() == [mask, mask, eos, eos, eos]
     assert out.masked[0].tolist() == [True, True, False, False, False]
     assert out.committed[0].tolist() == [False, False, True, True, True]
-    assert not block_finished_with_eos(out.tokens, out.masked, eos)[0]  # positions before <eos> are open
-    out = denoise_step(Policy.parse("fixed:2"), logits, out.tokens, out.masked, eos_id=eos)
+    assert not block_finished_with_eos(out.tokens, out.masked, torch.tensor([eos]))[0]  # positions before <eos> are open
+    out = denoise_step(Policy.parse("fixed:2"), logits, out.tokens, out.masked, torch.tensor([eos]))
     assert out.tokens[0].tolist() == [3, 4, eos, eos, eos] and not out.masked.any()
-    assert block_finished_with_eos(out.tokens, out.masked, eos)[0]
+    assert block_finished_with_eos(out.tokens, out.masked, torch.tensor([eos]))[0]
 
 
 def test_block_without_eos_is_not_finished():
     tokens = torch.tensor([[3, 4, 2, 2]])
-    assert not block_finished_with_eos(tokens, torch.zeros(1, 4, dtype=torch.bool), eos_id=1)[0]
+    assert not block_finished_with_eos(tokens, torch.zeros(1, 4, dtype=torch.bool), EOS)[0]
 
 
 def test_entropy_and_confidence_match_a_direct_computation():
@@ -164,7 +162,52 @@ def test_bad_policy_specs_are_rejected_with_the_flag_named(spec):
 
 
 def test_policy_round_trips_through_its_string_and_record():
-    for spec, record in [("threshold:0.9", {"tau": 0.9}), ("fixed:2", {"k": 2}), ("factor:1", {"f": 1.0})]:
+    for spec, record in [("threshold:0.9", {"tau": 0.9}), ("strict-threshold:0.9", {"tau": 0.9}),
+                         ("fixed:2", {"k": 2}), ("factor:1", {"f": 1.0})]:
         policy = Policy.parse(spec)
         assert Policy.parse(str(policy)) == policy
-        assert policy.as_record()["params"] == record
+        assert policy.to_record()["params"] == record
+        assert Policy.from_record(policy.to_record()) == policy
+        assert str(policy) == spec
+
+
+@pytest.mark.parametrize("record, message", [
+    ({"name": "greedy", "params": {}}, "expected {'name'"),
+    ({"name": "threshold", "params": {"k": 2}}, r"params.tau: expected a number"),
+    ({"name": "threshold", "params": {"tau": True}}, r"params.tau: expected a number"),
+    ({"name": "fixed", "params": {"k": 0}}, "positive integer"),
+    ("threshold:0.9", "expected {'name'"),
+])
+def test_bad_policy_records_name_the_field(record, message):
+    with pytest.raises(InputError, match=message):
+        Policy.from_record(record, "x.jsonl line 3: policy")
+
+
+def test_strict_threshold_commits_only_above_tau_as_sglang_and_sdar_do():
+    assert picks("strict-threshold:0.9", [0.95, 0.5, 0.9, 0.3]) == [0]  # 0.9 itself is not above 0.9
+    assert picks("threshold:0.9", [0.95, 0.5, 0.9, 0.3]) == [0, 2]
+    assert picks("strict-threshold:0.9", [0.4, 0.6, 0.5, 0.3]) == [1]  # the most confident one, as always
+
+
+def test_any_of_several_end_tokens_fills_and_finishes_the_block():
+    eos_ids = torch.tensor([7, 1])  # e.g. Qwen's <|im_end|> and <|endoftext|>
+    logits = _logits_favouring([3, 1, 2, 2], vocab=8)
+    logits[0, 1, 1] = 50.0
+    out = denoise_step(Policy.parse("fixed:1"), logits, torch.full((1, 4), 5), torch.ones(1, 4, dtype=torch.bool),
+                       eos_ids)
+    assert out.tokens[0].tolist() == [5, 1, 7, 7]  # filled with the primary end token
+    assert out.masked[0].tolist() == [True, False, False, False]
+
+
+def test_without_the_fill_positions_after_eos_stay_masked():
+    logits = _logits_favouring([3, 1, 2, 2])
+    logits[0, 1, 1] = 50.0
+    out = denoise_step(Policy.parse("fixed:1"), logits, torch.full((1, 4), 5), torch.ones(1, 4, dtype=torch.bool),
+                       EOS, eos_fill=False)
+    assert out.masked[0].tolist() == [True, False, True, True]
+
+
+def test_the_eos_cut_keeps_the_first_end_token_and_drops_the_rest():
+    assert cut_at_eos([5, 6, 1, 4, 1], [1]) == [5, 6, 1]
+    assert cut_at_eos([5, 7, 1], [1, 7]) == [5, 7]
+    assert cut_at_eos([5, 6], [1]) == [5, 6]

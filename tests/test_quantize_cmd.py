@@ -10,7 +10,7 @@ from orl.cli import main
 
 
 def test_quantized_checkpoint_loads_and_generates(smoke_models, tmp_path, capsys):
-    from orl.engines.policy import Policy
+    from orl.decoding import Policy
     from orl.engines.reference import ReferenceDiffusion
     from orl.kernels.linear import NVFP4Linear
     from orl.kernels.quantize import weight_bytes

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from orl.decoding import Policy
 from orl.engines import serving
 from orl.engines.base import EngineUnavailable
-from orl.engines.policy import Policy
 from orl.errors import CheckpointError, InputError
 
 AR = {"architectures": ["Qwen3ForCausalLM"]}

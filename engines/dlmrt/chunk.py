@@ -7,7 +7,7 @@ Whether the block is done is decided on the device and written to
 `state.status`; the host reads that once per chunk, between chunks.
 
 Steps after the block is done are predicated no-ops rather than skipped: the
-policy code leaves a row with nothing masked unchanged (engines/policy.py), and
+policy code leaves a row with nothing masked unchanged (orl/decoding/step.py), and
 NFE only counts steps where something was masked when the step began, so
 `state.nfe` equals the reference decoder's step count however many extra steps
 a chunk ran. Such a step rewrites the block's clean keys/values with the same
@@ -23,14 +23,21 @@ Block 0 starts right after the prompt prefill with a `denoise_chunk`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from orl.decoding.eos import block_finished_with_eos
+from orl.decoding.policy import Policy
+from orl.decoding.residual import residual_embeddings
+from orl.decoding.step import StepOutput, denoise_step
 from orl.engines.dlmrt.state import DecodeState
-from orl.engines.policy import Policy, block_finished_with_eos, denoise_step, residual_embeddings
 from orl.model.masks import block_causal_limits, mask_from_limits
 from orl.model.transformer import Transformer
+
+# Called as observer(logits, masked_before, out) at every step of an eager chunk (analysis only).
+StepObserver = Callable[[torch.Tensor, torch.Tensor, StepOutput], None]
 
 
 @dataclass(frozen=True)
@@ -42,8 +49,11 @@ class ChunkSpec:
     steps: int  # S, steps per chunk = decoding steps between two host reads
     alpha: float  # residual-context α (0 = residual off)
     mask_id: int
-    eos_id: int
+    eos_ids: torch.Tensor  # 1-D, on the engine's device
+    eos_fill: bool  # the <eos> fill of orl.decoding.eos
+    absolute: bool  # SDAR's layout: blocks at multiples of B, the prompt's tail inside the first block
     log_steps: bool = False
+    observer: StepObserver | None = None  # eager mode only (engine.py refuses it elsewhere)
 
 
 def block_forward(
@@ -58,7 +68,7 @@ def block_forward(
     b, n = embeds.shape[:2]
     slots = first_slot + torch.arange(n, device=embeds.device)
     queries = slots.expand(b, n)
-    limits = block_causal_limits(queries, state.prompt_len, block)
+    limits = block_causal_limits(queries, state.mask_origin, block)
     mask = mask_from_limits(limits, torch.arange(state.cache_len, device=embeds.device))
     return model(inputs_embeds=embeds, positions=queries, mask=mask, cache=state.cache, slots=slots)
 
@@ -78,22 +88,33 @@ def reset_block(spec: ChunkSpec, state: DecodeState) -> None:
 def prefill(model: Transformer, spec: ChunkSpec, state: DecodeState, prompt_ids: torch.Tensor) -> None:
     """Write the prompt's keys/values (one forward, not counted in NFE) and set up block 0.
 
-    The prompt length varies per request: capture.py compiles this with a symbolic length.
+    Our layout: the whole prompt is prefilled (causal) and block 0 starts after it. The absolute
+    layout (METHOD.md §5): only the prompt's whole blocks are prefilled; block 0 is the block
+    holding the prompt's tail, whose tokens are committed from the start and whose keys/values
+    are written with the block (orl/decoding/layout.py). The prompt length varies per request:
+    capture.py compiles this with a symbolic length.
     """
-    P = prompt_ids.shape[1]
+    P, B = prompt_ids.shape[1], spec.block
+    first = P - P % B if spec.absolute else P
     state.seq[:, :P] = prompt_ids
-    state.prompt_len.fill_(P)
-    state.start.fill_(P)
+    state.mask_origin.fill_(0 if spec.absolute else P)
+    state.start.fill_(first)
     state.nfe.zero_()
     state.status.zero_()
     reset_block(spec, state)
-    block_forward(model, state, model.embedding[prompt_ids], 0, spec.block)
+    if first < P:  # the prompt's tail, committed in block 0
+        state.tokens[:, : P - first] = prompt_ids[:, first:]
+        state.masked[:, : P - first] = False
+    if first > 0:
+        block_forward(model, state, model.embedding[prompt_ids[:, :first]], 0, B)
 
 
 def _commit(spec: ChunkSpec, state: DecodeState, logits: torch.Tensor, step: int) -> None:
     """Apply one step's commits to the block state (shared policy code), count it if it did work."""
     masked_before = state.masked
-    out = denoise_step(spec.policy, logits, state.tokens, masked_before, spec.eos_id)
+    out = denoise_step(spec.policy, logits, state.tokens, masked_before, spec.eos_ids, eos_fill=spec.eos_fill)
+    if spec.observer is not None:
+        spec.observer(logits, masked_before, out)
     if spec.log_steps:
         n = masked_before.sum(-1)
         weight = masked_before.float() / n.clamp_min(1)[:, None]
@@ -119,7 +140,7 @@ def _block_step(model: Transformer, spec: ChunkSpec, state: DecodeState, step: i
 
 def _write_status(spec: ChunkSpec, state: DecodeState) -> None:
     done = ~state.masked.any()
-    finished = block_finished_with_eos(state.tokens, state.masked, spec.eos_id).all()
+    finished = block_finished_with_eos(state.tokens, state.masked, spec.eos_ids).all()
     state.status.copy_(torch.stack([done.long(), finished.long(), state.nfe.sum()]))
 
 

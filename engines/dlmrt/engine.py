@@ -7,14 +7,14 @@ One request (METHOD.md §2):
         block j-1's clean KV and starts block j, then S - 1 steps);
         read state.status (the one host synchronisation per chunk); while the block still has
         masked positions, run another chunk of S steps;
-        stop after the block that finished with <eos>.
+        stop after the block that finished with <eos> (unless the rule ignores <eos>: speed runs).
 With S = 1 no step is wasted and the host reads once per step; a larger S trades up to
 S - 1 predicated no-op steps per block for fewer host round trips (worth it on a GPU,
 where a read stalls the launch queue; on the CPU nothing runs asynchronously, so the
 default there is 1).
 
-The decoding policy, the residual context and the <eos> rule are the shared code of
-engines/policy.py, so dlmrt and the reference decoder make the same decisions.
+The decoding rule (policy, residual context, <eos> rule, block layout) is orl.decoding's,
+shared with the reference decoder and the ORL rollout, so all three make the same decisions.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 import torch
 
-from orl.engines.base import Generation, StepLog, plan_request
+from orl.decoding import Policy, cut_at_eos, decode_rule, plan_blocks
+from orl.engines.base import EngineInfo, Generation, StepLog, checkpoint_info
 from orl.engines.dlmrt.capture import default_mode, make_prefill_runner, make_runner
-from orl.engines.dlmrt.chunk import ChunkSpec, denoise_chunk, prefill, start_block_chunk
+from orl.engines.dlmrt.chunk import ChunkSpec, StepObserver, denoise_chunk, prefill, start_block_chunk
 from orl.engines.dlmrt.state import DecodeState, cache_bucket
-from orl.engines.policy import Policy
 from orl.errors import CheckpointError, InputError
 from orl.model.checkpoint import Checkpoint
 from orl.model.transformer import avoid_per_length_attention_plans
@@ -43,6 +43,7 @@ class DlmrtConfig:
     min_cache_len: int = 256  # smallest cache bucket (engines/dlmrt/state.py)
     mode: str | None = None  # "eager" | "compile" | "cudagraph"; None = from `compiled` and the device
     compile_backend: str | Callable = "inductor"  # torch.compile backend of "compile" mode ("aot_eager": capture only)
+    observer: StepObserver | None = None  # eager mode only: sees every step's logits and decisions (parity)
 
 
 @dataclass
@@ -60,20 +61,22 @@ class DlmrtEngine:
 
     def __init__(
         self, ckpt: Checkpoint, policy: Policy, *, compiled: bool = True, residual: bool = True,
-        log_steps: bool = False, config: DlmrtConfig | None = None,
+        log_steps: bool = False, ignore_eos: bool = False, config: DlmrtConfig | None = None,
     ):
         cfg = ckpt.model.config
         if not ckpt.is_diffusion or cfg.mask_token_id is None:
             raise CheckpointError(f"{ckpt.path / 'config.json'}: mask_token_id: dlmrt needs a block-diffusion "
-                                  "checkpoint with a mask token (architectures: OrlBlockDiffusionLM)")
-        if not isinstance(policy, Policy):
-            raise InputError(f"policy: expected a Policy (Policy.parse('threshold:0.9')), got {policy!r}")
+                                  "checkpoint with a mask token")
+        self.rule = decode_rule(cfg, ckpt.tokenizer.eos_ids, policy, residual=residual, ignore_eos=ignore_eos,
+                                where=str(ckpt.path / "config.json"))
         self.config = config or DlmrtConfig()
         self.ckpt, self.policy, self.log_steps = ckpt, policy, log_steps
         self.model = ckpt.model
         self.device = next(self.model.parameters()).device
         avoid_per_length_attention_plans(self.device)
         self.mode = self.config.mode or default_mode(self.device, compiled)
+        if self.config.observer is not None and self.mode != "eager":
+            raise InputError(f"dlmrt: a step observer runs Python inside the chunk; it needs mode 'eager', not {self.mode!r}")
         self.name = "dlmrt" if self.mode != "eager" else "dlmrt-eager"
         # On CUDA an idle predicated step costs a whole forward (about 1.25 ms for the tiny model
         # on an H200), so S is kept small: ORL at TPF 7.9 (about two steps per 16-token block)
@@ -81,21 +84,39 @@ class DlmrtEngine:
         steps = self.config.sync_every or (2 if self.device.type == "cuda" else 1)
         if steps < 1:
             raise InputError(f"sync_every: expected a positive integer, got {steps}")
-        # τ of threshold and f of factor enter the graph as a 0-d tensor rather than a baked-in
+        # τ of the thresholds and f of factor enter the graph as a 0-d tensor rather than a baked-in
         # constant, so one compilation per shape serves every value of a sweep; k of fixed(k)
         # is structural (a rank cut) and stays a number.
         graph_policy = policy if policy.name == "fixed" else Policy(
             policy.name, torch.tensor(policy.value, dtype=torch.float32, device=self.device))
+        rule = self.rule
         self.spec = ChunkSpec(
-            policy=graph_policy, block=cfg.block_size, steps=steps, alpha=cfg.residual_alpha if residual else 0.0,
-            mask_id=cfg.mask_token_id, eos_id=ckpt.tokenizer.eos_id, log_steps=log_steps,
+            policy=graph_policy, block=rule.block, steps=steps, alpha=rule.alpha, mask_id=rule.mask_id,
+            eos_ids=torch.tensor(rule.eos_ids, device=self.device), eos_fill=rule.eos_fill,
+            absolute=rule.layout == "absolute", log_steps=log_steps, observer=self.config.observer,
         )
         self._slots: dict[int, _Slot] = {}
+
+    def describe(self) -> EngineInfo:
+        rule = self.rule
+        return checkpoint_info(self.name, self.ckpt, self.device, policy=rule.policy.to_record(), settings={
+            "mode": self.mode, "sync_every": self.spec.steps, "residual_alpha": rule.alpha, "eos_fill": rule.eos_fill,
+            "stop_at_eos": rule.stop_at_eos, "layout": rule.layout,
+            "compile_backend": str(self.config.compile_backend) if self.mode == "compile" else None})
+
+    def compile_key(self, prompt: str, max_new_tokens: int) -> int:
+        """The cache length a request runs in: one compiled / captured slot per length."""
+        return self.cache_len(len(self.ckpt.tokenizer.encode(prompt)), max_new_tokens)
+
+    def plan(self, prompt_len: int, max_new_tokens: int):
+        """The request's blocks (orl.decoding.layout), validated against the model's context."""
+        return plan_blocks(prompt_len, max_new_tokens, self.rule.block, self.rule.layout,
+                           self.model.config.max_position_embeddings)
 
     def cache_len(self, prompt_len: int, max_new_tokens: int) -> int:
         """The cache length (bucket) a request of this size runs in."""
         cfg = self.model.config
-        needed = prompt_len + -(-max_new_tokens // cfg.block_size) * cfg.block_size
+        needed = self.plan(prompt_len, max_new_tokens).end
         return cache_bucket(needed, cfg.block_size, cfg.max_position_embeddings, self.config.min_cache_len)
 
     def slot(self, needed: int) -> _Slot:
@@ -126,16 +147,15 @@ class DlmrtEngine:
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:
         tok, B, S = self.ckpt.tokenizer, self.spec.block, self.spec.steps
         prompt_ids = tok.encode(prompt)
-        n_blocks = plan_request(len(prompt_ids), max_new_tokens, self.model.config.max_position_embeddings, B)
-        P = len(prompt_ids)
-        slot = self.slot(P + n_blocks * B)
+        plan = self.plan(len(prompt_ids), max_new_tokens)
+        slot = self.slot(plan.end)
         state = slot.state
         start = time.perf_counter()
         slot.run_prefill(torch.tensor([prompt_ids], device=self.device))
         logs: list[tuple[int, int, torch.Tensor]] = []
         block_nfe: list[int] = []
         host_reads = steps_run = 0
-        for j in range(n_blocks):
+        for j in range(plan.blocks):
             run = slot.run_start_block if j > 0 else slot.run_chunk
             chunk_index = 0
             while True:
@@ -149,16 +169,16 @@ class DlmrtEngine:
                     break
                 run, chunk_index = slot.run_chunk, chunk_index + 1
             block_nfe.append(nfe - sum(block_nfe))
-            if finished:
+            if finished and self.rule.stop_at_eos:
                 break
-        generated = state.seq[0, P: P + len(block_nfe) * B].tolist()
+        generated = state.seq[0, plan.prompt_len: plan.first + len(block_nfe) * B].tolist()
         wall = time.perf_counter() - start
-        if tok.eos_id in generated:
-            generated = generated[: generated.index(tok.eos_id) + 1]
-        extra = {"mode": self.mode, "cache_len": state.cache_len, "sync_every": S, "prompt_len": P,
-                 "block_nfe": block_nfe, "steps_run": steps_run, "host_reads": host_reads}
+        if self.rule.stop_at_eos:
+            generated = cut_at_eos(generated, self.rule.eos_ids)
+        extra = {"mode": self.mode, "cache_len": state.cache_len, "sync_every": S, "prompt_len": plan.prompt_len,
+                 "first_block": plan.first, "block_nfe": block_nfe, "steps_run": steps_run, "host_reads": host_reads}
         return Generation(token_ids=generated, text=tok.decode_completion(generated), nfe=sum(block_nfe),
-                          prefill_forwards=1, wall_time_s=wall, steps=_step_logs(logs) if self.log_steps else None,
+                          prefill_forwards=int(plan.first > 0), wall_time_s=wall, steps=_step_logs(logs) if self.log_steps else None,
                           extra=extra)
 
 

@@ -45,7 +45,7 @@ class DecodeState:
     probs: torch.Tensor  # [b, B, V] float32, the previous step's distributions (residual context)
     entropy: torch.Tensor  # [b, B] float32, their entropies
     start: torch.Tensor  # [] long, slot of the current block's first token
-    prompt_len: torch.Tensor  # [] long, where the completion starts (block-causal mask)
+    mask_origin: torch.Tensor  # [] long, where the block-causal mask counts blocks from (orl/decoding/layout.py)
     nfe: torch.Tensor  # [b] long, steps that did work (some position masked when the step began)
     status: torch.Tensor  # [3] long: block done, block finished with <eos>, total NFE; the one host read
     log: torch.Tensor  # [S, b, len(LOG_COLUMNS)] float32, per-step statistics of the last chunk
@@ -64,7 +64,7 @@ class DecodeState:
             probs=torch.zeros(batch, B, V, device=device, dtype=torch.float32),
             entropy=torch.zeros(batch, B, device=device, dtype=torch.float32),
             start=torch.zeros((), **long),
-            prompt_len=torch.zeros((), **long),
+            mask_origin=torch.zeros((), **long),
             nfe=torch.zeros(batch, **long),
             status=torch.zeros(3, **long),
             log=torch.zeros(steps, batch, len(LOG_COLUMNS), device=device, dtype=torch.float32),

@@ -1,10 +1,8 @@
-"""`orl bench-engine`: dlmrt compiled vs dlmrt eager vs the reference decoder, and dlmrt's overhead.
+"""`orl bench-engine`: dlmrt (compiled / graph-captured) vs dlmrt eager vs the reference decoder (Table 3).
 
-Same checkpoint, same policy, same TinyCode test prompts, batch 1, one process.
-For each engine: tokens/s, TPF, NFE. For dlmrt: engine overhead = generation wall
-time / time of the bare model forwards it counted, replayed in the same execution
-mode (engines/dlmrt/bench.py). One `engine_bench` record per engine; the last three
-printed lines are `overhead=<x>`, `speedup_vs_eager=<x>`, `speedup_vs_reference=<x>`.
+Same checkpoint, same policy, same prompts, batch 1, one process; what is measured is
+orl/eval/engine_bench.py's. One `engine_bench` record per engine; the last three printed lines
+are `overhead=<x>`, `speedup_vs_eager=<x>`, `speedup_vs_reference=<x>`.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import argparse
 from orl.commands.common import (
     add_model_args,
     add_progress_flag,
-    model_field,
+    model_block,
     parse_device,
     policy_arg,
     torch_dtype,
@@ -26,30 +24,39 @@ BENCH_ENGINES = ("dlmrt", "dlmrt-eager", "reference")
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "bench-engine", help="benchmark dlmrt (compiled, eager) against the reference decoder; write records",
-        description="Decode TinyCode test prompts at batch 1 with dlmrt compiled, dlmrt eager and the reference "
-        "decoder (same checkpoint and policy); measure tokens/s, TPF and dlmrt's overhead over its bare model "
-        "forwards. Writes one engine_bench record per engine and prints overhead=, speedup_vs_eager= and "
-        "speedup_vs_reference= as the last lines.",
+        description="Decode a suite's prompts at batch 1 with dlmrt compiled (CUDA graphs on a GPU), dlmrt eager "
+        "and the reference decoder (same checkpoint and policy), in interleaved rounds: tokens/s, latency, TPF, "
+        "dlmrt's overhead over its bare model forwards and its step time. Writes one engine_bench record per "
+        "engine and prints overhead=, speedup_vs_eager= and speedup_vs_reference= as the last lines.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
-    p.add_argument("--limit", type=int, default=32, help="first N TinyCode test problems")
+    p.add_argument("--suite", default="tinycode", choices=["tinycode", "humaneval"], help="prompt suite")
     p.add_argument("--difficulty", default="medium", help="TinyCode difficulty")
-    p.add_argument("--policy", default="threshold:0.9", help="commit policy: fixed:K, threshold:T or factor:F, "
-                   "or @FILE.json from `orl operating-point`")
+    p.add_argument("--limit", type=int, default=32, help="first N problems of the suite")
+    p.add_argument("--policy", default="threshold:0.9", help="commit policy: fixed:K, threshold:T, "
+                   "strict-threshold:T or factor:F, or @FILE.json from `orl operating-point`")
     p.add_argument("--system", default=None, help="table row name stored in the records (default: model name)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generation budget per prompt")
     p.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
     p.add_argument("--engines", default=",".join(BENCH_ENGINES), help="comma-separated subset of "
                    f"{', '.join(BENCH_ENGINES)}")
-    p.add_argument("--warmup", type=int, default=2, help="discarded requests per engine (compilation happens here)")
+    p.add_argument("--warmup", type=int, default=2, help="discarded requests per engine, besides one per "
+                   "compiled shape (compilation and capture happen there)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved passes over the prompts; each engine "
+                   "reports its median round (default: 5 on CUDA, where one pass lasts well under a second, else 1)")
+    p.add_argument("--repeats", type=int, default=50, help="chunk repetitions for dlmrt's step time")
     p.add_argument("--sync-every", type=int, default=None, help="dlmrt steps per chunk between host reads "
                    "(default: 1 on CPU, 2 on CUDA)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads; batch-1 steps of a tiny model gain "
                    "little from more and suffer from oversubscription on a shared machine (0 = torch's default)")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend of the compiled engine")
-    add_model_args(p)
+    p.add_argument("--profile", action="store_true", help="also count the kernels (CUDA) or operators (CPU) one "
+                   "dlmrt chunk launches per step, and print where their time goes")
+    p.add_argument("--check-sync", action="store_true", help="CUDA only: check that no chunk synchronises with the "
+                   "host (sync debug mode 'error'); a sync found is recorded and makes the exit code 1")
     p.add_argument("--out", required=True, help="records file (.jsonl) to write")
+    add_model_args(p)
     add_progress_flag(p)
     p.set_defaults(func=run_bench_engine)
 
@@ -72,83 +79,107 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def _check(args) -> None:
+    from orl.errors import InputError
+
+    for name in ("limit", "repeats", "rounds"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise InputError(f"--{name}: expected a positive integer, got {value}")
+    if args.threads < 0:
+        raise InputError(f"--threads: expected >= 0, got {args.threads}")
+    if args.check_sync and not args.device.startswith("cuda"):
+        raise InputError("--check-sync: needs --device cuda (it uses CUDA's sync debug mode)")
+
+
 def run_bench_engine(args) -> int:
     import torch
-    from tqdm import tqdm
 
+    from orl.decoding import Policy
     from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
-    from orl.engines.dlmrt.bench import BareForwards, run_suite
-    from orl.engines.policy import Policy
     from orl.engines.reference import ReferenceDiffusion
-    from orl.errors import InputError
+    from orl.eval.engine_bench import chunk_step_time, host_sync_in_chunk, profile_chunk, run_rounds
+    from orl.eval.latency import timings_as_dicts
     from orl.model.checkpoint import load_checkpoint
     from orl.records import make_record, write_records
     from orl.tasks import load_suite
 
+    _check(args)
     names = _engines(args.engines)
     policy = Policy.parse(policy_arg(args.policy))
-    if args.limit is not None and args.limit < 1:
-        raise InputError(f"--limit: expected a positive integer, got {args.limit}")
-    if args.threads < 0:
-        raise InputError(f"--threads: expected >= 0, got {args.threads}")
+    device = parse_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
-    problems = load_suite("tinycode", difficulty=args.difficulty, limit=args.limit)
+    problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
     prompts = [p["prompt"] for p in problems]
-    device = parse_device(args.device)
     ckpt = load_checkpoint(args.ckpt, device=device, dtype=torch_dtype(args.dtype))
     residual = not args.no_residual
     config = DlmrtConfig(sync_every=args.sync_every, compile_backend=args.compile_backend)
+    engines = {name: ReferenceDiffusion(ckpt, policy, residual=residual) if name == "reference" else
+               DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, config=config) for name in names}
+    rounds = args.rounds or (5 if ckpt.model.embedding.device.type == "cuda" else 1)
+    results = run_rounds(engines, prompts, args.max_new_tokens, rounds=rounds, warmup=args.warmup,
+                         progress=not args.no_progress)
+    for name, engine in engines.items():
+        if isinstance(engine, DlmrtEngine):
+            results[name].step_time_s = chunk_step_time(engine, prompts[0], args.max_new_tokens, args.repeats)
+            if args.profile:
+                results[name].kernels_per_step, table = profile_chunk(engine, prompts[0], args.max_new_tokens)
+                unit = "CUDA kernels" if engine.device.type == "cuda" else "CPU operators"
+                print(f"profile ({engine.mode}): {results[name].kernels_per_step:.0f} {unit} per step")
+                print(table)
+            if args.check_sync:
+                results[name].host_sync = host_sync_in_chunk(engine, prompts[0], args.max_new_tokens)
 
-    runs = {}
-    for name in names:
-        if name == "reference":
-            engine, bare = ReferenceDiffusion(ckpt, policy, residual=residual), None
-        else:
-            engine = DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, config=config)
-            bare = BareForwards(engine)
-        bar = tqdm(total=len(prompts), desc=name, disable=args.no_progress, leave=False)
-        runs[name] = run_suite(engine, prompts, args.max_new_tokens, warmup=args.warmup, bare=bare,
-                               progress=lambda _name, _i, bar=bar: bar.update(1))
-        bar.close()
-
-    base = runs.get("reference") or runs[names[0]]
-    compiled, eager, reference = runs.get("dlmrt"), runs.get("dlmrt-eager"), runs.get("reference")
-    speedup_vs_eager = _ratio(compiled and compiled.tokens_per_s, eager and eager.tokens_per_s)
-    speedup_vs_reference = _ratio(compiled and compiled.tokens_per_s, reference and reference.tokens_per_s)
+    speed = {name: r.median.summary.tokens_per_s for name, r in results.items()}
+    speedup_vs_eager = _ratio(speed.get("dlmrt"), speed.get("dlmrt-eager"))
+    base = results.get("reference", results[names[0]]).median
     records = []
-    for name, run in runs.items():
-        metrics = run.metrics()
-        if name == "dlmrt":
-            metrics.update({k: v for k, v in (("speedup_vs_eager", speedup_vs_eager),
-                                               ("speedup_vs_reference", speedup_vs_reference)) if v is not None})
-        elif name == "dlmrt-eager" and reference is not None:
-            metrics["speedup_vs_reference"] = run.tokens_per_s / reference.tokens_per_s
-        same = sum(a.token_ids == b.token_ids and a.nfe == b.nfe for a, b in zip(run.generations, base.generations, strict=True))
-        extra = {"max_new_tokens": args.max_new_tokens, "residual": residual, "warmup": args.warmup,
-                 "threads": torch.get_num_threads(), "device": device, "compared_to": base.name,
-                 "identical_outputs": same}
-        if name != "reference":
-            first = run.generations[0].extra
-            extra.update(mode=first["mode"], sync_every=first["sync_every"], compile_backend=args.compile_backend,
-                         steps_run=sum(g.extra["steps_run"] for g in run.generations),
-                         host_reads=sum(g.extra["host_reads"] for g in run.generations),
-                         overhead_definition="generation wall / bare forwards (prefill + counted steps) "
-                         "replayed in the same execution mode")
-        system = args.system or f"{model_field(ckpt)['name']} ({name})"
-        records.append(make_record("engine_bench", system=system, engine=name,
-                                   model=model_field(ckpt), metrics=metrics, policy=policy.as_record(),
-                                   suite="tinycode", n_problems=len(problems), extra=extra))
-        print(f"{name:12s} tokens/s {run.tokens_per_s:9.1f}  TPF {run.tpf:.3f}  NFE/req {run.nfe / len(prompts):6.2f}"
-              f"  wall {run.total_wall_s:7.2f}s  overhead {_fmt(run.overhead)}  identical to {base.name}: "
-              f"{same}/{len(prompts)}")
+    for name, result in results.items():
+        run, summary = result.median, result.median.summary
+        metrics = {**summary.metrics(), "wall_s": summary.total_s}
+        if run.overhead is not None:
+            metrics.update(overhead=run.overhead, forward_time_s=sum(t.after_s for t in run.timings))
+        if result.step_time_s is not None:
+            metrics["step_time_s"] = result.step_time_s
+        if name == "dlmrt" and speedup_vs_eager is not None:
+            metrics["speedup_vs_eager"] = speedup_vs_eager
+        if name != "reference" and _ratio(speed[name], speed.get("reference")) is not None:
+            metrics["speedup_vs_reference"] = speed[name] / speed["reference"]
+        same = sum(a.token_ids == b.token_ids and a.nfe == b.nfe for a, b in zip(run.generations, base.generations,
+                                                                                  strict=True))
+        info = engines[name].describe()
+        extra = {"max_new_tokens": args.max_new_tokens, "warmup": run.warmup, "rounds": rounds,
+                 "tokens_per_s_rounds": result.tokens_per_s_rounds, "threads": torch.get_num_threads(),
+                 "device": info.device, "compared_to": base.name, "identical_outputs": same, **info.settings,
+                 "per_request": timings_as_dicts(run.timings)}
+        if result.kernels_per_step is not None:
+            extra["kernels_per_step"] = result.kernels_per_step
+        if args.check_sync:
+            extra["host_sync_in_chunk"] = result.host_sync
+        if run.overhead is not None:
+            extra["overhead_definition"] = ("generation wall / bare forwards (prefill + counted steps) replayed in "
+                                            "the same execution mode")
+        block = model_block(info)
+        records.append(make_record("engine_bench", system=args.system or f"{block['name']} ({name})", engine=name,
+                                   model=block, metrics=metrics, policy=info.policy, suite=args.suite,
+                                   n_problems=len(problems), extra=extra))
+        spread = result.tokens_per_s_rounds
+        print(f"{name:12s} tokens/s {summary.tokens_per_s:9.1f} (rounds {min(spread):.0f}-{max(spread):.0f})  "
+              f"TPF {summary.tpf:.3f}  NFE/req {summary.nfe / len(prompts):6.2f}  wall {summary.total_s:7.2f}s  "
+              f"overhead {_fmt(run.overhead)}  identical to {base.name}: {same}/{len(prompts)}")
     write_records(args.out, records)
-    overhead = compiled.overhead if compiled else (eager.overhead if eager else None)
+    syncs = {name: r.host_sync for name, r in results.items() if r.host_sync}
+    if syncs:
+        print(f"HOST SYNCHRONISATION inside a chunk: {syncs}")
+    elif args.check_sync:
+        print("no host synchronisation inside a chunk (sync debug mode 'error')")
+    overhead = next((results[n].median.overhead for n in ("dlmrt", "dlmrt-eager") if n in results), None)
     print(f"overhead={_fmt(overhead)}")
     print(f"speedup_vs_eager={_fmt(speedup_vs_eager)}")
-    print(f"speedup_vs_reference={_fmt(speedup_vs_reference)}")
+    print(f"speedup_vs_reference={_fmt(_ratio(speed.get('dlmrt'), speed.get('reference')))}")
     if ckpt.config.get("quantization_config"):
         from orl.kernels.quantize import weight_bytes
 
         print(f"weight_bytes_ratio={weight_bytes(ckpt.model)['weight_bytes_ratio']:.4f}")
-    return 0
+    return 1 if syncs else 0

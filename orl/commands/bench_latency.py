@@ -4,53 +4,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orl.commands.common import add_model_args, add_progress_flag, parse_device, policy_arg, torch_dtype
+from orl.commands.common import add_engine_args, add_progress_flag, build_from_args, model_block
 
 SPECULATIVE_ENGINES = ("hf-assisted", "dflash")
 
 
 def register(subparsers) -> None:
-    from orl.engines.registry import ENGINE_NAMES
-
     p = subparsers.add_parser(
         "bench-latency", help="batch-1 latency of an engine over a task suite, written as a 'latency' record",
-        description="Run W warm-up requests, then one greedy request per prompt of the suite, one at a time "
-        "(synchronised on GPU); write one 'latency' record with median and p90 latency, tokens/s, counted TPF "
-        "and NFE (and acceptance length / draft forwards for speculative rows). A row that cannot run here "
-        "(vllm / sglang without CUDA) gets a 'not run: <reason>' record and exit code 0. Prints "
+        description="Run W warm-up requests (plus one per compiled shape), then one greedy request per prompt of "
+        "the suite, one at a time (synchronised on GPU); write one 'latency' record with median and p90 latency, "
+        "tokens/s, counted TPF and NFE (and acceptance length / draft forwards for speculative rows). A row that "
+        "cannot run here (vllm / sglang without CUDA) gets a 'not run: <reason>' record and exit code 0. Prints "
         "'median_s=<x> p90_s=<x> tokens_per_s=<x> tpf=<x>' last.",
     )
-    p.add_argument("--engine", required=True, choices=ENGINE_NAMES, help="engine or baseline to measure")
-    p.add_argument("--ckpt", required=True, help="checkpoint directory (the AR target for speculative rows)")
-    p.add_argument("--draft", default=None, help="draft model (hf-assisted, vllm) or block-diffusion drafter (dflash)")
-    p.add_argument("--policy", default="fixed:1", type=policy_arg, help="dLLM commit policy: fixed:K, "
-                   "threshold:T, factor:F, or @FILE.json (an operating-point file) (default: fixed:1)")
+    add_engine_args(p, None)
     p.add_argument("--suite", default="tinycode", choices=["tinycode", "humaneval"], help="prompt suite")
     p.add_argument("--difficulty", default="medium", help="TinyCode difficulty (default: medium)")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     p.add_argument("--warmup", type=int, default=3, help="warm-up requests, not measured (default: 3)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="generation budget per request (default: 64)")
+    p.add_argument("--ignore-eos", action="store_true", help="speed runs: generate every request to "
+                   "--max-new-tokens whatever the model emits (as serving benchmarks do; METHOD.md §4)")
     p.add_argument("--system", default=None, help="table row name stored in the record (default: derived)")
-    add_model_args(p)
-    p.add_argument("--no-residual", action="store_true", help="decode dLLMs with the residual context off")
     p.add_argument("--out", required=True, help="records file (.jsonl) to write")
     add_progress_flag(p)
     p.set_defaults(func=run_bench_latency)
-
-
-class RecordingEngine:
-    """Passes requests through to an engine and keeps every Generation (for fields the summary drops)."""
-
-    def __init__(self, engine):
-        self.engine = engine
-        self.name = getattr(engine, "name", "engine")
-        self.device = getattr(engine, "device", None)  # the latency protocol synchronises on CUDA devices
-        self.generations = []
-
-    def generate(self, prompt: str, max_new_tokens: int):
-        generation = self.engine.generate(prompt, max_new_tokens)
-        self.generations.append(generation)
-        return generation
 
 
 def speculative_metrics(engine_name: str, generations) -> dict[str, float]:
@@ -87,46 +65,23 @@ def acceptance_rate(generations) -> float | None:
     return accepted / drafted if drafted else None
 
 
-def _model_block(engine, ckpt_dir: str) -> dict:
-    """The record's `model` block, from the engine's loaded checkpoint or from config.json."""
-    from orl.commands.common import model_field
-    from orl.model.checkpoint import checkpoint_digest, read_config
-
-    ckpt = getattr(engine, "ckpt", None)
-    if ckpt is not None:
-        return model_field(ckpt)
-    name = read_config(ckpt_dir).get("orl_model_name") or Path(ckpt_dir).name
-    return {"name": name, "ckpt": str(ckpt_dir), "ckpt_sha256": checkpoint_digest(ckpt_dir),
-            "precision": str(getattr(engine, "precision", None) or "unknown")}
-
-
-def _policy_block(engine, policy) -> dict | None:
-    if hasattr(engine, "policy_record"):
-        return engine.policy_record()
-    ckpt = getattr(engine, "ckpt", None)
-    return policy.as_record() if ckpt is not None and ckpt.is_diffusion else None
-
-
 def run_bench_latency(args) -> int:
     from orl.engines.base import EngineUnavailable
-    from orl.engines.policy import Policy
-    from orl.engines.registry import build_engine
     from orl.eval.latency import measure_latency, timings_as_dicts
-    from orl.model.checkpoint import checkpoint_digest
+    from orl.model.checkpoint import checkpoint_digest, read_json_config
     from orl.records import make_record, not_run, write_records
     from orl.tasks import load_suite
 
-    policy = Policy.parse(args.policy)
     problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
     prompts = [problem["prompt"] for problem in problems]
-    extra = {"max_new_tokens": args.max_new_tokens, "warmup": args.warmup, "device": args.device,
-             "draft": args.draft, "draft_sha256": checkpoint_digest(args.draft) if args.draft else None}
+    extra = {"max_new_tokens": args.max_new_tokens, "device": args.device, "draft": args.draft,
+             "draft_sha256": checkpoint_digest(args.draft) if args.draft else None, "ignore_eos": args.ignore_eos}
     try:
-        engine = build_engine(args.engine, args.ckpt, policy=policy, draft_dir=args.draft,
-                              device=parse_device(args.device), dtype=torch_dtype(args.dtype),
-                              residual=not args.no_residual)
+        engine = build_from_args(args)
     except EngineUnavailable as exc:
-        model = _model_block(None, args.ckpt)
+        config = read_json_config(Path(args.ckpt) / "config.json", "a checkpoint needs config.json")
+        model = {"name": config.get("orl_model_name") or Path(args.ckpt).name, "ckpt": str(args.ckpt),
+                 "ckpt_sha256": checkpoint_digest(args.ckpt), "precision": "unknown"}
         system = args.system or f"{model['name']} ({args.engine})"
         record = not_run("latency", system=system, engine=args.engine, reason=str(exc), suite=args.suite,
                          n_problems=len(prompts), extra=extra, model=model)
@@ -134,31 +89,28 @@ def run_bench_latency(args) -> int:
         print(f"{system}: not run: {exc}")
         return 0
 
-    model = _model_block(engine, args.ckpt)
+    info = engine.describe()
+    model = model_block(info)
     system = args.system or f"{model['name']} ({args.engine})"
-    recorder = RecordingEngine(engine)
-    timings, summary = measure_latency(recorder, prompts, args.max_new_tokens, warmup=args.warmup,
-                                       progress=not args.no_progress)
-    measured = recorder.generations[args.warmup:]
+    run = measure_latency(engine, prompts, args.max_new_tokens, warmup=args.warmup, progress=not args.no_progress)
+    summary = run.summary
     metrics = summary.metrics()
     if summary.nfe == 0:
         # The engine could not count its forwards (sglang's dLLM backend): no TPF rather than a wrong one.
         metrics.pop("tpf")
         metrics.pop("nfe_mean")
-    metrics["prefill_forwards_mean"] = sum(t.prefill_forwards for t in timings) / len(timings)
-    metrics.update(speculative_metrics(args.engine, measured))
-    rate = acceptance_rate(measured)
+    metrics["prefill_forwards_mean"] = sum(t.prefill_forwards for t in run.timings) / len(run.timings)
+    metrics.update(speculative_metrics(args.engine, run.generations))
+    rate = acceptance_rate(run.generations)
     if rate is not None:
         metrics["acceptance_rate"] = rate
-    extra["per_request"] = timings_as_dicts(timings)
-    if any(g.extra for g in measured):
-        extra["engine_extra"] = [g.extra for g in measured]
-    record = make_record(
-        "latency", system=system, engine=args.engine, model=model, metrics=metrics,
-        policy=_policy_block(engine, policy), suite=args.suite, n_problems=len(prompts), extra=extra,
-    )
+    extra.update(warmup=run.warmup, device=info.device, **info.settings, per_request=timings_as_dicts(run.timings))
+    if any(g.extra for g in run.generations):
+        extra["engine_extra"] = [g.extra for g in run.generations]
+    record = make_record("latency", system=system, engine=info.name, model=model, metrics=metrics,
+                         policy=info.policy, suite=args.suite, n_problems=len(prompts), extra=extra)
     write_records(args.out, [record])
-    parts = [f"{system}: {summary.n_requests} requests after {args.warmup} warm-up, {summary.tokens} tokens, "
+    parts = [f"{system}: {summary.n_requests} requests after {run.warmup} warm-up, {summary.tokens} tokens, "
              f"NFE {summary.nfe}"]
     if "acceptance_length" in metrics:
         parts.append(f"acceptance length {metrics['acceptance_length']:.3f}")

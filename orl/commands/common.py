@@ -8,13 +8,19 @@ from pathlib import Path
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
-def model_field(ckpt, name: str | None = None) -> dict:
-    """The record's `model` block for a loaded Checkpoint."""
+def model_block(info) -> dict:
+    """The record's `model` block for an engine's EngineInfo (orl.engines.base)."""
     from orl.model.checkpoint import checkpoint_digest
 
-    name = name or ckpt.config.get("orl_model_name") or Path(ckpt.path).name
-    return {"name": name, "ckpt": str(ckpt.path),
-            "ckpt_sha256": checkpoint_digest(ckpt.path), "precision": ckpt.precision}
+    return {"name": info.model_name, "ckpt": info.ckpt,
+            "ckpt_sha256": checkpoint_digest(info.ckpt) if info.ckpt else None, "precision": info.precision}
+
+
+def model_field(ckpt) -> dict:
+    """The record's `model` block for a loaded Checkpoint (training and benchmark commands)."""
+    from orl.engines.base import checkpoint_info
+
+    return model_block(checkpoint_info("", ckpt, "cpu"))
 
 
 def add_progress_flag(parser) -> None:
@@ -39,6 +45,13 @@ def policy_arg(text: str) -> str:
     if not isinstance(data, dict) or not isinstance(data.get("policy"), str):
         raise InputError(f"--policy {text}: {path}: policy: expected a string such as 'threshold:0.9'")
     return data["policy"]
+
+
+def parse_policy(text: str):
+    """The Policy of a --policy value (a spec, or @FILE.json naming an operating-point file)."""
+    from orl.decoding import Policy
+
+    return Policy.parse(policy_arg(text))
 
 
 def parse_device(text: str) -> str:
@@ -71,3 +84,30 @@ def add_model_args(parser, *, dtype: bool = True) -> None:
     if dtype:
         parser.add_argument("--dtype", default="auto", choices=DTYPES,
                             help="weights' dtype; auto = the checkpoint's own (config.json torch_dtype)")
+
+
+def add_engine_args(parser, default_engine: str) -> None:
+    """The arguments that choose an engine and what it runs (generate, eval-quality, bench-latency)."""
+    from orl.engines.registry import ENGINE_NAMES
+
+    parser.add_argument("--ckpt", required=True, help="checkpoint directory (HF layout; NVFP4-quantized ones too)")
+    parser.add_argument("--engine", default=default_engine, required=default_engine is None, choices=ENGINE_NAMES,
+                        help="engine or baseline" + (f" (default: {default_engine})" if default_engine else "")
+                        + "; 'reference' picks greedy AR decoding for an AR checkpoint and LLaDA-style block "
+                        "decoding for a dLLM")
+    parser.add_argument("--policy", default="fixed:1", help="dLLM commit policy: fixed:K, threshold:T, "
+                        "strict-threshold:T or factor:F, or @FILE.json from `orl operating-point` (default: fixed:1, "
+                        "one token per step)")
+    parser.add_argument("--draft", default=None, help="draft / drafter checkpoint for hf-assisted and dflash")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="generation budget (default: 64)")
+    parser.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
+    add_model_args(parser)
+
+
+def build_from_args(args, log_steps: bool = False):
+    """The engine the --engine/--ckpt/--policy/... arguments name (orl.engines.registry)."""
+    from orl.engines.registry import build_engine
+
+    return build_engine(args.engine, args.ckpt, policy=parse_policy(args.policy), draft_dir=args.draft,
+                        device=parse_device(args.device), dtype=torch_dtype(args.dtype), residual=not args.no_residual,
+                        log_steps=log_steps, ignore_eos=getattr(args, "ignore_eos", False))

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device, torch_dtype
+from orl.commands.common import (
+    add_model_args,
+    add_progress_flag,
+    model_block,
+    parse_device,
+    parse_policy,
+    torch_dtype,
+)
 
 
 def register(subparsers) -> None:
@@ -24,28 +31,22 @@ def register(subparsers) -> None:
 
 
 def run_entropy_profile(args) -> int:
-    from orl.engines.policy import Policy
     from orl.engines.registry import build_engine
+    from orl.eval.entropy import entropy_per_step
     from orl.eval.quality import generate_all
     from orl.records import make_record, write_records
     from orl.tasks import load_suite
 
     problems = load_suite(args.suite, limit=args.limit)
-    policy = Policy.parse(args.policy)
-    engine = build_engine("reference", args.ckpt, policy=policy, log_steps=True, device=parse_device(args.device),
-                          dtype=torch_dtype(args.dtype))
-    generations = generate_all(engine, problems, args.max_new_tokens, progress=not args.no_progress)
-    sums: dict[int, list[float]] = {}
-    for gen in generations:
-        for log in gen.steps or []:
-            if log.masked_before:
-                sums.setdefault(log.step, []).append(log.mean_entropy)
-    per_step = [sum(v) / len(v) for _, v in sorted(sums.items())]
-    counts = [len(v) for _, v in sorted(sums.items())]
-    model = model_field(engine.ckpt)
-    record = make_record("entropy", system=args.system or model["name"], engine="reference", model=model,
-                         policy=policy.as_record(), suite=args.suite, n_problems=len(problems), metrics={},
-                         extra={"mean_entropy_per_step": per_step, "states_per_step": counts})
+    engine = build_engine("reference", args.ckpt, policy=parse_policy(args.policy), log_steps=True,
+                          device=parse_device(args.device), dtype=torch_dtype(args.dtype))
+    per_step, counts = entropy_per_step(generate_all(engine, problems, args.max_new_tokens,
+                                                     progress=not args.no_progress))
+    info = engine.describe()
+    model = model_block(info)
+    record = make_record("entropy", system=args.system or model["name"], engine=info.name, model=model,
+                         policy=info.policy, suite=args.suite, n_problems=len(problems), metrics={},
+                         extra={"mean_entropy_per_step": per_step, "states_per_step": counts, "device": info.device})
     write_records(args.out, [record])
     print("mean entropy per step: " + " ".join(f"{h:.3f}" for h in per_step[:16]))
     return 0

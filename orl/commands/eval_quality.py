@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from orl.commands.common import add_progress_flag, model_field
-from orl.commands.generate import add_engine_args, build_from_args
+from orl.commands.common import add_engine_args, add_progress_flag, build_from_args, model_block
 
 
 def register(subparsers) -> None:
@@ -32,7 +31,7 @@ def run_eval_quality(args) -> int:
 
     problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
     try:
-        engine, policy = build_from_args(args)
+        engine = build_from_args(args)
     except EngineUnavailable as exc:  # a GPU row on a CPU machine: the table says why
         system = args.system or f"{args.ckpt} ({args.engine})"
         write_records(args.out, [not_run("quality", system=system, engine=args.engine, reason=str(exc),
@@ -41,15 +40,15 @@ def run_eval_quality(args) -> int:
         return 0
     result = evaluate_quality(engine, problems, args.max_new_tokens, timeout_s=args.timeout,
                               progress=not args.no_progress, workers=args.workers)
-    ckpt = getattr(engine, "ckpt", None)
-    model = model_field(ckpt) if ckpt is not None else {"name": args.ckpt, "ckpt": args.ckpt, "precision": "unknown"}
+    info = engine.describe()
+    model = model_block(info)
     record = make_record(
-        "quality", system=args.system or f"{model['name']} ({args.engine})", engine=args.engine, model=model,
+        "quality", system=args.system or f"{model['name']} ({args.engine})", engine=info.name, model=model,
         metrics={"pass_at_1": result.pass_at_1, "tpf": result.tpf, "nfe_mean": result.nfe_mean,
                  "tokens": result.tokens, "wall_s": result.wall_s},
-        policy=policy.as_record(), suite=args.suite, n_problems=len(problems), per_problem=result.per_problem,
-        extra={"isolation": result.isolation, "max_new_tokens": args.max_new_tokens,
-               "residual": not args.no_residual},
+        policy=info.policy, suite=args.suite, n_problems=len(problems), per_problem=result.per_problem,
+        extra={"isolation": result.isolation, "max_new_tokens": args.max_new_tokens, "device": info.device,
+               **info.settings},
     )
     write_records(args.out, [record])
     print(f"{args.suite}: {sum(r['passed'] for r in result.per_problem)}/{len(problems)} passed, "

@@ -19,6 +19,7 @@ def register(subparsers) -> None:
 
 
 def run_operating_point(args) -> int:
+    from orl.decoding import Policy
     from orl.errors import InputError
     from orl.eval.operating_point import choose_operating_point
     from orl.io import atomic_write_json
@@ -29,11 +30,12 @@ def run_operating_point(args) -> int:
     if not sweep or not reference:
         raise InputError(f"{args.sweep if not sweep else args.reference}: no measured "
                          f"{'sweep' if not sweep else 'quality'} record")
-    points = [(r["policy"]["params"]["tau"], r["metrics"]["pass_at_1"], r["metrics"]["tpf"]) for r in sweep]
+    taus = [Policy.from_record(r["policy"], f"{args.sweep}: policy").value for r in sweep]
+    points = [(tau, r["metrics"]["pass_at_1"], r["metrics"]["tpf"]) for tau, r in zip(taus, sweep, strict=True)]
     point = choose_operating_point(points, reference[0]["metrics"]["pass_at_1"], args.tolerance)
     atomic_write_json(args.out, point.to_dict())
     if args.quality_out:
-        chosen = next(r for r in sweep if r["policy"]["params"]["tau"] == point.tau)
+        chosen = next(r for tau, r in zip(taus, sweep, strict=True) if tau == point.tau)
         record = make_record(
             "quality", system=chosen["system"], engine=chosen["engine"], model=chosen["model"],
             policy=chosen["policy"], suite=chosen["suite"], n_problems=chosen["n_problems"],

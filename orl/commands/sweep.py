@@ -25,38 +25,37 @@ def register(subparsers) -> None:
 
 
 def run_sweep(args) -> int:
-    from orl.engines.policy import Policy
-    from orl.engines.registry import build_engine
+    from orl.engines.registry import engine_for_checkpoint
     from orl.eval.aup import aup_or_none
-    from orl.eval.quality import evaluate_quality
+    from orl.eval.sweep import SweepPoint, run_sweep
+    from orl.model.checkpoint import load_checkpoint
     from orl.records import make_record, write_records
     from orl.tasks import load_suite
 
-    device = parse_device(args.device)
+    ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype))
     problems = load_suite(args.suite, limit=args.limit)
     taus = [float(t) for t in args.thresholds.split(",") if t.strip()]
-    records, points = [], []
-    for tau in taus:
-        policy = Policy.parse(f"threshold:{tau}")
-        engine = build_engine(args.engine, args.ckpt, policy=policy, device=device, dtype=torch_dtype(args.dtype))
-        engine.generate(problems[0]["prompt"], args.max_new_tokens)  # warm-up: compilation is not timed
-        result = evaluate_quality(engine, problems, args.max_new_tokens, progress=not args.no_progress)
-        model = model_field(engine.ckpt)
-        system = args.system or model["name"]
-        tokens_per_s = result.tokens / result.wall_s if result.wall_s else None
-        records.append(make_record(
-            "sweep", system=system, engine=args.engine, model=model, policy=policy.as_record(), suite=args.suite,
-            n_problems=len(problems), metrics={"pass_at_1": result.pass_at_1, "tpf": result.tpf,
-                                               "tokens_per_s": tokens_per_s, "nfe_mean": result.nfe_mean},
-            per_problem=result.per_problem))
-        points.append((result.tpf, result.pass_at_1))
-        print(f"tau={tau:g} pass@1={result.pass_at_1:.4f} tpf={result.tpf:.3f} tokens_per_s={tokens_per_s:.1f}",
-              flush=True)
-    area, note = aup_or_none(points)  # undefined (None, why) e.g. for a model whose TPF < 1
-    records.append(make_record("aup", system=records[0]["system"], engine=args.engine, model=records[0]["model"],
-                               suite=args.suite, n_problems=len(problems), metrics={"aup": area},
-                               extra={"points": [{"tau": t, "tpf": p[0], "pass_at_1": p[1]}
-                                                 for t, p in zip(taus, points, strict=True)], "note": note}))
+
+    def report(point: SweepPoint) -> None:
+        r = point.result
+        print(f"tau={point.policy.value:g} pass@1={r.pass_at_1:.4f} tpf={r.tpf:.3f} "
+              f"tokens_per_s={point.tokens_per_s or 0:.1f}", flush=True)
+
+    points = run_sweep(lambda policy: engine_for_checkpoint(args.engine, ckpt, policy=policy), problems, taus,
+                       args.max_new_tokens, progress=not args.no_progress, report=report)
+    model = model_field(ckpt)
+    system = args.system or model["name"]
+    records = [make_record(
+        "sweep", system=system, engine=args.engine, model=model, policy=p.policy.to_record(), suite=args.suite,
+        n_problems=len(problems), metrics={"pass_at_1": p.result.pass_at_1, "tpf": p.result.tpf,
+                                           "tokens_per_s": p.tokens_per_s, "nfe_mean": p.result.nfe_mean},
+        per_problem=p.result.per_problem, extra={"device": p.engine.describe().device, **p.engine.describe().settings},
+    ) for p in points]
+    area, note = aup_or_none([(p.result.tpf, p.result.pass_at_1) for p in points])
+    records.append(make_record("aup", system=system, engine=args.engine, model=model, suite=args.suite,
+                               n_problems=len(problems), metrics={"aup": area},
+                               extra={"points": [{"tau": p.policy.value, "tpf": p.result.tpf,
+                                                  "pass_at_1": p.result.pass_at_1} for p in points], "note": note}))
     write_records(args.out, records)
     print(f"aup={area:.4f}" if area is not None else f"aup=undefined ({note})")
     return 0

@@ -1,6 +1,8 @@
-"""The batch-1 latency protocol (METHOD.md §4).
+"""The one timing protocol (METHOD.md §4), behind bench-latency, bench-engine and bench-scale.
 
-    1. run W warm-up requests (compilation, graph capture, caches) and discard them;
+    1. warm up: W requests (cycling over the prompts), plus one request for every further
+       compiled shape the suite needs (Engine.compile_key), so that no compilation or graph
+       capture lands inside a timed request; discard them;
     2. run every prompt of the suite once, one request at a time; around each request
        synchronise the GPU (when the engine runs on CUDA) so the wall time covers all
        queued work, prefill included;
@@ -8,7 +10,8 @@
        tokens/s = Σ generated tokens / Σ wall time, TPF = Σ tokens / Σ NFE.
 
 Tokens/s is a ratio of sums, not a mean of per-request rates, so a long request
-weighs by its length, as it does for a user.
+weighs by its length, as it does for a user. An optional `after_request` runs right
+after each request, outside its timing (dlmrt's bare-forward replay measures there).
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
-from orl.engines.base import Engine
+from orl.engines.base import Engine, Generation, synchronizer
 from orl.errors import InputError
 
 
@@ -31,6 +34,7 @@ class RequestTiming:
     nfe: int  # model forwards during generation, prefill excluded
     prefill_forwards: int = 0
     draft_forwards: int = 0
+    after_s: float | None = None  # what `after_request` returned (dlmrt: its bare forwards' time)
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ class LatencySummary:
     tpf: float
 
     def metrics(self) -> dict[str, float | int]:
-        """The summary under the metric names of the record schema (orl/records.py)."""
+        """The summary under the metric names of the record schema (orl/records/record.schema.json)."""
         return {
             "latency_median_s": self.median_s,
             "latency_p90_s": self.p90_s,
@@ -59,8 +63,28 @@ class LatencySummary:
         }
 
     def last_line(self) -> str:
-        """The line `orl bench-latency` prints last (the issue's interface)."""
+        """The line `orl bench-latency` prints last."""
         return f"median_s={self.median_s:.6g} p90_s={self.p90_s:.6g} tokens_per_s={self.tokens_per_s:.6g} tpf={self.tpf:.6g}"
+
+
+@dataclass
+class SuiteRun:
+    """One engine over a prompt set: what each measured request produced and cost."""
+
+    name: str
+    warmup: int
+    generations: list[Generation] = field(default_factory=list)
+    timings: list[RequestTiming] = field(default_factory=list)
+
+    @property
+    def summary(self) -> LatencySummary:
+        return summarize(self.timings, self.warmup)
+
+    @property
+    def overhead(self) -> float | None:
+        """Σ wall / Σ after_request seconds (dlmrt: wall over its bare forwards), None when not measured."""
+        after = [t.after_s for t in self.timings]
+        return sum(t.wall_s for t in self.timings) / sum(after) if after and None not in after else None
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -85,74 +109,66 @@ def summarize(timings: Sequence[RequestTiming], warmup: int = 0) -> LatencySumma
     tokens = sum(t.tokens for t in timings)
     nfe = sum(t.nfe for t in timings)
     return LatencySummary(
-        n_requests=len(timings),
-        warmup=warmup,
-        median_s=percentile(walls, 50),
-        p90_s=percentile(walls, 90),
-        mean_s=total_s / len(timings),
-        total_s=total_s,
-        tokens=tokens,
-        nfe=nfe,
-        tokens_per_s=tokens / total_s if total_s > 0 else 0.0,
-        tpf=tokens / nfe if nfe else 0.0,
+        n_requests=len(timings), warmup=warmup, median_s=percentile(walls, 50), p90_s=percentile(walls, 90),
+        mean_s=total_s / len(timings), total_s=total_s, tokens=tokens, nfe=nfe,
+        tokens_per_s=tokens / total_s if total_s > 0 else 0.0, tpf=tokens / nfe if nfe else 0.0,
     )
 
 
-def cuda_synchronizer(engine: Engine) -> Callable[[], None] | None:
-    """torch.cuda.synchronize for the engine's device when the engine reports a CUDA device."""
-    device = getattr(engine, "device", None)
-    if device is None or not str(device).startswith("cuda"):
-        return None
-    import torch
-
-    return lambda: torch.cuda.synchronize(device)
-
-
-def time_request(engine: Engine, prompt: str, max_new_tokens: int, sync: Callable[[], None] | None) -> RequestTiming:
-    """One synchronised request: wall time measured here, not trusted from the engine."""
+def time_request(engine: Engine, prompt: str, max_new_tokens: int,
+                 sync: Callable[[], None] | None) -> tuple[Generation, float]:
+    """One synchronised request: (its Generation, wall seconds measured here, not trusted from the engine)."""
     if sync is not None:
         sync()  # nothing from before may leak into this request's time
     start = time.perf_counter()
     generation = engine.generate(prompt, max_new_tokens)
     if sync is not None:
         sync()
-    wall = time.perf_counter() - start
-    return RequestTiming(
-        wall_s=wall,
-        tokens=generation.num_tokens,
-        nfe=generation.nfe,
-        prefill_forwards=generation.prefill_forwards,
-        draft_forwards=generation.draft_forwards,
-    )
+    return generation, time.perf_counter() - start
+
+
+def warmup_prompts(engine: Engine, prompts: Sequence[str], max_new_tokens: int, warmup: int) -> list[str]:
+    """`warmup` prompts cycling over the suite, plus one per compiled shape not met by them."""
+    chosen = [prompts[i % len(prompts)] for i in range(warmup)]
+    seen = {engine.compile_key(p, max_new_tokens) for p in chosen}
+    for prompt in prompts:
+        key = engine.compile_key(prompt, max_new_tokens)
+        if key is not None and key not in seen:
+            seen.add(key)
+            chosen.append(prompt)
+    return chosen
 
 
 def measure_latency(
-    engine: Engine,
-    prompts: Sequence[str],
-    max_new_tokens: int,
-    *,
-    warmup: int = 3,
-    progress: bool = True,
-) -> tuple[list[RequestTiming], LatencySummary]:
-    """Run the protocol: `warmup` discarded requests (cycling over the prompts), then one per prompt."""
+    engine: Engine, prompts: Sequence[str], max_new_tokens: int, *, warmup: int = 3,
+    after_request: Callable[[Generation], float] | None = None, progress: bool = True,
+) -> SuiteRun:
+    """Run the protocol (module docstring) and return every measured request."""
     if not prompts:
         raise InputError("latency: the prompt set is empty")
     if warmup < 0:
         raise InputError(f"latency: warmup must be >= 0, got {warmup}")
-    if max_new_tokens < 1:
-        raise InputError(f"latency: max_new_tokens must be positive, got {max_new_tokens}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise InputError(f"latency: max_new_tokens must be a positive integer, got {max_new_tokens!r}")
     from tqdm.auto import tqdm
 
-    sync = cuda_synchronizer(engine)
-    name = getattr(engine, "name", "engine")
-    for i in tqdm(range(warmup), desc=f"warm-up ({name})", disable=not progress or warmup == 0, leave=False):
-        time_request(engine, prompts[i % len(prompts)], max_new_tokens, sync)
-    timings = []
-    bar = tqdm(prompts, desc=f"latency ({name})", unit="req", disable=not progress, leave=False)
+    sync = synchronizer(engine.device)
+    extra_warmup = warmup_prompts(engine, prompts, max_new_tokens, warmup)
+    for prompt in tqdm(extra_warmup, desc=f"warm-up ({engine.name})", disable=not progress or not extra_warmup,
+                       leave=False):
+        generation, _ = time_request(engine, prompt, max_new_tokens, sync)
+        if after_request is not None:
+            after_request(generation)  # compiles / captures what it runs too
+    run = SuiteRun(engine.name, len(extra_warmup))
+    bar = tqdm(prompts, desc=f"latency ({engine.name})", unit="req", disable=not progress, leave=False)
     for prompt in bar:
-        timings.append(time_request(engine, prompt, max_new_tokens, sync))
-        bar.set_postfix(last_s=f"{timings[-1].wall_s:.3f}")
-    return timings, summarize(timings, warmup=warmup)
+        generation, wall = time_request(engine, prompt, max_new_tokens, sync)
+        after = after_request(generation) if after_request is not None else None
+        run.generations.append(generation)
+        run.timings.append(RequestTiming(wall, generation.num_tokens, generation.nfe, generation.prefill_forwards,
+                                         generation.draft_forwards, after))
+        bar.set_postfix(last_s=f"{wall:.3f}")
+    return run
 
 
 def timings_as_dicts(timings: Sequence[RequestTiming]) -> list[dict]:

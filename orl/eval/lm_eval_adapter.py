@@ -90,7 +90,7 @@ class OrlLM(LM):
         max_batch_size=None,
     ):
         super().__init__()
-        from orl.engines.policy import Policy
+        from orl.decoding import Policy
         from orl.engines.registry import build_engine
         from orl.model.checkpoint import read_config
         from orl.tokenizer import load_tokenizer
@@ -140,12 +140,10 @@ class OrlLM(LM):
         if self.is_diffusion:
             raise NotImplementedError(DIFFUSION_LOGLIKELIHOOD)
         if self._ar_model is None:
-            ckpt = getattr(self.engine, "ckpt", None)
-            if ckpt is None or getattr(ckpt, "is_diffusion", True):
-                from orl.model.checkpoint import load_checkpoint
+            # Our own model code scores the AR checkpoint, whichever engine generates.
+            from orl.model.checkpoint import load_checkpoint
 
-                ckpt = load_checkpoint(self.ckpt_dir, device=self._device)
-            self._ar_model = ckpt.model
+            self._ar_model = load_checkpoint(self.ckpt_dir, device=self._device).model
         return self._ar_model
 
     def _split(self, context: str, continuation: str) -> tuple[list[int], list[int]]:

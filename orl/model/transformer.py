@@ -35,6 +35,7 @@ class ModelConfig:
     tie_word_embeddings: bool = True
     # Block diffusion (METHOD.md §1-2); ignored by the AR model.
     attention_mode: str = "causal"  # "causal" or "block-causal"
+    block_layout: str = "after-prompt"  # where blocks sit: "after-prompt" (ours) or "absolute" (SDAR), orl/decoding/layout.py
     block_size: int = 16
     mask_token_id: int | None = None
     residual_alpha: float = 0.0  # α of the residual-context weight w = α(1 - H/log V)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from orl.engines.policy import Policy
+from orl.decoding import Policy, decode_rule
 from orl.errors import CheckpointError, ConfigError, InputError
 from orl.model.checkpoint import checkpoint_digest, load_checkpoint
 from orl.tasks import tinycode
@@ -38,7 +38,7 @@ from orl.train.config import OptimConfig, TrainPreset
 from orl.train.loop import StepResult, train
 from orl.train.losses import aec_loss, dparallel_entropy, masked_ce
 from orl.train.replay import replay_logits
-from orl.train.rollout import CapturedStates, attach_targets, rollout
+from orl.train.rollout import CapturedStates, attach_targets, prompt_prefixes, rollout
 
 ABLATIONS = ("none", "no-residual", "offline", "no-aec", "aec-nogate", "dparallel")
 
@@ -84,9 +84,8 @@ def collect_states(model, tokenizer, problems: list[dict], preset: TrainPreset, 
     cfg = preset.orl
     t0 = time.perf_counter()
     prompts = [tokenizer.encode(p["prompt"]) for p in problems]
-    policy = Policy("threshold", cfg.tau_train)
-    result = rollout(model, prompts, policy, max_new_tokens=preset.diffusion.max_new_tokens, alpha=alpha,
-                     eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
+    rule = decode_rule(model.config, tokenizer.eos_ids, Policy("threshold", cfg.tau_train), residual=alpha > 0)
+    result = rollout(model, prompts, rule, max_new_tokens=preset.diffusion.max_new_tokens, pad_id=tokenizer.pad_id)
     texts = [tokenizer.decode_completion(ids) for ids in result.completion_ids]
     verdicts = check_many(problems, texts, progress=False, timeout_s=3.0)
     passed = torch.tensor([v.passed for v in verdicts])
@@ -100,7 +99,7 @@ def collect_states(model, tokenizer, problems: list[dict], preset: TrainPreset, 
                 stats.reference_targets += 1
         passed = torch.ones_like(passed)
     states = result.states
-    attach_targets(states, completions, model.config.block_size, tokenizer.eos_id)
+    attach_targets(states, completions, model.config.block_size, tokenizer.eos_id, prompt_prefixes(prompts, rule))
     states = states.select(passed[states.request])
     stats.refreshes += 1
     stats.rollout_tpf.append(result.tpf)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from orl.engines.policy import mix_residual
+from orl.decoding.residual import mix_residual
 from orl.model.masks import block_causal_limits
 from orl.model.transformer import Transformer
 from orl.train.rollout import CapturedStates
@@ -83,7 +83,7 @@ def replay_logits(model: Transformer, states: CapturedStates, pack_tokens: int =
         local = torch.arange(n)
         positions[r, s : s + n] = local
         seg_start[r, s : s + n] = s
-        limits[r, s : s + n] = s + block_causal_limits(local[None], int(states.prompt_len[i]), B)[0]
+        limits[r, s : s + n] = s + block_causal_limits(local[None], int(states.mask_origin[i]), B)[0]
         block_cols.append((r, s + n - B))
     mask = (cols[None, None, :] >= seg_start[:, :, None]) & (cols[None, None, :] < limits[:, :, None])
     embeds = E[ids.to(device)]

@@ -1,0 +1,18 @@
+"""The method's decoding math, shared by every decoder (dlmrt, the reference decoder, the ORL rollout).
+
+Read in this order: policy.py (commit rules), step.py (one denoising step), eos.py (the <eos>
+rule), residual.py (ORL's residual context), layout.py (where blocks sit per checkpoint
+family), rule.py (all of it as one value), recompute.py (the full-recompute block decoder).
+"""
+
+from orl.decoding.eos import cut_at_eos
+from orl.decoding.layout import BlockPlan, plan_blocks, plan_request
+from orl.decoding.policy import Policy, commit_mask
+from orl.decoding.recompute import BlockDecode, StepView, decode_blocks
+from orl.decoding.rule import DecodeRule, decode_rule
+from orl.decoding.step import StepOutput, denoise_step
+
+__all__ = [
+    "BlockDecode", "BlockPlan", "DecodeRule", "Policy", "StepOutput", "StepView", "commit_mask", "cut_at_eos",
+    "decode_blocks", "decode_rule", "denoise_step", "plan_blocks", "plan_request",
+]

@@ -1,0 +1,142 @@
+"""The full-recompute block decoder: no cache, the whole sequence recomputed every step.
+
+One function, two users: the reference decoder (engines/reference.py: one prompt, the
+oracle dlmrt must match and the slow baseline of Table 3) and the ORL rollout
+(orl/train/rollout.py: a batch of training prompts, capturing the states it saw).
+
+    for each block j:
+        until no position of the block is masked:
+            one forward over [context | block j] (block-causal, METHOD.md §1), the block's
+            masked positions embedded with the residual context (orl.decoding.residual);
+            denoise_step: commit by the policy, then the <eos> fill (orl.decoding.step);
+        stop a row after the block that finished with <eos>, or after its last block.
+
+Rows are left-padded so that block j sits in the same columns for every row (for the
+absolute layout each row's pad keeps its blocks at multiples of B); padding keys are
+hidden and padding queries see only themselves. An `observer` sees every step (the
+rollout's state capture, the reference decoder's step log, the parity analysis) and
+cannot change what the decoder does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from orl.decoding.eos import block_finished_with_eos, cut_at_eos
+from orl.decoding.layout import BlockPlan, plan_blocks
+from orl.decoding.residual import mix_residual, residual_context
+from orl.decoding.rule import DecodeRule
+from orl.decoding.step import StepOutput, denoise_step
+from orl.model.masks import block_causal_limits, mask_from_limits
+from orl.model.transformer import Transformer
+
+
+@dataclass
+class StepView:
+    """What one step of `decode_blocks` saw and did (rows of the batch; for observers)."""
+
+    block: int  # j
+    step: int  # k within the block
+    active: torch.Tensor  # [b] rows with a masked position when the step began
+    seq: torch.Tensor  # [b, width] every column, the current block still as it was before the step
+    lo: int  # first column of the block
+    pad: list[int]  # left padding per row: row i's absolute position p sits at column p + pad[i]
+    tokens: torch.Tensor  # [b, B] block tokens when the step began ([MASK] where masked)
+    masked: torch.Tensor  # [b, B] masked when the step began
+    residual: torch.Tensor  # [b, B, d] r^{(k-1)} (zeros at k = 0)
+    weight: torch.Tensor  # [b, B] w^{(k-1)} (zeros at k = 0 or α = 0)
+    prev_entropy: torch.Tensor  # [b, B] H^{(k-1)}
+    prev_confidence: torch.Tensor  # [b, B] c^{(k-1)}
+    logits: torch.Tensor  # [b, B, V]
+    out: StepOutput
+
+
+@dataclass
+class BlockDecode:
+    completions: list[list[int]]  # per prompt, cut after the first <eos> (kept) when the rule stops at <eos>
+    nfe: list[int]  # forwards each request needed: steps that began with a masked position of its own
+    plans: list[BlockPlan]
+
+
+@torch.inference_mode()
+def decode_blocks(
+    model: Transformer, prompts: list[list[int]], rule: DecodeRule, *, max_new_tokens: int, pad_id: int,
+    observer: Callable[[StepView], None] | None = None,
+) -> BlockDecode:
+    """Decode `prompts` (token ids) together with full recompute (see the module docstring).
+
+    Args:
+        model: a block-diffusion Transformer (logits at a masked position predict that position).
+        prompts: token ids per request, each non-empty.
+        rule: policy, block size, layout, mask / end tokens, α and the <eos> options (orl.decoding.rule).
+        max_new_tokens: budget per request, rounded up to whole blocks.
+        pad_id: token placed in padding columns (hidden from attention).
+        observer: called once per step with a StepView.
+    """
+    B, E = rule.block, model.embedding
+    device = E.device
+    plans = [plan_blocks(len(p), max_new_tokens, B, rule.layout, model.config.max_position_embeddings) for p in prompts]
+    start = max(plan.first for plan in plans)  # the first block's column, shared by every row
+    pad = [start - plan.first for plan in plans]
+    n_blocks = max(plan.blocks for plan in plans)
+    rows, width = len(prompts), start + n_blocks * B
+    eos_ids = torch.tensor(rule.eos_ids, device=device)
+
+    seq = torch.full((rows, width), pad_id, dtype=torch.long, device=device)
+    for i, ids in enumerate(prompts):
+        seq[i, pad[i]: pad[i] + len(ids)] = torch.tensor(ids, device=device)
+    pad_t = torch.tensor(pad, device=device)
+    cols = torch.arange(width, device=device)
+    positions = (cols[None, :] - pad_t[:, None]).clamp_min(0)
+    key_valid = cols[None, :] >= pad_t[:, None]
+    origin = torch.tensor([plan.mask_origin for plan in plans], device=device)[:, None]
+    # Limits are computed on absolute positions and shifted back to this row's columns.
+    limits = block_causal_limits(positions, origin, B) + pad_t[:, None]
+    mask = mask_from_limits(limits, cols, key_valid) | torch.eye(width, dtype=torch.bool, device=device)
+    prompt_end = torch.tensor([pad[i] + len(p) for i, p in enumerate(prompts)], device=device)
+    last_block = torch.tensor([plan.blocks - 1 for plan in plans], device=device)
+
+    done = torch.zeros(rows, dtype=torch.bool, device=device)
+    nfe = torch.zeros(rows, dtype=torch.long, device=device)
+    for j in range(n_blocks):
+        lo, hi = start + j * B, start + (j + 1) * B
+        block_cols = cols[lo:hi]
+        # Masked: completion positions of rows still decoding; the prompt's tail (absolute layout) is committed.
+        masked = (block_cols[None, :] >= prompt_end[:, None]) & ~done[:, None]
+        tokens = torch.where(masked, torch.full_like(seq[:, lo:hi], rule.mask_id), seq[:, lo:hi])
+        tokens = torch.where(done[:, None], eos_ids[0].expand_as(tokens), tokens)
+        residual = torch.zeros(rows, B, E.shape[1], device=device, dtype=E.dtype)
+        weight = torch.zeros(rows, B, device=device)
+        prev_h = torch.zeros(rows, B, device=device)
+        prev_c = torch.zeros(rows, B, device=device)
+        k = 0
+        while bool(masked.any()):
+            embeds = E[seq[:, :hi]].clone()
+            embeds[:, lo:hi] = mix_residual(E, tokens, masked, residual, weight, rule.mask_id)
+            logits = model(inputs_embeds=embeds, positions=positions[:, :hi], mask=mask[:, :hi, :hi])[:, lo:hi]
+            active = masked.any(-1)
+            out = denoise_step(rule.policy, logits, tokens, masked, eos_ids, eos_fill=rule.eos_fill)
+            if observer is not None:
+                observer(StepView(j, k, active, seq, lo, pad, tokens, masked, residual, weight, prev_h, prev_c,
+                                  logits, out))
+            nfe += active.long()
+            if rule.alpha:
+                residual, weight = residual_context(E, out.probs, out.entropy, rule.alpha)
+            prev_h, prev_c = out.entropy, out.confidence
+            tokens, masked = out.tokens, out.masked
+            seq[:, lo:hi] = tokens
+            k += 1
+        if rule.stop_at_eos:
+            done |= block_finished_with_eos(tokens, masked, eos_ids)
+        done |= last_block <= j
+        if bool(done.all()):
+            break
+
+    completions = []
+    for i, plan in enumerate(plans):
+        ids = seq[i, pad[i] + plan.prompt_len: pad[i] + plan.end].tolist()
+        completions.append(cut_at_eos(ids, rule.eos_ids) if rule.stop_at_eos else ids)
+    return BlockDecode(completions, nfe.tolist(), plans)

@@ -1,0 +1,79 @@
+"""Parity of dlmrt with the reference decoder over a suite, and why any output differs.
+
+Every prompt is decoded by both; outputs are identical when token ids and NFE (hence
+TPF) are equal. Cached and recomputed attention round differently, so a decision that
+sits on a near-tie may flip. For each differing prompt `first_difference` finds the first
+step at which the two decoders committed different positions or different tokens, using
+the reference's per-position confidences there, and reports the decision's margin: how far
+the deciding confidence was from the threshold (or the factor bound), from the confidence
+of the position ranked on the other side of the cut, or how far apart the top two
+probabilities of a flipped token were. A flip explained by rounding has a margin below ~1e-4.
+
+The steps are seen through the decoders' own observers (orl.decoding.recompute's StepView,
+dlmrt's eager-mode step observer): nothing is patched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from orl.decoding import Policy, StepOutput
+from orl.decoding.policy import factor_bound
+
+
+@dataclass
+class StepRecord:
+    """One denoising step of row 0 that did work: what the policy saw and decided."""
+
+    confidence: torch.Tensor  # [B]
+    top2: torch.Tensor  # [B, 2] the two largest probabilities
+    masked: torch.Tensor  # [B] before the step
+    committed: torch.Tensor  # [B]
+    tokens: torch.Tensor  # [B] after the step
+
+
+class StepRecorder:
+    """Collects StepRecords; call it with (logits, masked_before, out), or use `.view` as a StepView observer."""
+
+    def __init__(self):
+        self.steps: list[StepRecord] = []
+
+    def __call__(self, logits: torch.Tensor, masked: torch.Tensor, out: StepOutput) -> None:
+        if bool(masked[0].any()):  # dlmrt's predicated no-op steps did no work
+            probs = torch.softmax(logits[0].float(), -1)
+            self.steps.append(StepRecord(out.confidence[0].clone(), probs.topk(2, -1).values, masked[0].clone(),
+                                         out.committed[0].clone(), out.tokens[0].clone()))
+
+    def view(self, view) -> None:
+        self(view.logits, view.masked, view.out)
+
+
+def decision_margin(policy: Policy, step: StepRecord, positions: torch.Tensor) -> float:
+    """Smallest margin of the reference's decisions at `positions` (see the module docstring)."""
+    c, masked, chosen = step.confidence, step.masked, step.committed & step.masked
+    margins = []
+    for i in torch.nonzero(positions).flatten().tolist():
+        others = masked & (chosen != chosen[i])
+        if others.any():
+            margins.append(float((c[others] - c[i]).abs().min()))
+        if policy.name in ("threshold", "strict-threshold"):
+            margins.append(abs(float(c[i]) - policy.value))
+        elif policy.name == "factor":
+            rank = int((masked & (c > c[i])).sum())  # 0-based rank among masked positions
+            margins.append(abs(float(c[i]) - float(factor_bound(policy.value, torch.tensor(float(rank))))))
+        margins.append(float(step.top2[i, 0] - step.top2[i, 1]))  # the token itself
+    return min(margins) if margins else float("nan")
+
+
+def first_difference(policy: Policy, ref: list[StepRecord], other: list[StepRecord]) -> tuple[int, float, float] | None:
+    """(step index, decision margin, max confidence difference) at the first differing step."""
+    for k, (a, b) in enumerate(zip(ref, other, strict=False)):
+        differ = (a.committed != b.committed) | ((a.tokens != b.tokens) & a.committed)
+        if differ.any():
+            conf_diff = float((a.confidence - b.confidence)[a.masked].abs().max())
+            return k, decision_margin(policy, a, differ), conf_diff
+    if len(ref) != len(other):
+        return min(len(ref), len(other)), float("nan"), float("nan")
+    return None

@@ -1,0 +1,42 @@
+"""A threshold sweep: the same checkpoint decoded with threshold(τ) for each τ, pass@1 and TPF per point.
+
+The sweep is what AUP integrates and what the operating point is chosen from (METHOD.md §4).
+Each point is a full quality evaluation (sandboxed tests) with per-problem results, so the
+uncertainty of every point and of paired differences can be computed from the records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from orl.decoding import Policy
+from orl.engines.base import Engine
+from orl.eval.quality import QualityResult, evaluate_quality
+
+
+@dataclass
+class SweepPoint:
+    policy: Policy
+    result: QualityResult
+    engine: Engine
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.result.tokens / self.result.wall_s if self.result.wall_s else None
+
+
+def run_sweep(make_engine: Callable[[Policy], Engine], problems: Sequence[dict], taus: Sequence[float],
+              max_new_tokens: int, *, progress: bool = True,
+              report: Callable[[SweepPoint], None] | None = None) -> list[SweepPoint]:
+    """One quality evaluation per τ; each engine is warmed up on the first prompt so compilation is not timed."""
+    points = []
+    for tau in taus:
+        policy = Policy.checked("threshold", tau, "--thresholds")
+        engine = make_engine(policy)
+        engine.generate(problems[0]["prompt"], max_new_tokens)
+        point = SweepPoint(policy, evaluate_quality(engine, list(problems), max_new_tokens, progress=progress), engine)
+        points.append(point)
+        if report is not None:
+            report(point)
+    return points
