@@ -81,6 +81,7 @@ def reset_block(spec: ChunkSpec, state: DecodeState) -> None:
     """
     state.tokens.fill_(spec.mask_id)
     state.masked.fill_(True)
+    state.generated.fill_(True)
     state.probs.zero_()
     state.entropy.zero_()
 
@@ -105,6 +106,7 @@ def prefill(model: Transformer, spec: ChunkSpec, state: DecodeState, prompt_ids:
     if first < P:  # the prompt's tail, committed in block 0
         state.tokens[:, : P - first] = prompt_ids[:, first:]
         state.masked[:, : P - first] = False
+        state.generated[:, : P - first] = False
     if first > 0:
         block_forward(model, state, model.embedding[prompt_ids[:, :first]], 0, B)
 
@@ -112,7 +114,8 @@ def prefill(model: Transformer, spec: ChunkSpec, state: DecodeState, prompt_ids:
 def _commit(spec: ChunkSpec, state: DecodeState, logits: torch.Tensor, step: int) -> None:
     """Apply one step's commits to the block state (shared policy code), count it if it did work."""
     masked_before = state.masked
-    out = denoise_step(spec.policy, logits, state.tokens, masked_before, spec.eos_ids, eos_fill=spec.eos_fill)
+    out = denoise_step(spec.policy, logits, state.tokens, masked_before, spec.eos_ids, eos_fill=spec.eos_fill,
+                       generated=state.generated)
     if spec.observer is not None:
         spec.observer(logits, masked_before, out)
     if spec.log_steps:
@@ -140,7 +143,7 @@ def _block_step(model: Transformer, spec: ChunkSpec, state: DecodeState, step: i
 
 def _write_status(spec: ChunkSpec, state: DecodeState) -> None:
     done = ~state.masked.any()
-    finished = block_finished_with_eos(state.tokens, state.masked, spec.eos_ids).all()
+    finished = block_finished_with_eos(state.tokens, state.masked, spec.eos_ids, state.generated).all()
     state.status.copy_(torch.stack([done.long(), finished.long(), state.nfe.sum()]))
 
 

@@ -42,6 +42,7 @@ class DecodeState:
     seq: torch.Tensor  # [b, L] token id at every slot: prompt, then generated blocks
     tokens: torch.Tensor  # [b, B] current block: committed ids, [MASK] elsewhere
     masked: torch.Tensor  # [b, B] bool, still masked
+    generated: torch.Tensor  # [b, B] bool, completion positions (False on the prompt's tail in SDAR's first block)
     probs: torch.Tensor  # [b, B, V] float32, the previous step's distributions (residual context)
     entropy: torch.Tensor  # [b, B] float32, their entropies
     start: torch.Tensor  # [] long, slot of the current block's first token
@@ -61,6 +62,7 @@ class DecodeState:
             seq=torch.zeros(batch, cache_len, **long),
             tokens=torch.zeros(batch, B, **long),
             masked=torch.zeros(batch, B, device=device, dtype=torch.bool),
+            generated=torch.ones(batch, B, device=device, dtype=torch.bool),
             probs=torch.zeros(batch, B, V, device=device, dtype=torch.float32),
             entropy=torch.zeros(batch, B, device=device, dtype=torch.float32),
             start=torch.zeros((), **long),

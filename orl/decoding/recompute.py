@@ -105,7 +105,8 @@ def decode_blocks(
         lo, hi = start + j * B, start + (j + 1) * B
         block_cols = cols[lo:hi]
         # Masked: completion positions of rows still decoding; the prompt's tail (absolute layout) is committed.
-        masked = (block_cols[None, :] >= prompt_end[:, None]) & ~done[:, None]
+        generated = block_cols[None, :] >= prompt_end[:, None]
+        masked = generated & ~done[:, None]
         tokens = torch.where(masked, torch.full_like(seq[:, lo:hi], rule.mask_id), seq[:, lo:hi])
         tokens = torch.where(done[:, None], eos_ids[0].expand_as(tokens), tokens)
         residual = torch.zeros(rows, B, E.shape[1], device=device, dtype=E.dtype)
@@ -118,7 +119,7 @@ def decode_blocks(
             embeds[:, lo:hi] = mix_residual(E, tokens, masked, residual, weight, rule.mask_id)
             logits = model(inputs_embeds=embeds, positions=positions[:, :hi], mask=mask[:, :hi, :hi])[:, lo:hi]
             active = masked.any(-1)
-            out = denoise_step(rule.policy, logits, tokens, masked, eos_ids, eos_fill=rule.eos_fill)
+            out = denoise_step(rule.policy, logits, tokens, masked, eos_ids, eos_fill=rule.eos_fill, generated=generated)
             if observer is not None:
                 observer(StepView(j, k, active, seq, lo, pad, tokens, masked, residual, weight, prev_h, prev_c,
                                   logits, out))
@@ -130,7 +131,7 @@ def decode_blocks(
             seq[:, lo:hi] = tokens
             k += 1
         if rule.stop_at_eos:
-            done |= block_finished_with_eos(tokens, masked, eos_ids)
+            done |= block_finished_with_eos(tokens, masked, eos_ids, generated)
         done |= last_block <= j
         if bool(done.all()):
             break

@@ -37,7 +37,7 @@ class StepOutput:
 
 def denoise_step(
     policy: Policy, logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor, eos_ids: torch.Tensor,
-    *, eos_fill: bool = True,
+    *, eos_fill: bool = True, generated: torch.Tensor | None = None,
 ) -> StepOutput:
     """Apply one step's commits to the block state, given this step's logits [b, B, V].
 
@@ -47,13 +47,15 @@ def denoise_step(
         tokens, masked: the block state when the step began ([MASK] where masked).
         eos_ids: 1-D tensor of end-token ids.
         eos_fill: commit every position after a committed <eos> as <eos> (orl.decoding.eos).
+        generated: [b, B] bool, the block's completion positions (None: all of them); an end token
+            in the prompt's tail (absolute layout) fills nothing.
     """
     probs, entropy, confidence, prediction = entropy_and_confidence(logits)
     commit = commit_mask(policy, confidence, masked)
     tokens = torch.where(commit, prediction, tokens)
     remaining = masked & ~commit
     if eos_fill:
-        fill = fill_after_eos(tokens, remaining, eos_ids)
+        fill = fill_after_eos(tokens, remaining, eos_ids, generated)
         tokens = torch.where(fill, eos_ids[0].expand_as(tokens), tokens)
         remaining = remaining & ~fill
         commit = commit | fill
