@@ -1,14 +1,19 @@
 """Running a chunk: eagerly, through torch.compile(fullgraph=True), or as a replayed CUDA graph.
 
 A chunk is a function `fn(state)` that only mutates the static buffers of a
-DecodeState (engines/dlmrt/chunk.py). The three modes run the same function:
+DecodeState (engines/dlmrt/chunk.py). The four modes run the same function:
 - "eager": call it (the comparison baseline of the benchmarks);
 - "compile": torch.compile with fullgraph=True, so a graph break (a host sync or
   Python branch on a tensor value slipping into the step code) is an error, not a
-  silent fallback; dynamic=False, so one compilation per shape;
-- "cudagraph": on CUDA, warm up on a side stream, capture one call into a
-  torch.cuda.CUDAGraph and replay it: the whole S-step chunk is one launch. The
-  state's buffers are the graph's static inputs and outputs.
+  silent fallback; dynamic=False, so one compilation per shape (the CPU default);
+- "cudagraph": on CUDA, warm up on a side stream, capture one eager call into a
+  torch.cuda.CUDAGraph and replay it: the whole S-step chunk is one launch, but every
+  RMSNorm, rotary, softmax and policy op stays its own kernel;
+- "compile-graph" (the CUDA default, as gpt-fast does it): the chunk compiled by inductor
+  with fullgraph=True, so its elementwise work is fused into few kernels, then that
+  compiled call captured as one CUDA graph. The first (warm-up) call compiles, outside
+  the capture.
+In both graph modes the state's buffers are the graph's static inputs and outputs.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from functools import partial
 
 import torch
 
-MODES = ("eager", "compile", "cudagraph")
+MODES = ("eager", "compile", "cudagraph", "compile-graph")
+GRAPH_MODES = ("cudagraph", "compile-graph")
 
 # Each (policy, shape) pair is one compiled graph of the same chunk code; a threshold
 # sweep in one process needs more than torch's default of 8 before it would recompile
@@ -29,7 +35,7 @@ _RECOMPILE_LIMIT = 64
 def default_mode(device: torch.device, compiled: bool) -> str:
     if not compiled:
         return "eager"
-    return "cudagraph" if device.type == "cuda" else "compile"
+    return "compile-graph" if device.type == "cuda" else "compile"
 
 
 def compile_fullgraph(
@@ -84,11 +90,12 @@ def make_runner(
         run = partial(fn, state)
     elif mode == "compile":
         run = partial(compile_fullgraph(fn, backend, cpu=cpu), state)
-    elif mode == "cudagraph":
+    elif mode in GRAPH_MODES:
         if cpu:
-            raise ValueError("cudagraph mode needs the decoding state on a CUDA device")
+            raise ValueError(f"{mode} mode needs the decoding state on a CUDA device")
+        graphed = fn if mode == "cudagraph" else compile_fullgraph(fn, backend, cpu=False)
         with torch.inference_mode():
-            run = CudaGraphRunner(fn, state)
+            run = CudaGraphRunner(graphed, state)
     else:
         raise ValueError(f"unknown chunk mode {mode!r}; expected one of {MODES}")
     return torch.inference_mode()(run)
@@ -99,11 +106,11 @@ def make_prefill_runner(
 ) -> Callable[[torch.Tensor], None]:
     """A callable(prompt_ids) running the prompt prefill fn(state, prompt_ids).
 
-    The prompt length varies per request, so "compile" mode compiles it once with a
-    symbolic length (not once per length); the CUDA-graph mode runs it eagerly, since a
-    graph replays one fixed shape.
+    The prompt length varies per request, so the compiled modes compile it once with a
+    symbolic length (not once per length) and run it without a graph, which would replay
+    one fixed shape; "cudagraph" and "eager" run it eagerly.
     """
-    if mode != "compile":
+    if mode not in ("compile", "compile-graph"):
         return torch.inference_mode()(partial(fn, state))
     compiled = compile_fullgraph(fn, backend, cpu=state.seq.device.type == "cpu", dynamic=True)
 

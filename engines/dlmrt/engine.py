@@ -41,7 +41,7 @@ class DlmrtConfig:
 
     sync_every: int | None = None  # S: steps per chunk between host reads; None = 1 on CPU, 2 on CUDA
     min_cache_len: int = 256  # smallest cache bucket (engines/dlmrt/state.py)
-    mode: str | None = None  # "eager" | "compile" | "cudagraph"; None = from `compiled` and the device
+    mode: str | None = None  # one of capture.MODES; None = from `compiled` and the device
     compile_backend: str | Callable = "inductor"  # torch.compile backend of "compile" mode ("aot_eager": capture only)
     observer: StepObserver | None = None  # eager mode only: sees every step's logits and decisions (parity)
 

@@ -43,14 +43,16 @@ class BareForwards:
             def forward(ids: torch.Tensor, first_slot: torch.Tensor) -> torch.Tensor:
                 return block_forward(model, state, model.embedding[ids], first_slot, block)
 
-            mode = self.engine.mode
+            mode, backend = self.engine.mode, self.engine.config.compile_backend
+            cpu = state.seq.device.type == "cpu"
             if mode == "eager":
                 self._fns[key] = forward
             elif mode == "compile":
-                self._fns[key] = compile_fullgraph(forward, self.engine.config.compile_backend,
-                                                   cpu=state.seq.device.type == "cpu")
-            else:
+                self._fns[key] = compile_fullgraph(forward, backend, cpu=cpu)
+            elif mode == "cudagraph":
                 self._fns[key] = _captured(forward, width, state.seq.device)
+            else:  # compile-graph: the engine's fused kernels, captured
+                self._fns[key] = _captured(compile_fullgraph(forward, backend, cpu=cpu), width, state.seq.device)
         return self._fns[key]
 
     @torch.inference_mode()

@@ -39,6 +39,8 @@ def register(subparsers) -> None:
     p.add_argument("--system", default=None, help="table row name stored in the records (default: model name)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generation budget per prompt")
     p.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
+    p.add_argument("--ignore-eos", action="store_true", help="fixed-length speed runs: decode every prompt to "
+                   "--max-new-tokens whatever the model emits (METHOD.md §4); TPF and NFE are counted the same way")
     p.add_argument("--engines", default=",".join(BENCH_ENGINES), help="comma-separated subset of "
                    f"{', '.join(BENCH_ENGINES)}")
     p.add_argument("--warmup", type=int, default=2, help="discarded requests per engine, besides one per "
@@ -112,11 +114,12 @@ def run_bench_engine(args) -> int:
         torch.set_num_threads(args.threads)
     problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
     prompts = [p["prompt"] for p in problems]
-    ckpt = load_checkpoint(args.ckpt, device=device, dtype=torch_dtype(args.dtype))
-    residual = not args.no_residual
+    ckpt = load_checkpoint(args.ckpt, device=device, dtype=torch_dtype(args.dtype, args.device))
+    residual, ignore_eos = not args.no_residual, args.ignore_eos
     config = DlmrtConfig(sync_every=args.sync_every, compile_backend=args.compile_backend)
-    engines = {name: ReferenceDiffusion(ckpt, policy, residual=residual) if name == "reference" else
-               DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, config=config) for name in names}
+    engines = {name: ReferenceDiffusion(ckpt, policy, residual=residual, ignore_eos=ignore_eos) if name == "reference"
+               else DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, ignore_eos=ignore_eos,
+                                config=config) for name in names}
     rounds = args.rounds or (5 if ckpt.model.embedding.device.type == "cuda" else 1)
     results = run_rounds(engines, prompts, args.max_new_tokens, rounds=rounds, warmup=args.warmup,
                          progress=not args.no_progress)

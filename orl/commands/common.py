@@ -71,11 +71,15 @@ def parse_device(text: str) -> str:
     return text
 
 
-def torch_dtype(name: str):
-    """The torch dtype of a --dtype value; None for 'auto' (the checkpoint's own dtype)."""
+def torch_dtype(name: str, device: str = "cpu"):
+    """The torch dtype of a --dtype value. 'auto': the checkpoint's own on the CPU (None), bfloat16 on CUDA,
+    where a float32 GEMM runs without tensor cores (measured on an H200: a tiny model's graph step took 1.25 ms
+    in float32 and 0.74 ms in bfloat16, results/gpu-check/nvidia-h200)."""
     import torch
 
-    return None if name == "auto" else getattr(torch, name)
+    if name == "auto":
+        return torch.bfloat16 if str(device).startswith("cuda") else None
+    return getattr(torch, name)
 
 
 def add_model_args(parser, *, dtype: bool = True) -> None:
@@ -83,7 +87,8 @@ def add_model_args(parser, *, dtype: bool = True) -> None:
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda or cuda:N (default: cpu)")
     if dtype:
         parser.add_argument("--dtype", default="auto", choices=DTYPES,
-                            help="weights' dtype; auto = the checkpoint's own (config.json torch_dtype)")
+                            help="weights' dtype; auto = the checkpoint's own (config.json torch_dtype) on the "
+                            "CPU, bfloat16 on CUDA")
 
 
 def add_engine_args(parser, default_engine: str) -> None:
@@ -109,5 +114,6 @@ def build_from_args(args, log_steps: bool = False):
     from orl.engines.registry import build_engine
 
     return build_engine(args.engine, args.ckpt, policy=parse_policy(args.policy), draft_dir=args.draft,
-                        device=parse_device(args.device), dtype=torch_dtype(args.dtype), residual=not args.no_residual,
+                        device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device),
+                        residual=not args.no_residual,
                         log_steps=log_steps, ignore_eos=getattr(args, "ignore_eos", False))

@@ -39,7 +39,7 @@ def run_entropy_profile(args) -> int:
 
     problems = load_suite(args.suite, limit=args.limit)
     engine = build_engine("reference", args.ckpt, policy=parse_policy(args.policy), log_steps=True,
-                          device=parse_device(args.device), dtype=torch_dtype(args.dtype))
+                          device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
     per_step, counts = entropy_per_step(generate_all(engine, problems, args.max_new_tokens,
                                                      progress=not args.no_progress))
     info = engine.describe()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from orl.commands.common import add_model_args, parse_device, parse_policy, torch_dtype
+from orl.engines.dlmrt.capture import MODES
 
 
 def register(subparsers) -> None:
@@ -15,7 +16,8 @@ def register(subparsers) -> None:
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
     p.add_argument("--policy", default="fixed:1", help="commit policy, or @FILE.json from `orl operating-point`")
-    p.add_argument("--mode", default="compile", choices=["compile", "cudagraph", "eager"], help="dlmrt execution mode")
+    p.add_argument("--mode", default=None, choices=MODES, help="dlmrt execution mode (default: compile on "
+                   "the CPU, compile-graph on CUDA)")
     p.add_argument("--suite", default="tinycode", choices=["tinycode", "humaneval"], help="prompt suite")
     p.add_argument("--difficulty", default="medium", help="TinyCode difficulty")
     p.add_argument("--limit", type=int, default=None, help="only the first N problems")
@@ -42,7 +44,7 @@ def run_parity(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     policy = parse_policy(args.policy)
-    ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype))
+    ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
     if args.alpha is not None:
         ckpt.model.config.residual_alpha = args.alpha
     residual = not args.no_residual
@@ -50,6 +52,7 @@ def run_parity(args) -> int:
     common = {"residual": residual, "ignore_eos": args.ignore_eos}
     ref = ReferenceDiffusion(ckpt, policy, **common)
     dl = DlmrtEngine(ckpt, policy, config=DlmrtConfig(sync_every=args.sync_every, mode=args.mode), **common)
+    mode = dl.mode
     identical, differing = 0, []
     for problem in problems:
         a, b = ref.generate(problem["prompt"], args.max_new_tokens), dl.generate(problem["prompt"], args.max_new_tokens)
@@ -57,7 +60,7 @@ def run_parity(args) -> int:
             identical += 1
         else:
             differing.append((problem, a, b))
-    print(f"policy {policy}, dlmrt {args.mode}, residual {'on' if residual else 'off'} (alpha {ref.rule.alpha:g}): "
+    print(f"policy {policy}, dlmrt {mode}, residual {'on' if residual else 'off'} (alpha {ref.rule.alpha:g}): "
           f"{identical}/{len(problems)} identical (tokens and NFE)")
     for problem, a, b in differing:
         ref_steps, dl_steps = StepRecorder(), StepRecorder()

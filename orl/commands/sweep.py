@@ -32,7 +32,7 @@ def run_sweep(args) -> int:
     from orl.records import make_record, write_records
     from orl.tasks import load_suite
 
-    ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype))
+    ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
     problems = load_suite(args.suite, limit=args.limit)
     taus = [float(t) for t in args.thresholds.split(",") if t.strip()]
 
