@@ -252,8 +252,8 @@ def _check(rows: tuple[Row, ...]) -> None:
         where = f"orl/rows.py: row {row.key!r}"
         if not _KEY.match(row.key):
             raise ValueError(f"{where}: key: expected lowercase letters, digits, '-' and '_'")
-        if not row.system.strip():
-            raise ValueError(f"{where}: system: expected a display name")
+        if not row.system.strip() or "'" in row.system:
+            raise ValueError(f"{where}: system: expected a display name without ' (the DAG quotes it with ')")
         for name in ("ckpt", "draft"):
             value = getattr(row, name)
             if value is not None and value not in checkpoints:
