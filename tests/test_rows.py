@@ -106,3 +106,17 @@ def test_mistakes_stop_the_import_naming_the_row(bad, message):
     assert _check(ROWS) is None
     with pytest.raises(ValueError, match=re.escape(message)):
         _check(bad)
+
+
+def test_adding_a_row_is_one_entry(monkeypatch):
+    from orl.report.tables import build_table2
+
+    new = Row("ar_vllm_dflash", "AR + DFlash (vLLM)", "vllm", ckpt="ar", draft="draft", needs=rows.NEEDS_VLLM,
+              lines=(Line(2, anchor=4),))  # fmt: skip
+    extended = (*ROWS, new)
+    assert _check(extended) is None
+    monkeypatch.setattr(rows, "ROWS", extended)
+    frame = build_table2([], load_claims(DEFAULT_CLAIMS_PATH))
+    line = frame[frame["system"] == "AR + DFlash (vLLM)"].iloc[0]
+    assert line["engine"] == "vllm" and line["status"].startswith("not run: no record (expected a record of kind 'latency'")
+    assert line["status"].endswith("; needs CUDA and vllm)")

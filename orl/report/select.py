@@ -14,6 +14,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from orl import rows
 from orl.report.compare import model_matches
 from orl.rows import TABLE_KINDS, Line, Row
 
@@ -133,6 +134,12 @@ def pick_suite(records: list[dict], wants: list[Want]) -> str | None:
         return None
     best = max(counts.values())
     return sorted(suite for suite, count in counts.items() if count == best)[0]
+
+
+def table_lines(records: list[dict], table: int) -> tuple[list[tuple[Line, Want]], str | None]:
+    """A table's lines with what each reads, and the one suite the table shows (pick_suite)."""
+    pairs = [(line, Want.of(row, line)) for row, line in rows.lines(table)]
+    return pairs, pick_suite(records, [want for _, want in pairs])
 
 
 def sweep_points(records: list[dict], system: str, engine: str | None = None, suite: str | None = None):

@@ -11,44 +11,41 @@ from __future__ import annotations
 
 import pandas as pd
 
-from orl import rows
 from orl.report.attach import base_row, frame, with_claims
 from orl.report.claims import Claim
 from orl.report.compare import Anchor
-from orl.report.select import Want, pick_suite, ratio, resolve
+from orl.report.select import ratio, resolve, table_lines
 
 
 def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
     by_id = {claim.id: claim for claim in claims}
-    pairs = rows.lines(2)
-    wants = [Want.of(row, line) for row, line in pairs]
-    suite = pick_suite(records, wants)
+    pairs, suite = table_lines(records, 2)
     values = []
-    for want in wants:
+    for _, want in pairs:
         res = resolve(records, want, suite)
         values.append({**base_row(res), "tpf": res.metric("tpf", "acceptance_length"),
                        "latency_median_s": res.metric("latency_median_s"), "latency_p90_s": res.metric("latency_p90_s"),
                        "tokens_per_s": res.metric("tokens_per_s"), "pass_at_1": res.metric("pass_at_1")})  # fmt: skip
 
     def of_role(role: str) -> dict:
-        return next(v for (_, line), v in zip(pairs, values, strict=True) if line.role == role)
+        return next(v for (line, _), v in zip(pairs, values, strict=True) if line.role == role)
 
     ar, ar_vllm = of_role("ar"), of_role("ar_vllm")
     for value in values:
         value["speedup_vs_ar"] = ratio(value["tokens_per_s"], ar["tokens_per_s"])
         value["speedup_vs_ar_vllm"] = ratio(value["tokens_per_s"], ar_vllm["tokens_per_s"])
 
-    anchors = sorted(((line.anchor, row, line, value) for (row, line), value in zip(pairs, values, strict=True)
+    anchors = sorted(((line.anchor, line, want, value) for (line, want), value in zip(pairs, values, strict=True)
                       if line.anchor is not None), key=lambda item: item[0])  # fmt: skip
 
     def anchor_for(value: dict, claim: Claim) -> Anchor | None:
-        for _, row, line, other in anchors:
+        for _, line, want, other in anchors:
             other_claims = [by_id[i] for i in line.claims if i in by_id and by_id[i].metric == claim.metric]
             if other is not value and other_claims and other.get(claim.metric):
-                return Anchor(row.system, other_claims[0], other[claim.metric])
+                return Anchor(want.system, other_claims[0], other[claim.metric])
         return None
 
     out = []
-    for (_, line), value in zip(pairs, values, strict=True):
+    for (line, _), value in zip(pairs, values, strict=True):
         out.extend(with_claims(value, line.claims, by_id, anchor_for))
     return frame(2, out, claims)

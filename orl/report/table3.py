@@ -13,31 +13,28 @@ import math
 
 import pandas as pd
 
-from orl import rows
 from orl.report.attach import base_row, frame, with_claims
 from orl.report.claims import Claim
-from orl.report.select import Want, pick_suite, ratio, resolve
+from orl.report.select import ratio, resolve, table_lines
 
 
 def build_table3(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
     by_id = {claim.id: claim for claim in claims}
-    pairs = rows.lines(3)
-    wants = [Want.of(row, line) for row, line in pairs]
-    suite = pick_suite(records, wants)
+    pairs, suite = table_lines(records, 3)
     values = []
-    for (_, line), want in zip(pairs, wants, strict=True):
+    for line, want in pairs:
         res = resolve(records, want, suite)
         values.append({**base_row(res), "setup": line.label, "engine": want.engine,
                        "tokens_per_s": res.metric("tokens_per_s"), "latency_median_s": res.metric("latency_median_s"),
                        "latency_p90_s": res.metric("latency_p90_s"), "tpf": res.metric("tpf")})  # fmt: skip
     by_role: dict[str, list[dict]] = {}
-    for (_, line), value in zip(pairs, values, strict=True):
+    for (line, _), value in zip(pairs, values, strict=True):
         by_role.setdefault(line.role, []).append(value)
     subject, reference = by_role["subject"][0], by_role["reference"][0]
     serving = [v["tokens_per_s"] for v in by_role.get("serving", []) if v["tokens_per_s"]]
     fastest_serving = max(serving) if serving else None
     out = []
-    for (_, line), value in zip(pairs, values, strict=True):
+    for (line, _), value in zip(pairs, values, strict=True):
         value["speedup_vs_reference"] = ratio(value["tokens_per_s"], reference["tokens_per_s"])
         value["speedup_vs_serving"] = ratio(value["tokens_per_s"], fastest_serving)
         if value["tpf"] is not None and subject["tpf"] is not None:

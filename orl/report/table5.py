@@ -13,12 +13,11 @@ from dataclasses import replace
 
 import pandas as pd
 
-from orl import rows
 from orl.eval.aup import aup_or_none
 from orl.records import gpu_count
 from orl.report.attach import base_row, frame, with_claims
 from orl.report.claims import Claim
-from orl.report.select import Want, latest_train_record, pick_suite, ratio, resolve, sweep_points
+from orl.report.select import Want, latest_train_record, ratio, resolve, sweep_points, table_lines
 
 
 def _aup(records: list[dict], want: Want, suite: str | None) -> tuple[float | None, str]:
@@ -59,11 +58,9 @@ def _cost(records: list[dict], system: str) -> tuple[dict, list[str]]:
 
 def build_table5(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
     by_id = {claim.id: claim for claim in claims}
-    pairs = rows.lines(5)
-    wants = [Want.of(row, line) for row, line in pairs]
-    suite = pick_suite(records, wants)
+    pairs, suite = table_lines(records, 5)
     out = []
-    for (_, line), want in zip(pairs, wants, strict=True):
+    for line, want in pairs:
         res = resolve(records, want, suite)
         value = {**base_row(res), "tpf": res.metric("tpf"), "pass_at_1": res.metric("pass_at_1")}
         notes = [value["note"]] if value["note"] else []
