@@ -1,6 +1,6 @@
 # Configuration checks, path helpers, and the rows of orl/rows.py that the other rule files run.
-# Every job that runs a model passes --device {config[device]} (and --dtype {config[dtype]} where it
-# decodes), requests a GPU where the device is CUDA, and names its row with --system from orl/rows.py.
+# Every job that runs a model passes the config's --device (and --dtype where it decodes), requests
+# a GPU where the device is CUDA, and names its row with --system from orl/rows.py.
 import os
 import re
 import sys
@@ -34,6 +34,11 @@ THREADS = config["threads"]
 # The `orl` command of the environment running snakemake, with every job's thread settings.
 ORL = f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5 {sys.executable} -m orl.cli"
 GPU = 1 if config["device"].startswith("cuda") else 0  # per model-running job (workflows/profiles/slurm)
+# The config values a job's command uses go in as params (`params: **DECODE`), never read from config in
+# the shell string: a changed value then reruns the jobs it affects (Snakemake's params rerun trigger).
+TRAIN = {"preset": config.get("preset"), "device": config["device"]}  # training jobs
+DECODE = {"suite": config["suite"], "max_new_tokens": config["max_new_tokens"], "device": config["device"],
+          "dtype": config["dtype"]}  # jobs that decode: every flag they share
 
 ABLATIONS = config.get("ablations", list(rows.ABLATIONS))  # default: every ablation row
 for _name in ABLATIONS:
@@ -156,6 +161,22 @@ SWEEP_ROWS = [row for row in RUN.values() if row.sweep]
 ENTROPY_ROWS = [row for row in RUN.values() if row.entropy]
 (ENGINE_ROW,) = [row for row in RUN.values() if 3 in row.tables]  # one `orl bench-engine` run: Table 3
 TABLE5_ROWS = [row for row in RUN.values() if 5 in row.tables]
+
+
+def table_inputs(table):
+    """The record files the DAG writes for a table's rows (the renderer reads the whole folder)."""
+    run = [row for row in RUN.values() if table in row.tables]
+    if table == 1:
+        return ([latency_file(row) for row in run] + [quality_file(row) for row in run]
+                + [f"{RESULTS}/quality/{suite}_{row.key}.jsonl" for suite in config["extra_suites"] for row in run])
+    if table == 2:
+        return [latency_file(row) for row in run] + [quality_file(row) for row in run]
+    if table == 3:
+        return [ENGINE_FILE]
+    if table == 5:
+        return ([quality_file(row) for row in run] + [sweep_file(row) for row in run if row.sweep]
+                + [train_file(row) for row in run] + [PACKING_FILE])
+    return []  # Table 4: contributed hardware results (results/hardware/) only
 
 
 # ------------------------------------------------------------------------------------------

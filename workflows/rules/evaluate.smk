@@ -11,6 +11,7 @@ rule sweep:
     wildcard_constraints:
         row=one_of(row.key for row in SWEEP_ROWS),
     params:
+        **DECODE,
         ckpt=lambda wc: ckpt(ROW[wc.row].ckpt),
         system=lambda wc: ROW[wc.row].system,
         taus=",".join(str(t) for t in config["sweep_thresholds"]),
@@ -21,9 +22,9 @@ rule sweep:
     resources:
         gpu=GPU,
     shell:
-        "{ORL} sweep --ckpt {params.ckpt} --suite {config[suite]} --thresholds {params.taus} {params.limit} "
-        "--max-new-tokens {config[max_new_tokens]} --system '{params.system}' --device {config[device]} "
-        "--dtype {config[dtype]} --out {output} --no-progress > {log} 2>&1"
+        "{ORL} sweep --ckpt {params.ckpt} --suite {params.suite} --thresholds {params.taus} {params.limit} "
+        "--max-new-tokens {params.max_new_tokens} --system '{params.system}' --device {params.device} "
+        "--dtype {params.dtype} --out {output} --no-progress > {log} 2>&1"
 
 
 rule operating_point:
@@ -37,11 +38,13 @@ rule operating_point:
         quality=f"{RESULTS}/quality/op_{{row}}.jsonl",
     wildcard_constraints:
         row=one_of(row.key for row in SWEEP_ROWS),
+    params:
+        match_tolerance=config["match_tolerance"],
     log:
         f"{LOGS}/oppoint_{{row}}.log",
     shell:
         "{ORL} operating-point --sweep {input.sweep} --reference {input.reference} "
-        "--tolerance {config[match_tolerance]} --out {output.point} --quality-out {output.quality} > {log} 2>&1"
+        "--tolerance {params.match_tolerance} --out {output.point} --quality-out {output.quality} > {log} 2>&1"
 
 
 rule quality_row:
@@ -54,6 +57,7 @@ rule quality_row:
     wildcard_constraints:
         row=one_of(runnable(QUALITY_ROWS, quality_file)),
     params:
+        **DECODE,
         flags=lambda wc: row_flags(ROW[wc.row]),
         limit=limit_flag(config["eval_limit"]),
     log:
@@ -62,8 +66,8 @@ rule quality_row:
     resources:
         gpu=GPU,
     shell:
-        "{ORL} eval-quality {params.flags} --suite {config[suite]} {params.limit} "
-        "--max-new-tokens {config[max_new_tokens]} --device {config[device]} --dtype {config[dtype]} "
+        "{ORL} eval-quality {params.flags} --suite {params.suite} {params.limit} "
+        "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
         "--out {output} --no-progress > {log} 2>&1"
 
 
@@ -79,6 +83,7 @@ if config["extra_suites"]:
             suite=one_of(config["extra_suites"]),
             row=one_of(row.key for row in SWEEP_ROWS if 1 in row.tables),
         params:
+            **DECODE,
             flags=lambda wc: row_flags(ROW[wc.row]),
         log:
             f"{LOGS}/quality_{{suite}}_{{row}}.log",
@@ -86,8 +91,8 @@ if config["extra_suites"]:
         resources:
             gpu=GPU,
         shell:
-            "{ORL} eval-quality {params.flags} --suite {wildcards.suite} --max-new-tokens {config[max_new_tokens]} "
-            "--device {config[device]} --dtype {config[dtype]} --out {output} --no-progress > {log} 2>&1"
+            "{ORL} eval-quality {params.flags} --suite {wildcards.suite} --max-new-tokens {params.max_new_tokens} "
+            "--device {params.device} --dtype {params.dtype} --out {output} --no-progress > {log} 2>&1"
 
 
 rule entropy_profile:
@@ -98,6 +103,7 @@ rule entropy_profile:
     wildcard_constraints:
         row=one_of(row.key for row in ENTROPY_ROWS),
     params:
+        **DECODE,
         ckpt=lambda wc: ckpt(ROW[wc.row].ckpt),
         system=lambda wc: ROW[wc.row].system,
         limit=limit_flag(config["bench_limit"]),
@@ -107,21 +113,23 @@ rule entropy_profile:
     resources:
         gpu=GPU,
     shell:
-        "{ORL} entropy-profile --ckpt {params.ckpt} --suite {config[suite]} --policy fixed:1 {params.limit} "
-        "--max-new-tokens {config[max_new_tokens]} --system '{params.system}' --device {config[device]} "
-        "--dtype {config[dtype]} --out {output} --no-progress > {log} 2>&1"
+        "{ORL} entropy-profile --ckpt {params.ckpt} --suite {params.suite} --policy fixed:1 {params.limit} "
+        "--max-new-tokens {params.max_new_tokens} --system '{params.system}' --device {params.device} "
+        "--dtype {params.dtype} --out {output} --no-progress > {log} 2>&1"
 
 
 rule bench_engine:
     # Table 3: the same model and policy on every engine of the row's Table 3 lines (dlmrt compiled or
     # graph-captured, dlmrt eager, the reference decoder), in one process, on the same prompts.
     input:
-        row_inputs(ENGINE_ROW),
+        ckpt=ckpt_done(ENGINE_ROW.ckpt),
+        point=point_file(ENGINE_ROW),
     output:
         ENGINE_FILE,
     params:
-        ckpt=ckpt(ENGINE_ROW.ckpt),
-        point=point_file(ENGINE_ROW),
+        **DECODE,
+        ckpt=lambda wc, input: os.path.dirname(input.ckpt),
+        bench_limit=config["bench_limit"],
         system=ENGINE_ROW.system,
         engines=",".join(ENGINE_ROW.engine_of(line) for line in ENGINE_ROW.lines if line.table == 3),
     log:
@@ -130,6 +138,6 @@ rule bench_engine:
     resources:
         gpu=GPU,
     shell:
-        "{ORL} bench-engine --ckpt {params.ckpt} --policy @{params.point} --engines {params.engines} "
-        "--suite {config[suite]} --limit {config[bench_limit]} --max-new-tokens {config[max_new_tokens]} "
-        "--system '{params.system}' --device {config[device]} --dtype {config[dtype]} --out {output} > {log} 2>&1"
+        "{ORL} bench-engine --ckpt {params.ckpt} --policy @{input.point} --engines {params.engines} "
+        "--suite {params.suite} --limit {params.bench_limit} --max-new-tokens {params.max_new_tokens} "
+        "--system '{params.system}' --device {params.device} --dtype {params.dtype} --out {output} > {log} 2>&1"

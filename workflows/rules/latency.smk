@@ -11,13 +11,16 @@ rule latency:
     wildcard_constraints:
         row=one_of(runnable(LATENCY_ROWS, latency_file)),
     params:
+        **DECODE,
         flags=lambda wc: row_flags(ROW[wc.row]),
+        latency_limit=config["latency_limit"],
+        latency_warmup=config["latency_warmup"],
     log:
         f"{LOGS}/latency_{{row}}.log",
     threads: THREADS
     resources:
         gpu=GPU,
     shell:
-        "{ORL} bench-latency {params.flags} --suite {config[suite]} --limit {config[latency_limit]} "
-        "--warmup {config[latency_warmup]} --max-new-tokens {config[max_new_tokens]} --device {config[device]} "
-        "--dtype {config[dtype]} --out {output} > {log} 2>&1"
+        "{ORL} bench-latency {params.flags} --suite {params.suite} --limit {params.latency_limit} "
+        "--warmup {params.latency_warmup} --max-new-tokens {params.max_new_tokens} --device {params.device} "
+        "--dtype {params.dtype} --out {output} > {log} 2>&1"

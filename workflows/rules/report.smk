@@ -1,23 +1,6 @@
 # Rendering: tables 1-5 (md, tex, csv), figures (png, pdf) and index.md from the record files; the
 # replay packing benchmark of Table 5; the regression gate's file. What each table reads follows
-# from the rows of orl/rows.py (common.smk).
-
-
-def table_inputs(table):
-    """The record files the DAG writes for a table's rows (the renderer reads the whole folder)."""
-    run = [row for row in RUN.values() if table in row.tables]
-    if table == 1:
-        return ([latency_file(row) for row in run] + [quality_file(row) for row in run]
-                + [f"{RESULTS}/quality/{suite}_{row.key}.jsonl" for suite in config["extra_suites"] for row in run])
-    if table == 2:
-        return [latency_file(row) for row in run] + [quality_file(row) for row in run]
-    if table == 3:
-        return [ENGINE_FILE]
-    if table == 5:
-        return ([quality_file(row) for row in run] + [sweep_file(row) for row in run if row.sweep]
-                + [train_file(row) for row in run] + [PACKING_FILE])
-    return []  # Table 4: contributed hardware results (results/hardware/) only
-
+# from the rows of orl/rows.py (common.smk: table_inputs).
 
 FIGURE_INPUTS = ([sweep_file(row) for row in SWEEP_ROWS] + [f"{RESULTS}/entropy/{row.key}.jsonl" for row in ENTROPY_ROWS]
                  + table_inputs(2))  # fmt: skip
@@ -38,7 +21,8 @@ if not PAPER:
         output:
             PACKING_FILE,
         params:
-            ckpt=ckpt("dlm"),
+            **TRAIN,
+            ckpt=lambda wc, input: os.path.dirname(input[0]),
             system=ROW[rows.PACKING].system,
         log:
             f"{LOGS}/bench_packing.log",
@@ -46,8 +30,8 @@ if not PAPER:
         resources:
             gpu=GPU,
         shell:
-            "{ORL} bench-replay --preset {config[preset]} --init {params.ckpt} --system '{params.system}' "
-            "--device {config[device]} --out {output} > {log} 2>&1"
+            "{ORL} bench-replay --preset {params.preset} --init {params.ckpt} --system '{params.system}' "
+            "--device {params.device} --out {output} > {log} 2>&1"
 
 
 rule render_table:

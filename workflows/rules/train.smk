@@ -10,6 +10,7 @@ if not PAPER:
         output:
             f"{CKPT}/ar/config.json",
         params:
+            **TRAIN,
             out=lambda wc, output: os.path.dirname(output[0]),
         log:
             f"{LOGS}/train_ar.log",
@@ -19,7 +20,7 @@ if not PAPER:
         resources:
             gpu=GPU,
         shell:
-            "{ORL} train-ar --preset {config[preset]} --out {params.out} --device {config[device]} > {log} 2>&1"
+            "{ORL} train-ar --preset {params.preset} --out {params.out} --device {params.device} > {log} 2>&1"
 
     rule train_draft:
         input:
@@ -27,6 +28,7 @@ if not PAPER:
         output:
             f"{CKPT}/draft/config.json",
         params:
+            **TRAIN,
             tokenizer=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output[0]),
         log:
@@ -37,8 +39,8 @@ if not PAPER:
         resources:
             gpu=GPU,
         shell:
-            "{ORL} train-ar --preset {config[preset]} --draft --tokenizer {params.tokenizer} --out {params.out} "
-            "--device {config[device]} > {log} 2>&1"
+            "{ORL} train-ar --preset {params.preset} --draft --tokenizer {params.tokenizer} --out {params.out} "
+            "--device {params.device} > {log} 2>&1"
 
     rule convert:
         input:
@@ -46,6 +48,7 @@ if not PAPER:
         output:
             f"{CKPT}/dlm/config.json",
         params:
+            **TRAIN,
             init=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output[0]),
         log:
@@ -56,8 +59,8 @@ if not PAPER:
         resources:
             gpu=GPU,
         shell:
-            "{ORL} convert --preset {config[preset]} --init {params.init} --out {params.out} "
-            "--device {config[device]} > {log} 2>&1"
+            "{ORL} convert --preset {params.preset} --init {params.init} --out {params.out} "
+            "--device {params.device} > {log} 2>&1"
 
     rule train_orl:
         # The ORL row itself (orl.rows.TRAINED).
@@ -67,6 +70,7 @@ if not PAPER:
             ckpt=f"{CKPT}/{ROW[rows.TRAINED].ckpt}/config.json",
             record=train_file(ROW[rows.TRAINED]),
         params:
+            **TRAIN,
             init=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output.ckpt),
             system=ROW[rows.TRAINED].system,
@@ -78,8 +82,8 @@ if not PAPER:
         resources:
             gpu=GPU,
         shell:
-            "{ORL} train-orl --preset {config[preset]} --init {params.init} --out {params.out} "
-            "--record {output.record} --system '{params.system}' --device {config[device]} > {log} 2>&1"
+            "{ORL} train-orl --preset {params.preset} --init {params.init} --out {params.out} "
+            "--record {output.record} --system '{params.system}' --device {params.device} > {log} 2>&1"
 
     rule train_ablation:
         # The configured ablation rows (orl.rows.ABLATIONS): ORL with one part changed.
@@ -91,6 +95,7 @@ if not PAPER:
         wildcard_constraints:
             ablation=one_of(ABLATIONS),
         params:
+            **TRAIN,
             init=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output.ckpt),
             system=lambda wc: rows.ABLATIONS[wc.ablation].system,
@@ -102,9 +107,9 @@ if not PAPER:
         resources:
             gpu=GPU,
         shell:
-            "{ORL} train-orl --preset {config[preset]} --init {params.init} --out {params.out} "
+            "{ORL} train-orl --preset {params.preset} --init {params.init} --out {params.out} "
             "--ablation {wildcards.ablation} --record {output.record} --system '{params.system}' "
-            "--device {config[device]} > {log} 2>&1"
+            "--device {params.device} > {log} 2>&1"
 
 
 rule quantize_nvfp4:
