@@ -22,7 +22,3 @@ class CheckpointError(HarnessError):
 class InputError(HarnessError):
     """A request or data file is invalid (prompt too long, empty prompt set, ...)."""
 
-
-def where(path: object, field: str | None = None) -> str:
-    """Format a location as `path` or `path: field` for error messages."""
-    return f"{path}: {field}" if field else f"{path}"

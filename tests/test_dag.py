@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from orl import rows
+from orl.records import load_records
+from orl.rows import ROW
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
@@ -19,6 +25,44 @@ def snakemake(*args: str, cwd: Path, timeout: int = 600) -> subprocess.Completed
     return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+# The `orl` subcommands that run a model: each must get the profile's --device (the decoding ones --dtype too).
+MODEL_COMMANDS = {"train-ar", "convert", "train-orl", "bench-replay", "generate", "eval-quality", "sweep",
+                  "entropy-profile", "bench-engine", "bench-latency"}  # fmt: skip
+DECODING_COMMANDS = MODEL_COMMANDS - {"train-ar", "convert", "train-orl", "bench-replay"}
+
+
+def paper_config(tmp_path: Path, **extra) -> Path:
+    """A paper-profile config file whose checkpoints are local folders with a config.json each."""
+    lines = ["profile: paper", "checkpoints:"]
+    for key in ("ar", "draft", "dlm", "orl"):
+        folder = tmp_path / "models" / key
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+        lines.append(f"  {key}: {folder}")
+    lines += [f"{key}: {value}" for key, value in extra.items()]
+    path = tmp_path / "my-paper.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def planned_jobs(stdout: str) -> list[dict]:
+    """The jobs of a `snakemake -n -p` plan: rule, resources line, shell command."""
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", stdout):
+        match = re.match(r"(?:local)?rule (\w+):", block)
+        if match:
+            resources = re.search(r"resources: (.*)", block)
+            command = re.search(r"Shell command: (.*)", block)
+            jobs.append({"rule": match.group(1), "resources": resources.group(1) if resources else "",
+                         "command": command.group(1) if command else ""})  # fmt: skip
+    return jobs
+
+
+def orl_subcommand(command: str) -> str | None:
+    match = re.search(r"-m orl\.cli (\S+)", command)
+    return match.group(1) if match else None
+
+
 def test_dry_run_lists_the_whole_chain_for_table2(tmp_path):
     run = snakemake("-n", "reproduce_table2", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -27,11 +71,81 @@ def test_dry_run_lists_the_whole_chain_for_table2(tmp_path):
         assert f"{rule} " in run.stdout or f"rule {rule}:" in run.stdout, rule
 
 
+def test_a_bare_dry_run_plans_table2(tmp_path):
+    run = snakemake("-n", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    targets = {job["rule"] for job in planned_jobs(run.stdout)} & {f"reproduce_table{n}" for n in range(1, 6)}
+    assert targets == {"reproduce_table2"}
+    assert "reproduce_all" not in run.stdout
+
+
+def test_paper_config_runs_every_model_on_cuda(tmp_path):
+    run = snakemake("-n", "-p", "reproduce_table2", "--configfile", str(paper_config(tmp_path)), cwd=tmp_path)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    jobs = planned_jobs(run.stdout)
+    model_jobs = [job for job in jobs if orl_subcommand(job["command"]) in MODEL_COMMANDS]
+    assert len(model_jobs) >= 15, [job["rule"] for job in jobs]
+    for job in model_jobs:
+        assert "--device cuda" in job["command"], job["command"]
+        assert "gpu=1" in job["resources"], job
+        if orl_subcommand(job["command"]) in DECODING_COMMANDS:
+            assert "--dtype auto" in job["command"], job["command"]
+    # Local checkpoints are read, never trained; the row without an EAGLE-3 head becomes a "not run" record.
+    assert not any(job["rule"].startswith("train") for job in jobs)
+    assert [job["rule"] for job in jobs].count("not_run") == 2
+    assert f"--ckpt {tmp_path / 'models' / 'orl'}" in run.stdout
+
+    # Every rule that runs a model asks Slurm for its GPU partition (its `gpu` resource becomes --gpus).
+    slurm = yaml.safe_load((REPO / "workflows" / "profiles" / "slurm" / "config.yaml").read_text())
+    gpu_rules = {rule for rule, res in slurm["set-resources"].items() if res.get("slurm_partition") == "gpu"}
+    assert {job["rule"] for job in model_jobs} <= gpu_rules
+
+
+@pytest.mark.parametrize("profile", ["smoke", "tiny", "paper"])
+def test_reproduce_all_plans_on_every_profile(tmp_path, profile):
+    args = ["--configfile", str(paper_config(tmp_path))] if profile == "paper" else ["--config", f"profile={profile}"]
+    run = snakemake("-n", "-p", "reproduce_all", "gate", *args, cwd=tmp_path)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    jobs = planned_jobs(run.stdout)
+    rules = {job["rule"] for job in jobs}
+    assert {"render_table", "render_figures", "render_index", "reproduce_all", "gate", "bench_engine"} <= rules
+    for job in jobs:
+        if orl_subcommand(job["command"]) in MODEL_COMMANDS:
+            assert f"--device {'cuda' if profile == 'paper' else 'cpu'}" in job["command"], job["command"]
+    # The ablations run where they are trained; the paper profile has none of its own.
+    ablations = [job for job in jobs if job["rule"] == "train_ablation"]
+    assert len(ablations) == (0 if profile == "paper" else len(rows.ABLATIONS))
+    if profile == "paper":  # what cannot run there is written as a record, not dropped from the DAG
+        assert "bench_packing" not in rules and "not_run" in rules
+
+
+def test_a_configfile_overrides_its_profile(tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("profile: smoke\nmax_new_tokens: 17\nablations: [no-aec]\n")
+    run = snakemake("-n", "-p", "reproduce_table5", "--configfile", str(mine), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "--max-new-tokens 17" in run.stdout and "--max-new-tokens 32" not in run.stdout
+    assert "--ablation no-aec" in run.stdout and "--ablation offline" not in run.stdout
+
+
+def test_the_paper_profile_writes_what_it_cannot_measure_as_not_run(tmp_path):
+    config = paper_config(tmp_path)
+    target = "results/paper/train/packing.jsonl"
+    run = snakemake("-c1", target, "--configfile", str(config), cwd=tmp_path)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    (record,) = load_records(tmp_path / target)
+    assert record["status"] == (
+        "not run: the replay train-step benchmark needs a training preset (preset: null on the paper profile)")
+    assert record["kind"] == "train" and record["system"] == ROW[rows.PACKING].system
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--config", "profile=smoke", "colour=blue"], "colour"),
         (["--config", "profile=smoke", "latency_limit=many"], "latency_limit"),
+        (["--config", "profile=smoke", "device=gpu"], "device"),
+        (["--config", "profile=smoke", "ablations=[no-gate]"], "ablations: 'no-gate' is not an ablation"),
         (["--config", "profile=paper"], "checkpoints.ar"),
     ],
 )
@@ -44,16 +158,16 @@ def test_bad_config_stops_before_any_job(tmp_path, args, message):
 
 @pytest.mark.slow
 def test_smoke_profile_reproduces_everything(tmp_path):
-    run = snakemake("-c2", "reproduce_all", "--config", "profile=smoke", cwd=tmp_path, timeout=900)
+    run = snakemake("-c2", "reproduce_all", "gate", "--config", "profile=smoke", cwd=tmp_path, timeout=900)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     reports = tmp_path / "reports" / "smoke"
     for n in range(1, 6):
         for ext in ("md", "tex", "csv"):
             assert (reports / f"table{n}.{ext}").is_file()
         with open(reports / f"table{n}.csv", newline="") as handle:
-            rows = list(csv.DictReader(handle))
-        assert rows, f"table {n} has no rows"
-        for row in rows:
+            lines = list(csv.DictReader(handle))
+        assert lines, f"table {n} has no rows"
+        for row in lines:
             assert row["status"] == "measured" or row["status"].startswith("not run: "), row
     for fig in ("accuracy_vs_tpf", "tokens_per_s", "entropy_per_step"):
         for ext in ("png", "pdf"):
@@ -64,6 +178,12 @@ def test_smoke_profile_reproduces_everything(tmp_path):
         statuses = {row["system"]: row["status"] for row in csv.DictReader(handle)}
     assert statuses["dLLM + ORL"] == "measured" and statuses["AR (hf)"] == "measured"
     assert statuses["AR + EAGLE3 (vLLM)"].startswith("not run: ")
+    # The gate file holds this run's latency and engine records and its reference timing.
+    gate = tmp_path / "results" / "gate" / "smoke.jsonl"
+    assert {r["kind"] for r in load_records(gate)} == set(rows.GATE_KINDS)
+    regress = subprocess.run([sys.executable, "-m", "orl.cli", "regress", "--baseline", str(gate), "--current",
+                              str(gate)], capture_output=True, text=True)  # fmt: skip
+    assert regress.returncode == 0 and "reference timing 'reference timing'" in regress.stdout, regress.stdout
     # A second run has nothing left to do.
-    again = snakemake("-c2", "-n", "reproduce_all", "--config", "profile=smoke", cwd=tmp_path)
+    again = snakemake("-c2", "-n", "reproduce_all", "gate", "--config", "profile=smoke", cwd=tmp_path)
     assert "Nothing to be done" in again.stdout + again.stderr

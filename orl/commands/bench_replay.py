@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from orl.commands.common import add_model_args, model_field, parse_device
+from orl.rows import PACKING, ROW
 
 
 def register(subparsers) -> None:
@@ -16,7 +17,7 @@ def register(subparsers) -> None:
     p.add_argument("--init", required=True, help="block-diffusion checkpoint")
     p.add_argument("--steps", type=int, default=10, help="timed steps per layout (default 10)")
     p.add_argument("--pack-tokens", type=int, default=512, help="tokens per packed row (default 512)")
-    p.add_argument("--system", default="dLLM + ORL")
+    p.add_argument("--system", default=ROW[PACKING].system)
     p.add_argument("--out", required=True)
     add_model_args(p, dtype=False)
     p.set_defaults(func=run_bench_replay)

@@ -100,7 +100,7 @@ def plot_accuracy_vs_tpf(records: list[dict], paths: list[Path]) -> list[Path]:
 
 
 def plot_tokens_per_s(table2: pd.DataFrame, paths: list[Path]) -> list[Path]:
-    """Bars from a Table 2 frame (orl.report.tables.build_table2): one per system row."""
+    """Bars from a Table 2 frame (orl.report.table2.build_table2): one per system row."""
     rows = table2.drop_duplicates(subset=["system"])
     fig = _new_figure(6.8, 0.45 * max(len(rows), 4) + 1.2)
     ax = fig.subplots()

@@ -11,9 +11,9 @@ import csv
 from pathlib import Path
 
 from orl.io import atomic_write_text
+from orl.report.attach import TABLE_TITLES
 from orl.report.figures import FIGURES, figure_paths
 from orl.report.render import GENERAL_CAVEATS, table_paths
-from orl.report.tables import TABLE_TITLES
 
 
 def _status_counts(csv_path: Path) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from orl import rows
 from orl.io import atomic_write_text
 from orl.report.claims import Claim, claims_for_table
 
@@ -27,6 +28,8 @@ GENERAL_CAVEATS = (
     "Rows that could not run here say `not run: <reason>`; none are dropped or filled in.",
 )
 
+_AR, _AR_VLLM = (rows.with_role(2, role)[0][0].system for role in ("ar", "ar_vllm"))
+
 TABLE_CAVEATS = {
     1: (
         "TPF gain and throughput gain are +ORL over base: same model family, suite and engine, same run.",
@@ -36,7 +39,7 @@ TABLE_CAVEATS = {
         "An end-to-end system comparison, as in the paper: ORL runs on dlmrt, the paper's speculative "
         "baselines on vLLM (DFlash and EAGLE3 under relaxed verification, at comparable measured accuracy).",
         "`tpf` is tokens per target forward (the mean acceptance length for speculative rows). "
-        "`speedup_vs_ar` is tokens/s over AR (hf), `speedup_vs_ar_vllm` over AR (vLLM), both from this run.",
+        f"`speedup_vs_ar` is tokens/s over {_AR}, `speedup_vs_ar_vllm` over {_AR_VLLM}, both from this run.",
         "Where the GPU differs from the paper's H100, each claimed row is compared through its tokens/s "
         "relative to another claimed row (e.g. ORL over DFlash), never through raw tokens/s.",
     ),
@@ -154,7 +157,7 @@ def claim_lines(claims: list[Claim]) -> list[str]:
 
 
 def write_table(frame: pd.DataFrame, out_dir: str | Path, claims: list[Claim]) -> list[Path]:
-    """Write the table built by orl.report.tables in Markdown, LaTeX and CSV; return the paths."""
+    """Write a table built by orl.report.tables in Markdown, LaTeX and CSV; return the paths."""
     table = frame.attrs["table"]
     title = frame.attrs["title"]
     paths = table_paths(out_dir, table)

@@ -1,28 +1,26 @@
-# Configuration checks and path helpers shared by every rule file.
+# Configuration checks, path helpers, and the rows of orl/rows.py that the other rule files run.
+# Every job that runs a model passes the config's --device (and --dtype where it decodes), requests
+# a GPU where the device is CUDA, and names its row with --system from orl/rows.py.
 import os
+import re
 import sys
 
 from snakemake.utils import validate
 
+from orl import rows
+from orl.records import not_run, write_records
+from orl.report.gate import write_gate
+from orl.rows import ROW
+
 validate(config, "../config/schema.yaml")
+CONFIG_FILES = ", ".join(str(path) for path in workflow.configfiles)  # named in configuration errors
 
 if config["profile"] != PROFILE:
-    raise ValueError(
-        f"workflows/config/{PROFILE}.yaml: profile: says {config['profile']!r} but the run asked for {PROFILE!r}"
-    )
+    raise ValueError(f"{CONFIG_FILES}: profile: says {config['profile']!r} but the run asked for {PROFILE!r}")
 
 PAPER = PROFILE == "paper"
-if PAPER:
-    _ckpts = config.get("checkpoints") or {}
-    for _key in ("ar", "draft", "dlm", "orl"):
-        _path = _ckpts.get(_key)
-        if not _path or not os.path.isfile(os.path.join(_path, "config.json")):
-            raise ValueError(
-                f"workflows/config/paper.yaml: checkpoints.{_key}: {_path!r} is not a checkpoint directory "
-                "(expected a local folder with config.json; nothing is downloaded)"
-            )
-elif not config.get("preset"):
-    raise ValueError(f"workflows/config/{PROFILE}.yaml: preset: the {PROFILE} profile trains its models and needs a preset")
+if not PAPER and not config.get("preset"):
+    raise ValueError(f"{CONFIG_FILES}: preset: the {PROFILE} profile trains its models and needs a preset")
 
 REPO = workflow.basedir
 CLAIMS = f"{REPO}/results/paper/claims.yaml"
@@ -31,72 +29,179 @@ RESULTS = f"results/{PROFILE}"
 REPORTS = f"reports/{PROFILE}"
 CKPT = f"{RESULTS}/ckpt"
 LOGS = f"{RESULTS}/logs"
-ORL = f"{sys.executable} -m orl.cli"  # the `orl` command of the environment running snakemake
+GATE = f"results/gate/{PROFILE}.jsonl"  # outside RESULTS: the renderer reads every record file there
 THREADS = config["threads"]
-SUITE = config["suite"]
-ABLATIONS = config["ablations"]
-SWEEP_MODELS = ["dlm", "orl"] + [f"orl-{a}" for a in ABLATIONS]
-ENV = f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5"
+# The `orl` command of the environment running snakemake, with every job's thread settings.
+ORL = f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5 {sys.executable} -m orl.cli"
+GPU = 1 if config["device"].startswith("cuda") else 0  # per model-running job (workflows/profiles/slurm)
+# The config values a job's command uses go in as params (`params: **DECODE`), never read from config in
+# the shell string: a changed value then reruns the jobs it affects (Snakemake's params rerun trigger).
+TRAIN = {"preset": config.get("preset"), "device": config["device"]}  # training jobs
+DECODE = {"suite": config["suite"], "max_new_tokens": config["max_new_tokens"], "device": config["device"],
+          "dtype": config["dtype"]}  # jobs that decode: every flag they share
+
+ABLATIONS = config.get("ablations", list(rows.ABLATIONS))  # default: every ablation row
+for _name in ABLATIONS:
+    if _name not in rows.ABLATIONS:
+        raise ValueError(
+            f"{CONFIG_FILES}: ablations: {_name!r} is not an ablation of orl/rows.py "
+            f"(expected some of {', '.join(rows.ABLATIONS)})"
+        )
+
+# The rows this profile runs: every row a DAG job measures, ablations as configured.
+RUN = {row.key: row for row in rows.ROWS if row.dag and (row.ablation is None or row.ablation in ABLATIONS)}
 
 
-def ckpt(name):
-    """Checkpoint directory of a model: trained here, or a local path on the paper profile."""
-    if PAPER:
-        return config["checkpoints"][name]
-    return f"{CKPT}/{name}"
+# ------------------------------------------------------------------------------------------
+# Checkpoints: trained or quantized here, or local directories named by the config (paper)
+# ------------------------------------------------------------------------------------------
+
+GIVEN = config.get("checkpoints") or {}
+BUILT_HERE = {"orl-nvfp4"} if PAPER else {"ar", "draft", "dlm", "orl", "orl-nvfp4", *(f"orl-{a}" for a in ABLATIONS)}
 
 
-def ckpt_done(name):
+def is_checkpoint(path):
+    return bool(path) and os.path.isfile(os.path.join(path, "config.json"))
+
+
+# The paper profile runs nothing without its four models; a missing optional one (eagle3) only
+# turns its rows into "not run" records (`missing` below).
+for _key in ("ar", "draft", "dlm", "orl") if PAPER else ():
+    if not is_checkpoint(GIVEN.get(_key)):
+        raise ValueError(
+            f"{CONFIG_FILES}: checkpoints.{_key}: {GIVEN.get(_key)!r} is not a checkpoint directory "
+            "(expected a local folder with config.json; nothing is downloaded)"
+        )
+
+
+def ckpt(key):
+    """Directory of checkpoint `key`: built here, or the local path the config gives; None: neither."""
+    if key in BUILT_HERE:
+        return f"{CKPT}/{key}"
+    return GIVEN[key] if is_checkpoint(GIVEN.get(key)) else None
+
+
+def ckpt_done(key):
     """The file whose presence means a checkpoint is complete (config.json is written last)."""
-    return f"{ckpt(name)}/config.json"
+    return f"{ckpt(key)}/config.json"
+
+
+def missing(row):
+    """Why this profile cannot run `row` (a checkpoint it neither builds nor is given), or None."""
+    for key in (row.ckpt, row.draft):
+        if key and ckpt(key) is None:
+            if key in GIVEN:
+                return f"checkpoints.{key}: {GIVEN[key]!r} is not a checkpoint directory (nothing is downloaded)"
+            return (f"no {key} checkpoint on the {PROFILE} profile (checkpoints.{key}: a local directory; "
+                    "nothing is downloaded)")
+    return None
+
+
+# ------------------------------------------------------------------------------------------
+# Rows: their files, inputs and flags
+# ------------------------------------------------------------------------------------------
+
+
+def latency_file(row):
+    return f"{RESULTS}/latency/{row.key}.jsonl"
+
+
+def quality_file(row):
+    """A swept row's pass@1 is its chosen operating point's (operating_point); the others are measured."""
+    return f"{RESULTS}/quality/op_{row.key}.jsonl" if row.sweep else f"{RESULTS}/quality/row_{row.key}.jsonl"
+
+
+def sweep_file(row):
+    return f"{RESULTS}/sweep/{row.key}.jsonl"
+
+
+def point_file(row):
+    return f"{RESULTS}/oppoint/{row.point}.json"
+
+
+def train_file(row):
+    return f"{RESULTS}/train/{row.ablation or row.key}.jsonl"
+
+
+ENGINE_FILE = f"{RESULTS}/engine/bench.jsonl"
+PACKING_FILE = f"{RESULTS}/train/packing.jsonl"
+
+
+def row_inputs(row):
+    """The checkpoints a row decodes and the operating point it decodes at."""
+    inputs = [ckpt_done(key) for key in (row.ckpt, row.draft) if key]
+    return inputs + ([point_file(row)] if row.point else [])
+
+
+def row_flags(row):
+    """The flags that say which system runs: engine, checkpoints, policy and display name."""
+    flags = [f"--engine {row.engine}", f"--ckpt {ckpt(row.ckpt)}", f"--system '{row.system}'"]
+    if row.draft:
+        flags.append(f"--draft {ckpt(row.draft)}")
+    if row.point:
+        flags.append(f"--policy @{point_file(row)}")
+    elif row.policy:
+        flags.append(f"--policy {row.policy}")
+    return " ".join(flags)
+
+
+def one_of(keys):
+    """A wildcard constraint matching exactly these keys (nothing when there are none)."""
+    keys = list(keys)
+    return "|".join(re.escape(key) for key in keys) if keys else "(?!)"
 
 
 def limit_flag(limit):
     return f"--limit {limit}" if limit else ""
 
 
-# Table 2 rows, for the latency and quality_row rules (latency.smk) and Table 2 (report.smk).
-# row -> (system, engine, target checkpoint, draft checkpoint or None, operating point or None)
-LATENCY_ROWS = {
-    "ar_hf": ("AR (hf)", "hf", "ar", None, None),
-    "ar_hf_assisted": ("AR + draft (hf assisted)", "hf-assisted", "ar", "draft", None),
-    "ar_dflash": ("AR + DFlash-style drafter", "dflash", "ar", "dlm", None),
-    "dlm": ("dLLM base", "dlmrt", "dlm", None, "dlm"),
-    "orl": ("dLLM + ORL", "dlmrt", "orl", None, "orl"),
-    "orl_nvfp4": ("dLLM + ORL NVFP4", "dlmrt", "orl-nvfp4", None, "orl"),
-    "ar_vllm": ("AR (vLLM)", "vllm", "ar", None, None),
-    "ar_vllm_draft": ("AR + draft (vLLM)", "vllm", "ar", "draft", None),
-    "ar_vllm_eagle3": ("AR + EAGLE3 (vLLM)", "vllm", "ar", "eagle3", None),
-}
-# Rows whose pass@1 is measured here; the dLLM rows take theirs from the operating point.
-QUALITY_ROWS = ["ar_hf", "ar_hf_assisted", "ar_dflash", "ar_vllm", "ar_vllm_draft", "ar_vllm_eagle3"]
+LATENCY_ROWS = [row for row in RUN.values() if row.tables & {1, 2}]
+QUALITY_ROWS = [row for row in RUN.values() if not row.sweep and (2 in row.tables or row.key == rows.MATCH_REFERENCE)]
+SWEEP_ROWS = [row for row in RUN.values() if row.sweep]
+ENTROPY_ROWS = [row for row in RUN.values() if row.entropy]
+(ENGINE_ROW,) = [row for row in RUN.values() if 3 in row.tables]  # one `orl bench-engine` run: Table 3
+TABLE5_ROWS = [row for row in RUN.values() if 5 in row.tables]
 
 
-def _row_ckpt(name):
-    if name is None:
-        return None
-    if name == "orl-nvfp4":
-        return f"{CKPT}/orl-nvfp4"
-    if name == "eagle3":
-        return (config.get("checkpoints") or {}).get("eagle3", f"{CKPT}/eagle3-not-trained-here")
-    return ckpt(name)
+def table_inputs(table):
+    """The record files the DAG writes for a table's rows (the renderer reads the whole folder)."""
+    run = [row for row in RUN.values() if table in row.tables]
+    if table == 1:
+        return ([latency_file(row) for row in run] + [quality_file(row) for row in run]
+                + [f"{RESULTS}/quality/{suite}_{row.key}.jsonl" for suite in config["extra_suites"] for row in run])
+    if table == 2:
+        return [latency_file(row) for row in run] + [quality_file(row) for row in run]
+    if table == 3:
+        return [ENGINE_FILE]
+    if table == 5:
+        return ([quality_file(row) for row in run] + [sweep_file(row) for row in run if row.sweep]
+                + [train_file(row) for row in run] + [PACKING_FILE])
+    return []  # Table 4: contributed hardware results (results/hardware/) only
 
 
-def _row_inputs(wc):
-    _, engine, target, draft, point = LATENCY_ROWS[wc.row]
-    inputs = [f"{_row_ckpt(target)}/config.json"]
-    if draft and draft != "eagle3":  # EAGLE3 heads are not trained here: the vLLM row says why it did not run
-        inputs.append(f"{_row_ckpt(draft)}/config.json")
-    if point:
-        inputs.append(f"{RESULTS}/oppoint/{point}.json")
-    return inputs
+# ------------------------------------------------------------------------------------------
+# Outputs this profile cannot measure: rule not_run (Snakefile) writes them as "not run" records
+# ------------------------------------------------------------------------------------------
+
+NOT_RUN = {}  # output file -> (record kind, row, reason)
+for _row in LATENCY_ROWS + QUALITY_ROWS:
+    if missing(_row):
+        NOT_RUN[latency_file(_row)] = ("latency", _row, missing(_row))
+        NOT_RUN[quality_file(_row)] = ("quality", _row, missing(_row))
+if PAPER:
+    _orl = ROW[rows.TRAINED]
+    NOT_RUN[train_file(_orl)] = ("train", _orl, f"the paper profile reads checkpoint {_orl.ckpt} from the config "
+                                 "(this DAG did not train it)")  # fmt: skip
+    NOT_RUN[PACKING_FILE] = ("train", ROW[rows.PACKING], "the replay train-step benchmark needs a training preset "
+                             "(preset: null on the paper profile)")  # fmt: skip
 
 
-def _row_flags(wc):
-    system, engine, target, draft, point = LATENCY_ROWS[wc.row]
-    flags = [f"--engine {engine}", f"--ckpt {_row_ckpt(target)}", f"--system '{system}'"]
-    if draft:
-        flags.append(f"--draft {_row_ckpt(draft)}")
-    if point:
-        flags.append(f"--policy @{RESULTS}/oppoint/{point}.json")
-    return " ".join(flags)
+def runnable(rows_, file_of):
+    """Keys of the rows whose `file_of` output this profile measures."""
+    return [row.key for row in rows_ if file_of(row) not in NOT_RUN]
+
+
+def write_not_run(path):
+    kind, row, reason = NOT_RUN[path]
+    suite = None if kind == "train" else config["suite"]
+    write_records(path, [not_run(kind, system=row.system, engine=row.engine, reason=reason, suite=suite)])

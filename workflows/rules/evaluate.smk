@@ -1,167 +1,143 @@
-# Quality: the base dLLM's fixed(1) accuracy (the matched-accuracy reference), threshold sweeps,
-# operating points, entropy per step, HumanEval for Table 1, the engine benchmark for Table 3.
-
-SYSTEMS = {
-    "dlm": "dLLM base",
-    "orl": "dLLM + ORL",
-    "orl-nvfp4": "dLLM + ORL NVFP4",
-    **{f"orl-{a}": s for a, s in ABLATION_SYSTEMS.items()},
-}
-
-
-rule quality_reference_fixed1:
-    # The accuracy every operating point is matched against: the base dLLM, one token per step.
-    input:
-        lambda wc: ckpt_done("dlm"),
-    output:
-        f"{RESULTS}/quality/dlm_fixed1.jsonl",
-    params:
-        env=ENV,
-        orl=ORL,
-        ckpt=lambda wc: ckpt("dlm"),
-        suite=SUITE,
-        limit=limit_flag(config["eval_limit"]),
-        max_new_tokens=config["max_new_tokens"],
-    log:
-        f"{LOGS}/quality_dlm_fixed1.log",
-    threads: THREADS
-    shell:
-        "{params.env} {params.orl} eval-quality --ckpt {params.ckpt} --engine dlmrt --policy fixed:1 "
-        "--suite {params.suite} {params.limit} --max-new-tokens {params.max_new_tokens} "
-        "--system 'dLLM base, fixed(1)' --out {output} --no-progress > {log} 2>&1"
+# Quality: threshold sweeps and their matched-accuracy operating points, pass@1 of every other row
+# (the matched-accuracy reference included), Table 1's extra suites, entropy per step, and the engine
+# benchmark of Table 3. Which rows each rule runs comes from orl/rows.py (common.smk).
 
 
 rule sweep:
     input:
-        lambda wc: ckpt_done(wc.model),
+        lambda wc: ckpt_done(ROW[wc.row].ckpt),
     output:
-        f"{RESULTS}/sweep/{{model}}.jsonl",
+        f"{RESULTS}/sweep/{{row}}.jsonl",
+    wildcard_constraints:
+        row=one_of(row.key for row in SWEEP_ROWS),
     params:
-        env=ENV,
-        orl=ORL,
-        ckpt=lambda wc: ckpt(wc.model),
-        suite=SUITE,
-        system=lambda wc: SYSTEMS[wc.model],
+        **DECODE,
+        ckpt=lambda wc: ckpt(ROW[wc.row].ckpt),
+        system=lambda wc: ROW[wc.row].system,
         taus=",".join(str(t) for t in config["sweep_thresholds"]),
         limit=limit_flag(config["eval_limit"]),
-        max_new_tokens=config["max_new_tokens"],
     log:
-        f"{LOGS}/sweep_{{model}}.log",
+        f"{LOGS}/sweep_{{row}}.log",
     threads: THREADS
+    resources:
+        gpu=GPU,
     shell:
-        "{params.env} {params.orl} sweep --ckpt {params.ckpt} --suite {params.suite} --thresholds {params.taus} "
-        "{params.limit} --max-new-tokens {params.max_new_tokens} --system '{params.system}' --out {output} "
-        "--no-progress > {log} 2>&1"
+        "{ORL} sweep --ckpt {params.ckpt} --suite {params.suite} --thresholds {params.taus} {params.limit} "
+        "--max-new-tokens {params.max_new_tokens} --system '{params.system}' --device {params.device} "
+        "--dtype {params.dtype} --out {output} --no-progress > {log} 2>&1"
 
 
 rule operating_point:
-    # Matched accuracy (METHOD.md §4): the fastest threshold whose pass@1 is within the tolerance of
-    # the base dLLM with fixed(1). Writes the choice and a quality record taken from that sweep point.
+    # Matched accuracy (METHOD.md §4): the fastest threshold whose pass@1 is within the tolerance of the
+    # reference row (orl.rows.MATCH_REFERENCE). Writes the choice and a quality record of that sweep point.
     input:
-        sweep=f"{RESULTS}/sweep/{{model}}.jsonl",
-        reference=f"{RESULTS}/quality/dlm_fixed1.jsonl",
+        sweep=f"{RESULTS}/sweep/{{row}}.jsonl",
+        reference=quality_file(ROW[rows.MATCH_REFERENCE]),
     output:
-        point=f"{RESULTS}/oppoint/{{model}}.json",
-        quality=f"{RESULTS}/quality/op_{{model}}.jsonl",
-    params:
-        orl=ORL,
-        tolerance=config["match_tolerance"],
-    log:
-        f"{LOGS}/oppoint_{{model}}.log",
-    shell:
-        "{params.orl} operating-point --sweep {input.sweep} --reference {input.reference} "
-        "--tolerance {params.tolerance} --out {output.point} --quality-out {output.quality} > {log} 2>&1"
-
-
-rule quality_nvfp4:
-    # The quantized +ORL model at the +ORL operating point (same policy, same suite).
-    input:
-        ckpt=f"{CKPT}/orl-nvfp4/config.json",
-        point=f"{RESULTS}/oppoint/orl.json",
-    output:
-        f"{RESULTS}/quality/op_orl-nvfp4.jsonl",
-    params:
-        env=ENV,
-        orl=ORL,
-        ckpt=lambda wc, input: os.path.dirname(input.ckpt),  # the folder of the tracked config.json
-        suite=SUITE,
-        limit=limit_flag(config["eval_limit"]),
-        max_new_tokens=config["max_new_tokens"],
-    log:
-        f"{LOGS}/quality_orl-nvfp4.log",
-    threads: THREADS
-    shell:
-        "{params.env} {params.orl} eval-quality --ckpt {params.ckpt} --engine dlmrt --policy @{input.point} "
-        "--suite {params.suite} {params.limit} --max-new-tokens {params.max_new_tokens} "
-        "--system 'dLLM + ORL NVFP4' --out {output} --no-progress > {log} 2>&1"
-
-
-rule quality_extra_suite:
-    # Table 1 on other suites (HumanEval): pass@1 of base and +ORL at their operating points.
-    input:
-        ckpt=lambda wc: ckpt_done(wc.model),
-        point=f"{RESULTS}/oppoint/{{model}}.json",
-    output:
-        f"{RESULTS}/quality/{{suite}}_{{model}}.jsonl",
+        point=f"{RESULTS}/oppoint/{{row}}.json",
+        quality=f"{RESULTS}/quality/op_{{row}}.jsonl",
     wildcard_constraints:
-        suite="humaneval",
-        model="dlm|orl",
+        row=one_of(row.key for row in SWEEP_ROWS),
     params:
-        env=ENV,
-        orl=ORL,
-        ckpt=lambda wc: ckpt(wc.model),
-        system=lambda wc: SYSTEMS[wc.model],
-        max_new_tokens=config["max_new_tokens"],
+        match_tolerance=config["match_tolerance"],
     log:
-        f"{LOGS}/quality_{{suite}}_{{model}}.log",
-    threads: THREADS
+        f"{LOGS}/oppoint_{{row}}.log",
     shell:
-        "{params.env} {params.orl} eval-quality --ckpt {params.ckpt} --engine dlmrt --policy @{input.point} "
-        "--suite {wildcards.suite} --max-new-tokens {params.max_new_tokens} --system '{params.system}' "
+        "{ORL} operating-point --sweep {input.sweep} --reference {input.reference} "
+        "--tolerance {params.match_tolerance} --out {output.point} --quality-out {output.quality} > {log} 2>&1"
+
+
+rule quality_row:
+    # pass@1 of a row that is not swept: the AR and speculative rows, the quantized model at the
+    # +ORL operating point, and the matched-accuracy reference.
+    input:
+        lambda wc: row_inputs(ROW[wc.row]),
+    output:
+        f"{RESULTS}/quality/row_{{row}}.jsonl",
+    wildcard_constraints:
+        row=one_of(runnable(QUALITY_ROWS, quality_file)),
+    params:
+        **DECODE,
+        flags=lambda wc: row_flags(ROW[wc.row]),
+        limit=limit_flag(config["eval_limit"]),
+    log:
+        f"{LOGS}/quality_row_{{row}}.log",
+    threads: THREADS
+    resources:
+        gpu=GPU,
+    shell:
+        "{ORL} eval-quality {params.flags} --suite {params.suite} {params.limit} "
+        "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
         "--out {output} --no-progress > {log} 2>&1"
+
+
+if config["extra_suites"]:
+
+    rule quality_extra_suite:
+        # Table 1 on other suites (HumanEval): pass@1 of its rows at their own operating points.
+        input:
+            lambda wc: row_inputs(ROW[wc.row]),
+        output:
+            f"{RESULTS}/quality/{{suite}}_{{row}}.jsonl",
+        wildcard_constraints:
+            suite=one_of(config["extra_suites"]),
+            row=one_of(row.key for row in SWEEP_ROWS if 1 in row.tables),
+        params:
+            **DECODE,
+            flags=lambda wc: row_flags(ROW[wc.row]),
+        log:
+            f"{LOGS}/quality_{{suite}}_{{row}}.log",
+        threads: THREADS
+        resources:
+            gpu=GPU,
+        shell:
+            "{ORL} eval-quality {params.flags} --suite {wildcards.suite} --max-new-tokens {params.max_new_tokens} "
+            "--device {params.device} --dtype {params.dtype} --out {output} --no-progress > {log} 2>&1"
 
 
 rule entropy_profile:
     input:
-        lambda wc: ckpt_done(wc.model),
+        lambda wc: ckpt_done(ROW[wc.row].ckpt),
     output:
-        f"{RESULTS}/entropy/{{model}}.jsonl",
+        f"{RESULTS}/entropy/{{row}}.jsonl",
     wildcard_constraints:
-        model="dlm|orl",
+        row=one_of(row.key for row in ENTROPY_ROWS),
     params:
-        env=ENV,
-        orl=ORL,
-        ckpt=lambda wc: ckpt(wc.model),
-        suite=SUITE,
-        system=lambda wc: SYSTEMS[wc.model],
+        **DECODE,
+        ckpt=lambda wc: ckpt(ROW[wc.row].ckpt),
+        system=lambda wc: ROW[wc.row].system,
         limit=limit_flag(config["bench_limit"]),
-        max_new_tokens=config["max_new_tokens"],
     log:
-        f"{LOGS}/entropy_{{model}}.log",
+        f"{LOGS}/entropy_{{row}}.log",
     threads: THREADS
+    resources:
+        gpu=GPU,
     shell:
-        "{params.env} {params.orl} entropy-profile --ckpt {params.ckpt} --suite {params.suite} --policy fixed:1 "
-        "{params.limit} --max-new-tokens {params.max_new_tokens} --system '{params.system}' --out {output} "
-        "--no-progress > {log} 2>&1"
+        "{ORL} entropy-profile --ckpt {params.ckpt} --suite {params.suite} --policy fixed:1 {params.limit} "
+        "--max-new-tokens {params.max_new_tokens} --system '{params.system}' --device {params.device} "
+        "--dtype {params.dtype} --out {output} --no-progress > {log} 2>&1"
 
 
 rule bench_engine:
-    # Table 3: the same model and policy on dlmrt (compiled / graph-captured), dlmrt eager, reference.
+    # Table 3: the same model and policy on every engine of the row's Table 3 lines (dlmrt compiled or
+    # graph-captured, dlmrt eager, the reference decoder), in one process, on the same prompts.
     input:
-        ckpt=lambda wc: ckpt_done("orl"),
-        point=f"{RESULTS}/oppoint/orl.json",
+        ckpt=ckpt_done(ENGINE_ROW.ckpt),
+        point=point_file(ENGINE_ROW),
     output:
-        f"{RESULTS}/engine/bench.jsonl",
+        ENGINE_FILE,
     params:
-        env=ENV,
-        orl=ORL,
-        ckpt=lambda wc: ckpt("orl"),
-        limit=config["bench_limit"],  # the count itself; in other rules `limit` is the whole flag
+        **DECODE,
+        ckpt=lambda wc, input: os.path.dirname(input.ckpt),
+        bench_limit=config["bench_limit"],
+        system=ENGINE_ROW.system,
+        engines=",".join(ENGINE_ROW.engine_of(line) for line in ENGINE_ROW.lines if line.table == 3),
     log:
         f"{LOGS}/bench_engine.log",
     threads: THREADS
     resources:
-        gpu=1 if PAPER else 0,
+        gpu=GPU,
     shell:
-        "{params.env} {params.orl} bench-engine --ckpt {params.ckpt} --policy @{input.point} --limit {params.limit} "
-        "--system 'dLLM + ORL' --out {output} > {log} 2>&1"
+        "{ORL} bench-engine --ckpt {params.ckpt} --policy @{input.point} --engines {params.engines} "
+        "--suite {params.suite} --limit {params.bench_limit} --max-new-tokens {params.max_new_tokens} "
+        "--system '{params.system}' --device {params.device} --dtype {params.dtype} --out {output} > {log} 2>&1"

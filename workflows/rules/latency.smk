@@ -1,52 +1,26 @@
-# Table 2: batch-1 latency and pass@1 of every system at matched accuracy. GPU-only rows run
-# through the same command; where they cannot run, their record says "not run: <reason>".
-# The rows (LATENCY_ROWS, QUALITY_ROWS) and their input/flag functions live in common.smk, since
-# report.smk reads the rows too and snakemake --lint wants functions kept apart from rules.
+# Table 1 and 2: batch-1 latency of every row with a line there (orl/rows.py), at matched accuracy.
+# GPU-only rows run through the same command; where they cannot run, their record says
+# "not run: <reason>" (the command writes it, or rule not_run where a checkpoint is missing).
+
 
 rule latency:
     input:
-        _row_inputs,
+        lambda wc: row_inputs(ROW[wc.row]),
     output:
         f"{RESULTS}/latency/{{row}}.jsonl",
     wildcard_constraints:
-        row="|".join(LATENCY_ROWS),
+        row=one_of(runnable(LATENCY_ROWS, latency_file)),
     params:
-        env=ENV,
-        orl=ORL,
-        flags=_row_flags,
-        suite=SUITE,
-        limit=config["latency_limit"],
-        warmup=config["latency_warmup"],
-        max_new_tokens=config["max_new_tokens"],
+        **DECODE,
+        flags=lambda wc: row_flags(ROW[wc.row]),
+        latency_limit=config["latency_limit"],
+        latency_warmup=config["latency_warmup"],
     log:
         f"{LOGS}/latency_{{row}}.log",
     threads: THREADS
     resources:
-        gpu=lambda wc: 1 if LATENCY_ROWS[wc.row][1] == "vllm" or PAPER else 0,
+        gpu=GPU,
     shell:
-        "{params.env} {params.orl} bench-latency {params.flags} --suite {params.suite} --limit {params.limit} "
-        "--warmup {params.warmup} --max-new-tokens {params.max_new_tokens} --out {output} > {log} 2>&1"
-
-
-rule quality_row:
-    input:
-        _row_inputs,
-    output:
-        f"{RESULTS}/quality/row_{{row}}.jsonl",
-    wildcard_constraints:
-        row="|".join(QUALITY_ROWS),
-    params:
-        env=ENV,
-        orl=ORL,
-        flags=_row_flags,
-        suite=SUITE,
-        limit=limit_flag(config["eval_limit"]),
-        max_new_tokens=config["max_new_tokens"],
-    log:
-        f"{LOGS}/quality_row_{{row}}.log",
-    threads: THREADS
-    resources:
-        gpu=lambda wc: 1 if LATENCY_ROWS[wc.row][1] == "vllm" or PAPER else 0,
-    shell:
-        "{params.env} {params.orl} eval-quality {params.flags} --suite {params.suite} {params.limit} "
-        "--max-new-tokens {params.max_new_tokens} --out {output} --no-progress > {log} 2>&1"
+        "{ORL} bench-latency {params.flags} --suite {params.suite} --limit {params.latency_limit} "
+        "--warmup {params.latency_warmup} --max-new-tokens {params.max_new_tokens} --device {params.device} "
+        "--dtype {params.dtype} --out {output} > {log} 2>&1"

@@ -1,121 +1,115 @@
-# Training: tokenizer + AR model, draft model, AR -> diffusion conversion, ORL and its ablations,
-# NVFP4 quantization. Each rule resumes from its last checkpoint when rerun after an interruption.
-# Checkpoint folders are taken from the rule's own config.json input/output (not hard-coded), so the
-# command names exactly the files snakemake tracks.
+# Training (smoke and tiny profiles; the paper profile reads its checkpoints from the config):
+# tokenizer + AR model, draft model, AR -> diffusion conversion, ORL and its ablations. Each rule
+# resumes from its last checkpoint when rerun after an interruption. Checkpoint folders are taken
+# from the rule's own config.json input/output, so the command names exactly the files snakemake
+# tracks. NVFP4 quantization runs on every profile.
 
+if not PAPER:
 
-rule train_ar:
-    output:
-        f"{CKPT}/ar/config.json",
-    log:
-        f"{LOGS}/train_ar.log",
-    params:
-        env=ENV,
-        orl=ORL,
-        preset=config["preset"],
-        out=lambda wc, output: os.path.dirname(output[0]),
-    benchmark:
-        f"{RESULTS}/benchmarks/train_ar.tsv"
-    threads: THREADS
-    shell:
-        "{params.env} {params.orl} train-ar --preset {params.preset} --out {params.out} > {log} 2>&1"
+    rule train_ar:
+        output:
+            f"{CKPT}/ar/config.json",
+        params:
+            **TRAIN,
+            out=lambda wc, output: os.path.dirname(output[0]),
+        log:
+            f"{LOGS}/train_ar.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/train_ar.tsv"
+        threads: THREADS
+        resources:
+            gpu=GPU,
+        shell:
+            "{ORL} train-ar --preset {params.preset} --out {params.out} --device {params.device} > {log} 2>&1"
 
+    rule train_draft:
+        input:
+            f"{CKPT}/ar/config.json",
+        output:
+            f"{CKPT}/draft/config.json",
+        params:
+            **TRAIN,
+            tokenizer=lambda wc, input: os.path.dirname(input[0]),
+            out=lambda wc, output: os.path.dirname(output[0]),
+        log:
+            f"{LOGS}/train_draft.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/train_draft.tsv"
+        threads: THREADS
+        resources:
+            gpu=GPU,
+        shell:
+            "{ORL} train-ar --preset {params.preset} --draft --tokenizer {params.tokenizer} --out {params.out} "
+            "--device {params.device} > {log} 2>&1"
 
-rule train_draft:
-    input:
-        f"{CKPT}/ar/config.json",
-    output:
-        f"{CKPT}/draft/config.json",
-    log:
-        f"{LOGS}/train_draft.log",
-    params:
-        env=ENV,
-        orl=ORL,
-        preset=config["preset"],
-        tokenizer=lambda wc, input: os.path.dirname(input[0]),
-        out=lambda wc, output: os.path.dirname(output[0]),
-    benchmark:
-        f"{RESULTS}/benchmarks/train_draft.tsv"
-    threads: THREADS
-    shell:
-        "{params.env} {params.orl} train-ar --preset {params.preset} --draft --tokenizer {params.tokenizer} "
-        "--out {params.out} > {log} 2>&1"
+    rule convert:
+        input:
+            f"{CKPT}/ar/config.json",
+        output:
+            f"{CKPT}/dlm/config.json",
+        params:
+            **TRAIN,
+            init=lambda wc, input: os.path.dirname(input[0]),
+            out=lambda wc, output: os.path.dirname(output[0]),
+        log:
+            f"{LOGS}/convert.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/convert.tsv"
+        threads: THREADS
+        resources:
+            gpu=GPU,
+        shell:
+            "{ORL} convert --preset {params.preset} --init {params.init} --out {params.out} "
+            "--device {params.device} > {log} 2>&1"
 
+    rule train_orl:
+        # The ORL row itself (orl.rows.TRAINED).
+        input:
+            f"{CKPT}/dlm/config.json",
+        output:
+            ckpt=f"{CKPT}/{ROW[rows.TRAINED].ckpt}/config.json",
+            record=train_file(ROW[rows.TRAINED]),
+        params:
+            **TRAIN,
+            init=lambda wc, input: os.path.dirname(input[0]),
+            out=lambda wc, output: os.path.dirname(output.ckpt),
+            system=ROW[rows.TRAINED].system,
+        log:
+            f"{LOGS}/train_orl.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/train_orl.tsv"
+        threads: THREADS
+        resources:
+            gpu=GPU,
+        shell:
+            "{ORL} train-orl --preset {params.preset} --init {params.init} --out {params.out} "
+            "--record {output.record} --system '{params.system}' --device {params.device} > {log} 2>&1"
 
-rule convert:
-    input:
-        f"{CKPT}/ar/config.json",
-    output:
-        f"{CKPT}/dlm/config.json",
-    log:
-        f"{LOGS}/convert.log",
-    params:
-        env=ENV,
-        orl=ORL,
-        preset=config["preset"],
-        init=lambda wc, input: os.path.dirname(input[0]),
-        out=lambda wc, output: os.path.dirname(output[0]),
-    benchmark:
-        f"{RESULTS}/benchmarks/convert.tsv"
-    threads: THREADS
-    shell:
-        "{params.env} {params.orl} convert --preset {params.preset} --init {params.init} --out {params.out} > {log} 2>&1"
-
-
-rule train_orl:
-    input:
-        f"{CKPT}/dlm/config.json",
-    output:
-        ckpt=f"{CKPT}/orl/config.json",
-        record=f"{RESULTS}/train/orl.jsonl",
-    log:
-        f"{LOGS}/train_orl.log",
-    params:
-        env=ENV,
-        orl=ORL,
-        preset=config["preset"],
-        init=lambda wc, input: os.path.dirname(input[0]),
-        out=lambda wc, output: os.path.dirname(output.ckpt),
-    benchmark:
-        f"{RESULTS}/benchmarks/train_orl.tsv"
-    threads: THREADS
-    shell:
-        "{params.env} {params.orl} train-orl --preset {params.preset} --init {params.init} --out {params.out} "
-        "--record {output.record} --system 'dLLM + ORL' > {log} 2>&1"
-
-
-ABLATION_SYSTEMS = {
-    "no-residual": "ORL: no residual",
-    "offline": "ORL: offline residuals",
-    "no-aec": "ORL: no AEC",
-    "aec-nogate": "ORL: AEC without gate",
-    "dparallel": "dParallel-style",
-}
-
-
-rule train_ablation:
-    input:
-        f"{CKPT}/dlm/config.json",
-    output:
-        ckpt=f"{CKPT}/orl-{{ablation}}/config.json",
-        record=f"{RESULTS}/train/{{ablation}}.jsonl",
-    wildcard_constraints:
-        ablation="|".join(ABLATION_SYSTEMS),
-    params:
-        env=ENV,
-        orl=ORL,
-        preset=config["preset"],
-        init=lambda wc, input: os.path.dirname(input[0]),
-        out=lambda wc, output: os.path.dirname(output.ckpt),
-        system=lambda wc: ABLATION_SYSTEMS[wc.ablation],
-    log:
-        f"{LOGS}/train_{{ablation}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/train_{{ablation}}.tsv"
-    threads: THREADS
-    shell:
-        "{params.env} {params.orl} train-orl --preset {params.preset} --init {params.init} --out {params.out} "
-        "--ablation {wildcards.ablation} --record {output.record} --system '{params.system}' > {log} 2>&1"
+    rule train_ablation:
+        # The configured ablation rows (orl.rows.ABLATIONS): ORL with one part changed.
+        input:
+            f"{CKPT}/dlm/config.json",
+        output:
+            ckpt=f"{CKPT}/orl-{{ablation}}/config.json",
+            record=f"{RESULTS}/train/{{ablation}}.jsonl",
+        wildcard_constraints:
+            ablation=one_of(ABLATIONS),
+        params:
+            **TRAIN,
+            init=lambda wc, input: os.path.dirname(input[0]),
+            out=lambda wc, output: os.path.dirname(output.ckpt),
+            system=lambda wc: rows.ABLATIONS[wc.ablation].system,
+        log:
+            f"{LOGS}/train_{{ablation}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/train_{{ablation}}.tsv"
+        threads: THREADS
+        resources:
+            gpu=GPU,
+        shell:
+            "{ORL} train-orl --preset {params.preset} --init {params.init} --out {params.out} "
+            "--ablation {wildcards.ablation} --record {output.record} --system '{params.system}' "
+            "--device {params.device} > {log} 2>&1"
 
 
 rule quantize_nvfp4:
@@ -124,11 +118,9 @@ rule quantize_nvfp4:
     output:
         f"{CKPT}/orl-nvfp4/config.json",
     params:
-        env=ENV,
-        orl=ORL,
         src=lambda wc: ckpt("orl"),
         out=lambda wc, output: os.path.dirname(output[0]),
     log:
         f"{LOGS}/quantize.log",
     shell:
-        "{params.env} {params.orl} quantize {params.src} --format nvfp4 --out {params.out} > {log} 2>&1"
+        "{ORL} quantize {params.src} --format nvfp4 --out {params.out} > {log} 2>&1"

@@ -1,0 +1,120 @@
+"""The paper's claims beside the table lines that name them, and the finished table frame.
+
+Columns common to every table: `claim` (ledger id), `paper` (the claim's value in the
+column's unit), `ratio` (reproduced / paper, following orl.report.compare), `compared`
+(what was compared, or why not), `status` (from the record) and `note`. A line with
+several claims appears once per claim (tidy: one comparison per line). A claim of the
+ledger that no line names still gets a line of its own, so no claim goes unshown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+
+from orl.records import gpu_count
+from orl.report.claims import Claim
+from orl.report.compare import Anchor, compare_to_claim
+from orl.report.select import Resolved
+
+CLAIM_COLUMNS = ["claim", "paper", "ratio", "compared", "status", "note"]
+
+TABLE_COLUMNS = {
+    1: ["model", "variant", "system", "engine", "suite", "tpf", "tokens_per_s", "pass_at_1", "tpf_gain",
+        "throughput_gain"],
+    2: ["system", "engine", "suite", "tpf", "latency_median_s", "latency_p90_s", "tokens_per_s", "pass_at_1",
+        "speedup_vs_ar", "speedup_vs_ar_vllm"],
+    3: ["setup", "system", "engine", "suite", "tokens_per_s", "latency_median_s", "latency_p90_s", "tpf",
+        "same_tpf", "speedup_vs_reference", "speedup_vs_serving"],
+    4: ["gpu", "gpu_count", "model", "precision", "system", "engine", "suite", "tokens_per_s", "tpf",
+        "pass_at_1", "latency_median_s", "submissions", "driver", "cuda", "torch", "git_sha", "date"],
+    5: ["system", "engine", "suite", "tpf", "pass_at_1", "aup", "self_generated_tokens", "train_wall_s",
+        "train_gpu_hours", "step_tokens_per_s_packed", "step_tokens_per_s_unpacked", "train_step_speedup"],
+}  # fmt: skip
+
+TABLE_TITLES = {
+    1: "Table 1: ORL main results (base vs +ORL, per model family)",
+    2: "Table 2: against speculative decoding at matched accuracy (single GPU, batch 1)",
+    3: "Table 3: dlmrt against general serving stacks (same model, same settings)",
+    4: "Table 4: hardware peaks (contributed results)",
+    5: "Table 5: training (ablations and cost)",
+}
+
+NO_CONTEXT = {"_gpu": None, "_gpu_count": 1, "_model": None, "_precision": None}
+
+
+def context(record: dict | None) -> dict:
+    """Where a line's number was measured (GPU, model, precision): what a claim is compared on."""
+    if record is None:
+        return dict(NO_CONTEXT)
+    return {
+        "_gpu": record["env"]["gpu_name"],
+        "_gpu_count": gpu_count(record),
+        "_model": record["model"]["name"],
+        "_precision": record["model"]["precision"],
+    }
+
+
+def base_row(resolved: Resolved) -> dict:
+    """The columns every line has, from its resolved records."""
+    record = resolved.primary
+    return {
+        "system": resolved.want.system,
+        "engine": record["engine"] if record else resolved.want.engine,
+        "suite": record["suite"] if record else resolved.suite,
+        "status": resolved.status,
+        "note": "; ".join(resolved.notes) or None,
+        **context(record),
+    }
+
+
+def with_claims(
+    row: dict,
+    claim_ids,
+    claims_by_id: dict[str, Claim],
+    anchor_for: Callable[[dict, Claim], Anchor | None] | None = None,
+) -> list[dict]:
+    """The line once per claim (or once without), with paper / ratio / compared filled in."""
+    placed = [claims_by_id[i] for i in claim_ids if i in claims_by_id]
+    if not placed:
+        return [{**row, "claim": None, "paper": None, "ratio": None, "compared": None}]
+    out = []
+    for claim in placed:
+        value = row.get(claim.metric)
+        anchor = anchor_for(row, claim) if anchor_for else None
+        if row["status"] != "measured":
+            comparison_ratio, compared = None, None
+        else:
+            comparison = compare_to_claim(
+                claim, value, gpu_name=row["_gpu"], gpu_count=row["_gpu_count"], model_name=row["_model"],
+                precision=row["_precision"], anchor=anchor,
+            )  # fmt: skip
+            comparison_ratio, compared = comparison.ratio, comparison.compared
+        out.append({**row, "claim": claim.id, "paper": claim.compare_value, "ratio": comparison_ratio,
+                    "compared": compared})  # fmt: skip
+    return out
+
+
+def _unplaced(table: int, rows: list[dict], claims: list[Claim], columns: list[str]) -> list[dict]:
+    """Lines for ledger claims of this table that no line names."""
+    shown = {row["claim"] for row in rows}
+    out = []
+    for claim in claims:
+        if claim.table == table and claim.id not in shown:
+            row = dict.fromkeys(columns)
+            row.update({"system": claim.system, "claim": claim.id, "paper": claim.compare_value,
+                        "status": f"not run: no row of Table {table} reads claim {claim.id!r} (system {claim.system!r})",
+                        "note": None, "ratio": None, "compared": None})  # fmt: skip
+            out.append(row)
+    return out
+
+
+def frame(table: int, rows: list[dict], claims: list[Claim]) -> pd.DataFrame:
+    """The finished table: its columns in order, unplaced claims appended, title in attrs."""
+    columns = TABLE_COLUMNS[table] + CLAIM_COLUMNS
+    rows = rows + _unplaced(table, rows, claims, columns)
+    out = pd.DataFrame([{c: row.get(c) for c in columns} for row in rows], columns=columns)
+    out.attrs["table"] = table
+    out.attrs["title"] = TABLE_TITLES[table]
+    return out

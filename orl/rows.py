@@ -1,0 +1,300 @@
+"""Every row of Tables 1-5, declared once, as data.
+
+A *row* is one system the harness measures, or expects a record of: its display name
+(the `system` string of every record it writes), the engine, the checkpoints it decodes,
+where its decoding policy comes from, what it needs to run, and the table lines it fills.
+Both sides read this module and nothing else about rows:
+
+    workflows/rules/*.smk   which jobs to run, and the flags they pass (`--system` included)
+    orl/report/table*.py    which lines to show, which records each line reads, which claims
+
+A *line* is one appearance of a row in one table. Claims of the paper's ledger
+(results/paper/claims.yaml) are attached to lines by id, never by display name. A line
+reads the record kinds of its table (TABLE_KINDS).
+
+Adding a row (say a vLLM DFlash baseline) is one `Row(...)` entry in ROWS: the DAG then
+runs `orl bench-latency` and `orl eval-quality` for it, and Table 2 shows it.
+
+Why a module and not a YAML file: rows are project data reviewed like code, not user
+configuration (users choose *which* ablations run in workflows/config/*.yaml). Plain
+frozen dataclasses need no second schema, no loader and no error messages of their own;
+`_check` below validates them once, at import, and the first mistake stops the import
+with a message naming the row.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+TABLES = (1, 2, 3, 4, 5)
+
+# Record kinds each table reads. A line resolves the kinds of TABLE_KINDS in order (the latest
+# measured record of each); the first one decides whether the line is "measured" or "not run:
+# <reason>". EXTRA_KINDS are read beside them by the table's builder: Table 5 takes every
+# `sweep` record of a line (for AUP), its `aup` record where it has no sweep, and its `train`
+# records (cost, step speed with and without packing). Table 4 reads contributed results.
+TABLE_KINDS: dict[int, tuple[str, ...]] = {
+    1: ("quality", "latency"),
+    2: ("latency", "quality"),
+    3: ("engine_bench",),
+    4: ("latency", "quality"),
+    5: ("quality",),
+}
+EXTRA_KINDS: dict[int, tuple[str, ...]] = {5: ("sweep", "aup", "train")}
+
+# What a line can be to the other lines of its table (the columns computed against it).
+ROLES: dict[int, tuple[str, ...]] = {
+    1: ("base",),  # +ORL lines report their TPF / throughput gain over the base line of the same family and suite
+    2: ("ar", "ar_vllm"),  # denominators of speedup_vs_ar and speedup_vs_ar_vllm
+    3: ("subject", "reference", "serving"),  # same_tpf is checked against the subject; speedups over the others
+    4: (),
+    5: (),
+}
+
+# Checkpoints a row may decode. The smoke and tiny profiles train every one of them except
+# eagle3 (an EAGLE-3 head is never trained here: it is a local path, checkpoints.eagle3);
+# the paper profile reads ar, draft, eagle3, dlm and orl from its config and quantizes
+# orl-nvfp4 itself. Ablation rows decode orl-<ablation>.
+CHECKPOINTS = ("ar", "draft", "dlm", "orl", "orl-nvfp4", "eagle3")
+
+NEEDS_VLLM = "needs CUDA and vllm"
+NEEDS_SGLANG = "needs CUDA and sglang"
+CONTRIBUTED = "contributed with `orl submit` from that GPU"
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family of Table 1: its label, the model names it matches, what it needs."""
+
+    label: str
+    model: str  # substring of record model.name (letters and digits, case-insensitive)
+    needs: str = ""
+
+
+@dataclass(frozen=True)
+class Line:
+    """One appearance of a row in one table."""
+
+    table: int
+    claims: tuple[str, ...] = ()  # ledger ids compared on this line
+    label: str | None = None  # Table 1: the variant ("base", "+ORL"); Table 3: the setup
+    engine: str | None = None  # the records' engine when it is not the row's (Table 3: eager, reference)
+    family: Family | None = None  # Table 1: the model family
+    suite: str | None = None  # the suite this line reads; None: the table's suite
+    model: str | None = None  # substring of record model.name; None: any model
+    precision: str | None = None  # prefix of record model.precision
+    hardware: str | None = None  # Table 4: the GPU the line is about ("RTX 5090", "8x B200")
+    needs: str | None = None  # what this line needs, where it is more than the row's `needs`
+    role: str | None = None  # one of ROLES[table]
+    anchor: int | None = None  # Table 2: rank of its claimed tokens/s as the cross-hardware anchor (1 first)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One system: what runs it, and the table lines it fills."""
+
+    key: str  # file-name key: results/<profile>/latency/<key>.jsonl, quality/row_<key>.jsonl, sweep/<key>.jsonl
+    system: str  # display name: the `system` field of every record of this row
+    engine: str  # the `orl ... --engine` it runs on ("dlmrt", "hf", "vllm", ...)
+    ckpt: str | None = None  # checkpoint key (CHECKPOINTS or orl-<ablation>): the model, or the AR target
+    draft: str | None = None  # checkpoint key of the draft model / drafter / EAGLE-3 head
+    point: str | None = None  # key of the swept row whose operating point (threshold) it decodes at
+    policy: str | None = None  # a fixed commit policy instead ("fixed:1")
+    sweep: bool = False  # threshold sweep + matched-accuracy operating point; its quality is the chosen point's
+    ablation: str | None = None  # trained by `orl train-orl --ablation <ablation>` from the base dLLM
+    entropy: bool = False  # its per-step entropy is drawn (figure entropy_per_step)
+    dag: bool = True  # False: no DAG job writes its records (the tables expect them from elsewhere)
+    needs: str = ""  # what it needs to run, said in its "not run" line ("needs CUDA and vllm")
+    lines: tuple[Line, ...] = field(default=())
+
+    @property
+    def tables(self) -> set[int]:
+        return {line.table for line in self.lines}
+
+    def engine_of(self, line: Line) -> str:
+        return line.engine or self.engine
+
+    def needs_of(self, line: Line) -> str:
+        return line.needs if line.needs is not None else self.needs
+
+
+# ------------------------------------------------------------------------------------------
+# The rows
+# ------------------------------------------------------------------------------------------
+
+DLLM_BASE = "dLLM base"
+DLLM_ORL = "dLLM + ORL"
+
+TINY = Family("tiny QwenDLM", "tiny")
+QWENDLM_4B = Family("QwenDLM-4B", "QwenDLM-4B", "paper profile, GPU")
+LLADA_MINI = Family("LLaDA-2.1-mini", "LLaDA-2.1-mini", "paper profile, GPU")
+GEMMA_MOE = Family("DiffusionGemma 26B MoE", "DiffusionGemma", "paper profile, multi-GPU")
+
+
+def _table1(family: Family, suite: str | None, variant: str, claims: tuple[str, ...] = ()) -> Line:
+    """A Table 1 line: base or +ORL of one model family on one suite (None: any suite)."""
+    return Line(1, claims=claims, label=variant, family=family, suite=suite, model=family.model,
+                needs=family.needs or None, role="base" if variant == "base" else None)  # fmt: skip
+
+
+# The tiny analog is compared with QwenDLM-4B's ratios: same recipe (converted from an AR
+# model, then ORL), at a scale this machine trains.
+_QWEN_GAINS = ("t1-qwendlm4b-tpf-gain", "t1-qwendlm4b-throughput-gain")
+_ABLATIONS = (
+    ("no-residual", "ORL: no residual"),
+    ("offline", "ORL: offline residuals"),
+    ("no-aec", "ORL: no AEC"),
+    ("aec-nogate", "ORL: AEC without gate"),
+    ("dparallel", "dParallel-style"),
+)
+
+# Declaration order is table order (Table 1 groups its lines by family, then suite).
+ROWS: tuple[Row, ...] = (
+    Row("ar_hf", "AR (hf)", "hf", ckpt="ar", lines=(Line(2, role="ar"),)),
+    Row("ar_vllm", "AR (vLLM)", "vllm", ckpt="ar", needs=NEEDS_VLLM, lines=(Line(2, role="ar_vllm"),)),
+    Row("ar_hf_assisted", "AR + draft (hf assisted)", "hf-assisted", ckpt="ar", draft="draft", lines=(Line(2),)),
+    Row("ar_vllm_draft", "AR + draft (vLLM)", "vllm", ckpt="ar", draft="draft", needs=NEEDS_VLLM,
+        lines=(Line(2),)),
+    Row("ar_vllm_eagle3", "AR + EAGLE3 (vLLM)", "vllm", ckpt="ar", draft="eagle3", needs=NEEDS_VLLM,
+        lines=(Line(2, claims=("t2-eagle3-vllm-tokens-per-s",), anchor=2),)),
+    Row("ar_dflash", "AR + DFlash-style drafter", "dflash", ckpt="ar", draft="dlm",
+        lines=(Line(2, claims=("t2-dflash-vllm-tokens-per-s",), anchor=1),)),
+    Row("dlm", DLLM_BASE, "dlmrt", ckpt="dlm", point="dlm", sweep=True, entropy=True, lines=(
+        _table1(TINY, "tinycode", "base"),
+        _table1(TINY, "humaneval", "base"),
+        _table1(QWENDLM_4B, "humaneval", "base", ("t1-qwendlm4b-humaneval-base",)),
+        _table1(LLADA_MINI, None, "base"),
+        _table1(GEMMA_MOE, None, "base"),
+        Line(2),
+    )),
+    Row("orl", DLLM_ORL, "dlmrt", ckpt="orl", point="orl", sweep=True, entropy=True, lines=(
+        _table1(TINY, "tinycode", "+ORL", _QWEN_GAINS),
+        _table1(TINY, "humaneval", "+ORL"),
+        _table1(QWENDLM_4B, "humaneval", "+ORL", (*_QWEN_GAINS, "t1-qwendlm4b-humaneval-orl")),
+        _table1(LLADA_MINI, None, "+ORL", ("t1-llada21mini-throughput-gain",)),
+        _table1(GEMMA_MOE, None, "+ORL", ("t1-diffusiongemma26b-tpf-gain",)),
+        Line(2, claims=("t2-qwendlm4b-orl-dlmrt-tokens-per-s",), anchor=3),
+        # Table 3: one `orl bench-engine` run measures these three engines on the same prompts.
+        Line(3, engine="dlmrt", label="dlmrt (graph-captured)", role="subject",
+             claims=("t3-dlmrt-vs-sglang-vllm-speedup",)),
+        Line(3, engine="dlmrt-eager", label="dlmrt eager"),
+        Line(3, engine="reference", label="reference decoder", role="reference"),
+        Line(4, model="LLaDA-2.1-mini", precision="nvfp4", hardware="RTX 5090", needs=CONTRIBUTED,
+             claims=("t4-rtx5090-llada21mini-orl-nvfp4-tokens-per-s",)),
+        Line(4, model="DiffusionGemma 26B MoE", precision="nvfp4", hardware="8x B200", needs=CONTRIBUTED,
+             claims=("t4-8xb200-diffusiongemma26b-orl-nvfp4-tokens-per-s",)),
+        Line(5, claims=("t5-train-step-speedup", "t5-llada21mini-self-generated-tokens",
+                        "t5-llada21mini-train-gpu-hours")),
+    )),
+    Row("orl_nvfp4", "dLLM + ORL NVFP4", "dlmrt", ckpt="orl-nvfp4", point="orl", lines=(Line(2, precision="nvfp4"),)),
+    # Serving stacks running the same dLLM (Table 3): no command of the harness runs them yet.
+    Row("orl_sglang", DLLM_ORL, "sglang", ckpt="orl", point="orl", dag=False, needs=NEEDS_SGLANG,
+        lines=(Line(3, label="SGLang dLLM", role="serving"),)),
+    Row("orl_vllm", DLLM_ORL, "vllm", ckpt="orl", point="orl", dag=False, needs=NEEDS_VLLM,
+        lines=(Line(3, label="vLLM", role="serving"),)),
+    *(Row(f"orl-{name}", system, "dlmrt", ckpt=f"orl-{name}", point=f"orl-{name}", sweep=True, ablation=name,
+          lines=(Line(5),)) for name, system in _ABLATIONS),
+    # The matched-accuracy reference (METHOD.md §4): the base dLLM committing one token per step.
+    Row("dlm_fixed1", "dLLM base, fixed(1)", "dlmrt", ckpt="dlm", policy="fixed:1"),
+)  # fmt: skip
+
+ROW: dict[str, Row] = {row.key: row for row in ROWS}
+
+MATCH_REFERENCE = "dlm_fixed1"  # the row every operating point is matched against
+TRAINED = "orl"  # the ORL row itself: trained by `orl train-orl` (no ablation)
+PACKING = "orl"  # the row whose replay train-step speed is benchmarked with and without packing (Table 5)
+ABLATIONS: dict[str, Row] = {row.ablation: row for row in ROWS if row.ablation}
+
+# The regression gate (results/gate/<profile>.jsonl, read by `orl regress`): every record of
+# these kinds that the DAG writes, plus a "reference timing" record copied from GATE_REFERENCE's
+# latency record. That row times transformers' own generate, so it follows the machine and
+# its load but not the code the gate guards (orl/records/regress.py normalises by it).
+GATE_KINDS = ("latency", "engine_bench")
+GATE_REFERENCE = "ar_hf"
+
+
+def lines(table: int) -> list[tuple[Row, Line]]:
+    """The (row, line) pairs of a table, in table order."""
+    pairs = [(row, line) for row in ROWS for line in row.lines if line.table == table]
+    if table == 1:  # grouped by family, then suite, in order of first appearance; stable within a group
+        groups = list(dict.fromkeys((line.family, line.suite) for _, line in pairs))
+        pairs.sort(key=lambda pair: groups.index((pair[1].family, pair[1].suite)))
+    return pairs
+
+
+def with_role(table: int, role: str) -> list[tuple[Row, Line]]:
+    """The lines of a table with a role (ROLES)."""
+    return [(row, line) for row, line in lines(table) if line.role == role]
+
+
+def in_table(table: int, *, dag: bool | None = None) -> list[Row]:
+    """Rows with a line in `table` (only those the DAG runs, with dag=True)."""
+    return [row for row in ROWS if table in row.tables and (dag is None or row.dag == dag)]
+
+
+# ------------------------------------------------------------------------------------------
+# Checked once, at import
+# ------------------------------------------------------------------------------------------
+
+_KEY = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+_CLAIM_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+def _check(rows: tuple[Row, ...]) -> None:
+    """Raise ValueError naming the row at the first inconsistency."""
+    keys = [row.key for row in rows]
+    for key in {k for k in keys if keys.count(k) > 1}:
+        raise ValueError(f"orl/rows.py: row key {key!r} is declared twice")
+    checkpoints = set(CHECKPOINTS) | {f"orl-{row.ablation}" for row in rows if row.ablation}
+    by_key = {row.key: row for row in rows}
+    for row in rows:
+        where = f"orl/rows.py: row {row.key!r}"
+        if not _KEY.match(row.key):
+            raise ValueError(f"{where}: key: expected lowercase letters, digits, '-' and '_'")
+        if not row.system.strip() or "'" in row.system:
+            raise ValueError(f"{where}: system: expected a display name without ' (the DAG quotes it with ')")
+        for name in ("ckpt", "draft"):
+            value = getattr(row, name)
+            if value is not None and value not in checkpoints:
+                raise ValueError(f"{where}: {name}: {value!r} is not a checkpoint (expected one of {sorted(checkpoints)})")
+        if row.point is not None and not (row.point in by_key and by_key[row.point].sweep):
+            raise ValueError(f"{where}: point: {row.point!r} is not a swept row")
+        if row.point and row.policy:
+            raise ValueError(f"{where}: give a point or a policy, not both")
+        if row.sweep and row.point != row.key:
+            raise ValueError(f"{where}: a swept row decodes at its own operating point (point={row.key!r})")
+        for line in row.lines:
+            if line.table not in TABLES:
+                raise ValueError(f"{where}: line of table {line.table}: expected one of {TABLES}")
+            if line.role is not None and line.role not in ROLES[line.table]:
+                raise ValueError(f"{where}: Table {line.table} role {line.role!r}: expected one of {ROLES[line.table]}")
+            if (line.family is None) != (line.table != 1):
+                raise ValueError(f"{where}: Table {line.table}: a family is given exactly on Table 1 lines")
+            for claim in line.claims:
+                if not _CLAIM_ID.match(claim):
+                    raise ValueError(f"{where}: claim id {claim!r}: expected a lowercase slug")
+    for table in TABLES:
+        seen = set()
+        for row, line in ((r, x) for r in rows for x in r.lines if x.table == table):
+            what = (row.system, row.engine_of(line), line.family, line.suite, line.model, line.precision,
+                    line.hardware)  # fmt: skip
+            if what in seen:
+                raise ValueError(f"orl/rows.py: Table {table}: two lines read the same records ({what})")
+            seen.add(what)
+    for table, role in ((2, "ar"), (2, "ar_vllm"), (3, "subject"), (3, "reference")):
+        found = [row.key for row in rows for line in row.lines if line.table == table and line.role == role]
+        if len(found) != 1:
+            raise ValueError(f"orl/rows.py: Table {table}: expected one line with role {role!r}, found {found}")
+    anchors = [line.anchor for row in rows for line in row.lines if line.anchor is not None]
+    if len(anchors) != len(set(anchors)):
+        raise ValueError(f"orl/rows.py: Table 2 anchor ranks repeat: {sorted(anchors)}")
+    for name, key in (("MATCH_REFERENCE", MATCH_REFERENCE), ("TRAINED", TRAINED), ("PACKING", PACKING),
+                      ("GATE_REFERENCE", GATE_REFERENCE)):  # fmt: skip
+        if key not in by_key:
+            raise ValueError(f"orl/rows.py: {name}: {key!r} is not a row")
+    if not (by_key[TRAINED].sweep and by_key[TRAINED].ablation is None):
+        raise ValueError(f"orl/rows.py: TRAINED: {TRAINED!r} must be the swept ORL row (no ablation)")
+
+
+_check(ROWS)
