@@ -94,49 +94,57 @@ def _same_vocabulary(a, b) -> bool:
     )
 
 
+def load_hf_engine(
+    ckpt_dir: str | Path, *, draft_dir: str | Path | None = None, device: str = "cpu",
+    dtype: torch.dtype = torch.float32, assist: AssistConfig | None = None, ignore_eos: bool = False,
+) -> HFEngine:
+    """The hf (or, with a draft, hf-assisted) engine of a local AR checkpoint directory."""
+    from orl.model.checkpoint import TOKENIZER, read_config
+    from orl.tokenizer import load_tokenizer
+
+    ckpt_dir = Path(ckpt_dir)
+    tokenizer = load_tokenizer(ckpt_dir / TOKENIZER)
+    model = load_hf_causal_lm(ckpt_dir, device, dtype)
+    draft = None
+    if draft_dir is not None:
+        draft_dir = Path(draft_dir)
+        if not _same_vocabulary(tokenizer, load_tokenizer(draft_dir / TOKENIZER)):
+            raise CheckpointError(
+                f"{draft_dir / TOKENIZER}: the draft's tokenizer differs from the target's "
+                f"({ckpt_dir / TOKENIZER}); assisted generation here needs one shared vocabulary"
+            )
+        draft = load_hf_causal_lm(draft_dir, device, dtype)
+    name = read_config(ckpt_dir).get("orl_model_name") or ckpt_dir.name
+    return HFEngine(model, tokenizer, model_name=name, ckpt_dir=ckpt_dir, draft=draft, draft_dir=draft_dir,
+                    assist=assist, ignore_eos=ignore_eos)
+
+
 class HFEngine:
-    """Greedy `generate` of a transformers Qwen3ForCausalLM, optionally assisted by a draft model."""
+    """Greedy `generate` of a transformers causal LM, optionally assisted by a draft model."""
 
     def __init__(
-        self, ckpt_dir: str | Path, *, draft_dir: str | Path | None = None, device: str = "cpu",
-        dtype: torch.dtype = torch.float32, assist: AssistConfig | None = None, ignore_eos: bool = False,
+        self, model, tokenizer, *, model_name: str, ckpt_dir: Path | None = None, draft=None,
+        draft_dir: Path | None = None, assist: AssistConfig | None = None, ignore_eos: bool = False,
     ):
-        from orl.model.checkpoint import TOKENIZER
-        from orl.tokenizer import load_tokenizer
-
-        self.ckpt_dir = Path(ckpt_dir)
-        self.draft_dir = Path(draft_dir) if draft_dir is not None else None
-        self.device = torch.device(device)
-        self.precision = str(dtype).replace("torch.", "")
+        self.model, self.tokenizer, self.model_name = model, tokenizer, model_name
+        self.ckpt_dir, self.draft, self.draft_dir = ckpt_dir, draft, draft_dir
+        self.device = next(model.parameters()).device
+        self.precision = str(next(model.parameters()).dtype).replace("torch.", "")
         self.assist = assist or AssistConfig()
         self.ignore_eos = ignore_eos  # speed runs: generate to the budget whatever the model emits
-        self.name = "hf-assisted" if draft_dir is not None else "hf"
-        self.tokenizer = load_tokenizer(self.ckpt_dir / TOKENIZER)
-        self.model = load_hf_causal_lm(self.ckpt_dir, self.device, dtype)
-        self.max_positions = int(self.model.config.max_position_embeddings)
-        self.target_forwards = ForwardCounter(self.model)
-        self.draft = None
-        self.draft_forwards = None
-        if self.draft_dir is not None:
-            draft_tokenizer = load_tokenizer(self.draft_dir / TOKENIZER)
-            if not _same_vocabulary(self.tokenizer, draft_tokenizer):
-                raise CheckpointError(
-                    f"{self.draft_dir / TOKENIZER}: the draft's tokenizer differs from the target's "
-                    f"({self.ckpt_dir / TOKENIZER}); assisted generation here needs one shared vocabulary"
-                )
-            self.draft = load_hf_causal_lm(self.draft_dir, self.device, dtype)
-            self.draft_forwards = ForwardCounter(self.draft)
+        self.name = "hf-assisted" if draft is not None else "hf"
+        self.max_positions = int(model.config.max_position_embeddings)
+        self.target_forwards = ForwardCounter(model)
+        self.draft_forwards = ForwardCounter(draft) if draft is not None else None
 
     def describe(self) -> EngineInfo:
         """The record's view: policy = the speculation settings (None for plain greedy)."""
-        from orl.model.checkpoint import read_config
-
-        name = read_config(self.ckpt_dir).get("orl_model_name") or self.ckpt_dir.name
         policy = None if self.draft is None else {"name": "assisted-greedy", "params": asdict(self.assist)}
         settings = {"stop_at_eos": not self.ignore_eos}
         if self.draft_dir is not None:
             settings["draft"] = str(self.draft_dir)
-        return EngineInfo(self.name, name, str(self.ckpt_dir), self.precision, str(self.device), policy, settings)
+        ckpt = str(self.ckpt_dir) if self.ckpt_dir is not None else None
+        return EngineInfo(self.name, self.model_name, ckpt, self.precision, str(self.device), policy, settings)
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
         return None

@@ -36,10 +36,10 @@ def build_engine(
 
         return build_serving_engine(name, ckpt_dir, draft_dir=draft_dir, policy=policy)
     if name in ("hf", "hf-assisted"):
-        from orl.engines.hf import HFEngine
+        from orl.engines.hf import load_hf_engine
 
-        return HFEngine(ckpt_dir, draft_dir=draft_dir if name == "hf-assisted" else None, device=device,
-                        dtype=dtype or torch.float32, ignore_eos=ignore_eos)
+        return load_hf_engine(ckpt_dir, draft_dir=draft_dir if name == "hf-assisted" else None, device=device,
+                              dtype=dtype or torch.float32, ignore_eos=ignore_eos)
     if name == "dflash":
         from orl.engines.dflash import DFlashEngine
 

@@ -82,9 +82,9 @@ def test_forward_counter_counts_every_call():
 
 
 def test_hf_greedy_equals_reference_ar_with_tpf_one(smoke_models, prompts, reference_tokens):
-    from orl.engines.hf import HFEngine
+    from orl.engines.hf import load_hf_engine
 
-    engine = HFEngine(smoke_models[0])
+    engine = load_hf_engine(smoke_models[0])
     for prompt, expected in zip(prompts, reference_tokens, strict=True):
         gen = engine.generate(prompt, MAX_NEW)
         assert gen.token_ids == expected
@@ -93,9 +93,9 @@ def test_hf_greedy_equals_reference_ar_with_tpf_one(smoke_models, prompts, refer
 
 
 def test_hf_assisted_is_lossless_and_counts_forwards(smoke_models, smoke_draft, prompts, reference_tokens):
-    from orl.engines.hf import HFEngine
+    from orl.engines.hf import load_hf_engine
 
-    engine = HFEngine(smoke_models[0], draft_dir=smoke_draft)
+    engine = load_hf_engine(smoke_models[0], draft_dir=smoke_draft)
     assert engine.name == "hf-assisted"
     tokens = nfe = drafts = 0
     for prompt, expected in zip(prompts, reference_tokens, strict=True):
@@ -109,12 +109,12 @@ def test_hf_assisted_is_lossless_and_counts_forwards(smoke_models, smoke_draft, 
 
 
 def test_hf_rejects_diffusion_checkpoint_and_foreign_draft(smoke_models, ar_ckpt_dir):
-    from orl.engines.hf import HFEngine
+    from orl.engines.hf import load_hf_engine
 
     with pytest.raises(CheckpointError, match="architectures"):
-        HFEngine(smoke_models[1])
+        load_hf_engine(smoke_models[1])
     with pytest.raises(CheckpointError, match="tokenizer differs"):
-        HFEngine(smoke_models[0], draft_dir=ar_ckpt_dir)  # conftest's tokenizer, not the smoke one
+        load_hf_engine(smoke_models[0], draft_dir=ar_ckpt_dir)  # conftest's tokenizer, not the smoke one
 
 
 # --------------------------------------------------------------------------------------

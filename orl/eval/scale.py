@@ -1,0 +1,191 @@
+"""Real-size models without weights: engine speed against the hardware limit (Table 3b, speed only).
+
+`orl bench-scale --arch qwen3-4b` builds a random-weight model with the shapes of the real
+checkpoint (the config fields below are the public configs' own; nothing is downloaded) and
+times it at batch 1 on fixed-length generations. The limit a batch-1 forward cannot beat is
+reading what it must read once:
+
+    floor = (weight bytes + KV bytes read per forward) / copy bandwidth
+
+where the copy bandwidth is measured in the same run (bytes read plus bytes written by one
+large tensor copy, per second), the weight bytes are every weight the forward multiplies by
+(the embedding table only where the LM head is tied to it), and the KV bytes are the keys and
+values of the context the forward attends to. Random weights decode nonsense: these records
+are about speed only and never stand beside accuracy.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from orl.errors import InputError
+from orl.model.checkpoint import Checkpoint
+from orl.model.transformer import ModelConfig, Transformer
+
+# Shapes of public checkpoints (their config.json). The sdar-* entries are SDAR-*-Chat at
+# block sizes 4..32 (JetLM/SDAR-*-b<B>): Qwen3 shapes, absolute blocks, <|MASK|> at 151669.
+_QWEN3 = dict(vocab_size=151936, head_dim=128, num_key_value_heads=8, rope_theta=1_000_000.0,
+              rms_norm_eps=1e-6, max_position_embeddings=40960)
+ARCHS: dict[str, dict] = {
+    "qwen3-0.6b": dict(_QWEN3, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                       num_attention_heads=16, tie_word_embeddings=True),
+    "qwen3-1.7b": dict(_QWEN3, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                       num_attention_heads=16, tie_word_embeddings=True),
+    "qwen3-4b": dict(_QWEN3, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                     num_attention_heads=32, tie_word_embeddings=True),
+    "qwen3-8b": dict(_QWEN3, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                     num_attention_heads=32, tie_word_embeddings=False),
+    # A few-M-parameter shape for tests and quick looks.
+    "tiny": dict(vocab_size=1024, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=2048,
+                 tie_word_embeddings=True),
+}
+for _size, _base in (("1.7b", "qwen3-1.7b"), ("4b", "qwen3-4b"), ("8b", "qwen3-8b")):
+    for _block in (4, 8, 16, 32):
+        ARCHS[f"sdar-{_size}-b{_block}"] = dict(ARCHS[_base], block_size=_block, block_layout="absolute",
+                                               mask_token_id=151669)
+DEFAULT_BLOCK = 16  # block size of the qwen3-* / tiny shapes run as block-diffusion models (QwenDLM-style)
+
+
+def arch_config(arch: str, block: int | None = None) -> ModelConfig:
+    """The ModelConfig of an architecture, as a block-diffusion model (qwen3-*: our layout, block `block`)."""
+    if arch not in ARCHS:
+        raise InputError(f"--arch: unknown architecture {arch!r}; expected one of {', '.join(sorted(ARCHS))}")
+    values = dict(ARCHS[arch])
+    values.setdefault("block_size", block or DEFAULT_BLOCK)
+    if block is not None and block != values["block_size"]:
+        raise InputError(f"--block: {arch} has block size {values['block_size']}; drop --block or pick another arch")
+    values.setdefault("mask_token_id", values["vocab_size"] - 1)
+    return ModelConfig(attention_mode="block-causal", eos_token_id=values["vocab_size"] - 2, pad_token_id=0, **values)
+
+
+def random_model(config: ModelConfig, device: str | torch.device, dtype: torch.dtype, seed: int = 0) -> Transformer:
+    """A Transformer of these shapes with random weights, allocated once, straight in `dtype` on `device`."""
+    with torch.device("meta"):
+        model = Transformer(config).to(dtype)
+    model = model.to_empty(device=device)
+    if config.tie_word_embeddings:  # to_empty gives every parameter its own storage: tie them again
+        model.lm_head.weight = model.model.embed_tokens.weight
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            else:
+                param.normal_(0.0, 0.02, generator=generator)
+    return model.eval()
+
+
+class IdTokenizer:
+    """Token ids written as text ("17 4021 9"): what random-weight models decode is not text."""
+
+    def __init__(self, config: ModelConfig):
+        self.eos_id, self.pad_id, self.mask_id = config.eos_token_id, config.pad_token_id, config.mask_token_id
+        self.vocab_size = config.vocab_size
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        return (self.eos_id,)
+
+    def encode(self, text: str) -> list[int]:
+        return [int(t) for t in text.split()]
+
+    def decode(self, ids) -> str:
+        return " ".join(str(i) for i in ids)
+
+    decode_completion = decode
+
+
+def random_checkpoint(arch: str, device, dtype: torch.dtype, block: int | None = None) -> Checkpoint:
+    """A Checkpoint (no files behind it) wrapping a random model of `arch`."""
+    config = arch_config(arch, block)
+    model = random_model(config, device, dtype)
+    return Checkpoint(model=model, tokenizer=IdTokenizer(config), path=Path(f"random-weights:{arch}"),
+                      config={"orl_model_name": f"{arch} (random weights)"})
+
+
+def random_prompts(config: ModelConfig, count: int, length: int, seed: int = 0) -> list[str]:
+    """`count` prompts of `length` random token ids (never the mask, end or pad token)."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, config.vocab_size - 2, (count, length), generator=generator)
+    return [" ".join(str(i) for i in row.tolist()) for row in ids]
+
+
+@dataclass(frozen=True)
+class Floor:
+    """What one forward must read, and how long reading it takes at the measured bandwidth."""
+
+    weight_bytes: int
+    kv_bytes: int
+    bandwidth: float  # bytes per second
+
+    @property
+    def seconds(self) -> float:
+        return (self.weight_bytes + self.kv_bytes) / self.bandwidth
+
+
+def weight_bytes_read(model: torch.nn.Module) -> int:
+    """Bytes of every weight a forward multiplies by: all parameters but an untied embedding table
+    (its lookup reads a few rows); a tied one is read whole, as the LM head."""
+    seen, total = set(), 0
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in seen or (name.endswith("embed_tokens.weight") and not tied):
+            continue
+        seen.add(id(param))
+        total += param.numel() * param.element_size()
+    return total
+
+
+def kv_bytes_read(config: ModelConfig, context: int, element_size: int) -> int:
+    """Keys and values of `context` positions, every layer: what attention over that context reads."""
+    return config.num_hidden_layers * 2 * config.num_key_value_heads * config.head_dim * context * element_size
+
+
+def copy_bandwidth(device, nbytes: int = 1 << 30, repeats: int = 3) -> float:
+    """Bytes read plus bytes written per second by one `nbytes` tensor copy (best of `repeats`)."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    cuda = torch.device(device).type == "cuda"
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first copy faults the pages in
+        if cuda:
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        dst.copy_(src)
+        if cuda:
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.numel() * src.element_size() / best
+
+
+
+def random_hf_causal_lm(config: ModelConfig, device, dtype: torch.dtype, seed: int = 0):
+    """transformers' own Qwen3ForCausalLM with the same shapes and random weights (the AR row of Table 3b)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    hf_config = Qwen3Config(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers, num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads, head_dim=config.head_dim, rope_theta=config.rope_theta,
+        rms_norm_eps=config.rms_norm_eps, max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=config.tie_word_embeddings, eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id, bos_token_id=config.eos_token_id,
+    )
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(hf_config).to(dtype)
+    model = model.to_empty(device=device)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            else:
+                param.normal_(0.0, 0.02, generator=generator)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model.eval()

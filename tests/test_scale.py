@@ -1,0 +1,76 @@
+"""bench-scale: random-weight models of real shapes, the floor's byte counts, the record plumbing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from orl.cli import main
+from orl.errors import InputError
+from orl.eval.scale import ARCHS, Floor, arch_config, kv_bytes_read, random_model, weight_bytes_read
+from orl.model.transformer import Transformer
+from orl.records import load_records
+
+
+def test_real_shapes_give_the_real_parameter_counts():
+    # Qwen3-0.6B has 0.6B parameters with its embedding tied; Qwen3-4B 4.0B; SDAR-4B is Qwen3-4B's shape.
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        small = Transformer(arch_config("qwen3-0.6b"))
+        big = Transformer(arch_config("qwen3-4b")).to(torch.bfloat16)
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731  (unique parameters)
+    assert 0.59e9 < count(small) < 0.61e9 and 4.0e9 < count(big) < 4.03e9
+    assert weight_bytes_read(big) == count(big) * 2
+    sdar = arch_config("sdar-4b-b16")
+    assert (sdar.block_size, sdar.block_layout, sdar.mask_token_id, sdar.hidden_size) == (16, "absolute", 151669, 2560)
+
+
+def test_floor_from_known_byte_counts():
+    config = arch_config("qwen3-4b")
+    # 36 layers x (K and V) x 8 heads x 128 dims x 1000 positions x 2 bytes
+    assert kv_bytes_read(config, 1000, 2) == 36 * 2 * 8 * 128 * 1000 * 2
+    floor = Floor(weight_bytes=8_000_000_000, kv_bytes=147_456_000, bandwidth=4.0e12)
+    assert floor.seconds == pytest.approx(8_147_456_000 / 4.0e12)
+
+
+def test_untied_embedding_tables_are_not_read_whole():
+    with torch.device("meta"):
+        model = Transformer(arch_config("qwen3-8b")).to(torch.bfloat16)
+    embedding = model.model.embed_tokens.weight
+    total = sum(p.numel() for p in model.parameters()) * 2
+    assert weight_bytes_read(model) == total - embedding.numel() * 2
+
+
+def test_random_models_are_allocated_once_in_their_dtype_with_tied_heads():
+    model = random_model(arch_config("tiny"), "cpu", torch.bfloat16)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert float(model.model.norm.weight.float().mean()) == 1.0 and float(model.lm_head.weight.float().std()) > 0.01
+
+
+def test_unknown_arch_and_fixed_block_are_refused():
+    with pytest.raises(InputError, match="unknown architecture"):
+        arch_config("llama-70b")
+    with pytest.raises(InputError, match="block size 4"):
+        arch_config("sdar-4b-b4", block=16)
+    assert "sdar-4b-b4" in ARCHS and "qwen3-1.7b" in ARCHS
+
+
+def test_bench_scale_writes_one_record_per_engine_and_the_floor_ratio(tmp_path, capsys):
+    out = tmp_path / "scale.jsonl"
+    code = main(["bench-scale", "--arch", "tiny", "--block", "8", "--max-new-tokens", "16", "--prompt-len", "8",
+                 "--requests", "1", "--warmup", "1", "--repeats", "2", "--copy-mb", "64", "--threads", "1",
+                 "--engines", "dlmrt-eager,reference,hf", "--out", str(out), "--no-progress"])
+    assert code == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == "floor_ratio=n/a (no dlmrt row)"
+    records = load_records(out)
+    assert [r["engine"] for r in records] == ["dlmrt-eager", "reference", "hf"]
+    for record in records:
+        m = record["metrics"]
+        assert record["kind"] == "scale_bench" and record["extra"]["random_weights"] is True
+        assert "random weights: speed only" in record["system"] and record["model"]["ckpt_sha256"] is None
+        assert m["tokens"] == 16 and m["floor_ratio"] == pytest.approx(m["time_per_forward_s"] / m["floor_s"])
+        assert m["bandwidth_gb_per_s"] > 0 and m["weight_bytes_read"] > 0
+    eager, ref, hf = records
+    assert eager["metrics"]["tpf"] == ref["metrics"]["tpf"] == 1.0  # fixed:1, every request to the budget
+    assert hf["metrics"]["tpf"] == 1.0 and eager["metrics"]["step_time_s"] == eager["metrics"]["time_per_forward_s"]
