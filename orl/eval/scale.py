@@ -77,7 +77,7 @@ def random_model(config: ModelConfig, device: str | torch.device, dtype: torch.d
                 param.fill_(1.0)
             else:
                 param.normal_(0.0, 0.02, generator=generator)
-    return model.eval()
+    return model.eval().requires_grad_(False)
 
 
 class IdTokenizer:
