@@ -152,14 +152,15 @@ class HFEngine:
         start = time.perf_counter()
         output = self.model.generate(
             input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new_tokens,
-            do_sample=False, num_beams=1, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id, **kwargs,
+            do_sample=False, num_beams=1, eos_token_id=list(tok.eos_ids), pad_token_id=tok.pad_id, **kwargs,
         )
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         wall = time.perf_counter() - start
         generated = output[0, len(ids):].tolist()
-        if tok.eos_id in generated:
-            generated = generated[: generated.index(tok.eos_id) + 1]
+        ends = [i for i, token in enumerate(generated) if token in tok.eos_ids]
+        if ends:  # generate pads a finished sequence; keep up to and including its first eos
+            generated = generated[: ends[0] + 1]
         nfe = self.target_forwards.count
         return Generation(
             token_ids=generated, text=tok.decode_completion(generated), nfe=nfe, prefill_forwards=1 if nfe else 0,
