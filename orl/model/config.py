@@ -222,7 +222,6 @@ def hf_config(config: ModelConfig, arch: str, dtype: torch.dtype = torch.float32
         "max_position_embeddings": config.max_position_embeddings,
         "rms_norm_eps": config.rms_norm_eps,
         "rope_theta": config.rope_theta,
-        "rope_scaling": None,
         "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
         "tie_word_embeddings": config.tie_word_embeddings,
         "attention_bias": config.attention_bias,
