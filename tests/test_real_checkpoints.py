@@ -207,3 +207,34 @@ def test_sdar_oracle_runs_greedy_on_the_sdar_fixture(sdar_ckpt):
     # One token per step: a forward per position decoded. The threshold commits several at once somewhere.
     assert fixed.denoise_forwards == len(fixed.completion)
     assert dynamic.denoise_forwards < len(dynamic.completion)
+
+
+def test_digest_covers_the_index_and_every_shard(qwen3_ckpt_dir, tmp_path):
+    import shutil
+
+    from orl.model.checkpoint import checkpoint_digest
+
+    copy = tmp_path / "copy"
+    shutil.copytree(qwen3_ckpt_dir, copy)
+    digest = checkpoint_digest(copy)
+    assert digest is not None and digest == checkpoint_digest(qwen3_ckpt_dir)
+    shard = sorted(copy.glob("model-*.safetensors"))[-1]
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 1  # one bit of one weight
+    shard.write_bytes(bytes(data))
+    assert checkpoint_digest(copy) != digest
+
+
+def test_save_checkpoint_sharded_then_single_leaves_one_layout(ar_ckpt_dir, tmp_path):
+    from orl.model.checkpoint import save_checkpoint
+
+    ckpt = load_checkpoint(ar_ckpt_dir)
+    out = save_checkpoint(ckpt.model, ckpt.tokenizer, tmp_path / "ck", max_shard_bytes=50_000)
+    assert (out / "model.safetensors.index.json").is_file() and not (out / "model.safetensors").exists()
+    ids = torch.arange(3, 12)[None]
+    with torch.no_grad():
+        expected = ckpt.model(ids)
+        assert torch.equal(load_checkpoint(out).model(ids), expected)
+        save_checkpoint(ckpt.model, ckpt.tokenizer, out)
+        assert sorted(p.name for p in out.glob("model*")) == ["model.safetensors"]
+        assert torch.equal(load_checkpoint(out).model(ids), expected)

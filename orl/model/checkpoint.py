@@ -87,11 +87,7 @@ def save_checkpoint(
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight", None)  # tied to model.embed_tokens.weight, as transformers stores it
     tokenizer.save(out_dir / TOKENIZER)
-    written = write_weights(state, out_dir, max_shard_bytes)
-    # A previous save in the other layout would shadow (single file) or confuse (index) the new one.
-    stale = [out_dir / WEIGHTS_INDEX] if written[0].name == WEIGHTS else [out_dir / WEIGHTS]
-    for path in stale:
-        path.unlink(missing_ok=True)
+    write_weights(state, out_dir, max_shard_bytes)
     arch = DIFFUSION_ARCH if model.config.attention_mode == "block-causal" else AR_ARCH
     config = hf_config(model.config, arch, model_dtype(model))
     config.update(extra_config or {})

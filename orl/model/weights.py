@@ -160,18 +160,26 @@ def _atomic_save(tensors: dict[str, torch.Tensor], path: Path) -> None:
 
 
 def write_weights(state: Mapping[str, torch.Tensor], out_dir: Path, max_shard_bytes: int | None = None) -> list[Path]:
-    """Write `state` as model.safetensors, or as shards plus model.safetensors.index.json when it is larger."""
+    """Write `state` as model.safetensors, or as shards plus model.safetensors.index.json when it is larger.
+
+    Weight files of an earlier save in `out_dir` that the new one does not use are removed
+    afterwards, so the directory holds one layout (a stale model.safetensors would shadow new shards).
+    """
     state = {name: t.detach().contiguous() for name, t in state.items()}
     plan = shard_plan(state, max_shard_bytes)
     if len(plan) == 1:
+        names = [WEIGHTS]
         _atomic_save({n: state[n].cpu() for n in plan[0]}, out_dir / WEIGHTS)
-        return [out_dir / WEIGHTS]
-    names = [f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i in range(len(plan))]
-    for shard_name, tensors in zip(names, plan, strict=True):
-        _atomic_save({n: state[n].cpu() for n in tensors}, out_dir / shard_name)
-    total = sum(t.numel() * t.element_size() for t in state.values())
-    weight_map = {n: shard_name for shard_name, tensors in zip(names, plan, strict=True) for n in tensors}
-    atomic_write_json(out_dir / WEIGHTS_INDEX, {"metadata": {"total_size": total}, "weight_map": weight_map})
+    else:
+        names = [f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i in range(len(plan))]
+        for shard_name, tensors in zip(names, plan, strict=True):
+            _atomic_save({n: state[n].cpu() for n in tensors}, out_dir / shard_name)
+        total = sum(t.numel() * t.element_size() for t in state.values())
+        weight_map = {n: shard_name for shard_name, tensors in zip(names, plan, strict=True) for n in tensors}
+        atomic_write_json(out_dir / WEIGHTS_INDEX, {"metadata": {"total_size": total}, "weight_map": weight_map})
+    stale = {*out_dir.glob("model-*-of-*.safetensors"), out_dir / WEIGHTS, out_dir / WEIGHTS_INDEX}
+    for path in stale - {out_dir / n for n in names} - ({out_dir / WEIGHTS_INDEX} if len(plan) > 1 else set()):
+        path.unlink(missing_ok=True)
     return [out_dir / n for n in names]
 
 
