@@ -42,6 +42,7 @@ if module_path == "-":
 else:
     spec = importlib.util.spec_from_file_location("baseline_checkpoint", module_path)
     baseline = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = baseline
     spec.loader.exec_module(baseline)
     load_checkpoint = baseline.load_checkpoint
 start = time.perf_counter()

@@ -5,8 +5,9 @@ tensor's name, dtype and shape (what config validation checks against), and
 `copy_into` memory-maps each file with `safetensors.safe_open` and copies each
 tensor once, straight into a parameter that already has its final dtype and
 device. Pages touched through the mapping count as the process's resident
-memory until the file is closed, so a shard is reopened every `WINDOW_BYTES`:
-peak memory stays near the model's own size whatever the shard size (real
+memory until the file is closed, so a file is reopened after every
+`WINDOW_BYTES` copied: peak memory is the model's own size plus about the
+larger of the window and the largest tensor, whatever the shard size (real
 Qwen3 / SDAR shards are ~4 GB).
 
 Writing follows transformers' naming (`model-00001-of-00003.safetensors` and
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Mapping
@@ -43,6 +45,10 @@ class TensorInfo:
     file: Path
     dtype: torch.dtype
     shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
 
     def meta(self) -> torch.Tensor:
         """A tensor with this dtype and shape and no storage (for shape checks before allocation)."""
@@ -122,12 +128,12 @@ def copy_into(targets: Mapping[str, torch.Tensor], infos: Mapping[str, TensorInf
         while pending:
             with _open(path) as handle:  # a fresh mapping per window; closing it unmaps the pages read
                 mapped = 0
-                while pending and mapped < WINDOW_BYTES:
+                while pending and (mapped == 0 or mapped + infos[pending[0]].nbytes <= WINDOW_BYTES):
                     name = pending.pop(0)
-                    target, source = targets[name], handle.get_tensor(name)
+                    source = handle.get_tensor(name)
                     # Scalars are stored as [] or [1] (NVFP4 tensor scales); the count was checked before.
-                    target.copy_(source.reshape(target.shape))
-                    mapped += source.numel() * source.element_size()
+                    targets[name].copy_(source.reshape(targets[name].shape))
+                    mapped += infos[name].nbytes
                     del source
 
 
