@@ -160,3 +160,18 @@ def test_eos_id_outside_the_tokenizer(qwen3_copy):
     path.write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match=r"generation_config\.json: eos_token_id: token id 999999 is outside"):
         load_checkpoint(qwen3_copy)
+
+
+@pytest.mark.parametrize("value", [None, [], {}, "x", -1, 1.5, True])
+def test_any_odd_config_value_is_a_checkpoint_error_or_a_valid_load(ar_ckpt_dir, tmp_path, value):
+    """Whatever a field holds, loading ends in a CheckpointError (naming config.json) or a model; never a crash."""
+    config = json.loads((ar_ckpt_dir / "config.json").read_text())
+    for field in [*config, "block_layout", "rope_scaling", "layer_types"]:
+        dst = tmp_path / field
+        shutil.copytree(ar_ckpt_dir, dst)
+        _edit_config(dst, **{field: value})
+        try:
+            load_checkpoint(dst)
+        except CheckpointError as exc:
+            assert "config.json" in str(exc) or "tokenizer" in str(exc), (field, str(exc))
+        shutil.rmtree(dst)

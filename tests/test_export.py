@@ -109,3 +109,15 @@ def test_sdar_export_copies_modeling_code_from_a_local_release(dlm_ckpt_dir, tmp
     assert {"configuration_sdar.py", "modeling_sdar.py"} <= set(result.files)
     assert json.loads((result.out_dir / "config.json").read_text())["auto_map"] == auto_map
     assert not any("no modeling code" in note for note in result.notes)
+
+
+def test_max_shard_size_parsing():
+    import argparse
+
+    from orl.commands.export import parse_size
+
+    assert parse_size("5GB") == 5 * 10**9 and parse_size("500MB") == 5 * 10**8
+    assert parse_size("1.5GiB") == 3 * 2**29 and parse_size("1048576") == 1048576
+    for bad in ("", "-1GB", "5 parsecs", "0"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a size such as 5GB"):
+            parse_size(bad)

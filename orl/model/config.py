@@ -196,7 +196,7 @@ def config_dtype(config: dict, path: Path) -> torch.dtype:
     """The weights' dtype config.json declares (`torch_dtype`, or transformers 5's `dtype`); float32 if none."""
     name = "torch_dtype" if config.get("torch_dtype") is not None else "dtype"
     value = config.get(name) or "float32"
-    if value not in DTYPES:
+    if not isinstance(value, str) or value not in DTYPES:
         raise CheckpointError(f"{path}: {name}: expected one of {', '.join(DTYPES)}, got {json.dumps(value)}")
     return DTYPES[value]
 
