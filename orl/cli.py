@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "orl.commands.convert",
     "orl.commands.train_orl",
     "orl.commands.quantize",
+    "orl.commands.export",
     "orl.commands.generate",
     "orl.commands.eval_quality",
     "orl.commands.sweep",

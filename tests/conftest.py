@@ -53,3 +53,20 @@ def smoke_models(tmp_path_factory):
     train_ar(preset, root / "ar", progress=False)
     convert_to_diffusion(preset, root / "ar", root / "dlm", progress=False)
     return root / "ar", root / "dlm"
+
+
+# Real-format checkpoints (Qwen3 AR, SDAR block diffusion) built with transformers: tests/real_checkpoints.py.
+@pytest.fixture(scope="session")
+def qwen3_ckpt_dir(tmp_path_factory):
+    """A random Qwen3ForCausalLM (tied, bf16, 2 shards + index) with a Qwen-style tokenizer."""
+    from .real_checkpoints import build_qwen3_checkpoint
+
+    return build_qwen3_checkpoint(tmp_path_factory.mktemp("qwen3"), tie=True, logit_gain=8.0)
+
+
+@pytest.fixture(scope="session")
+def sdar_ckpt(tmp_path_factory):
+    """An SDARForCausalLM checkpoint (untied, bf16, 3 shards, block 4, <|MASK|> 151669) and its Qwen3 twin."""
+    from .real_checkpoints import build_sdar_checkpoint
+
+    return build_sdar_checkpoint(tmp_path_factory.mktemp("sdar"), block_size=4, logit_gain=8.0)

@@ -58,3 +58,38 @@ def test_kv_cache_forward_matches_full_forward(tokenizer):
         second = model(ids[:, 8:], mask=mask_from_limits(causal_limits(tail.expand(2, 4)), key_idx),
                        cache=cache, slots=tail, positions=tail.expand(2, 4))
     assert torch.allclose(torch.cat([first, second], 1), full, atol=1e-5)
+
+
+def test_absolute_block_layout_limits_by_hand():
+    from orl.model.masks import absolute_block_limits, layout_block_limits
+
+    idx = torch.arange(10)
+    # Blocks of 4 at 0-3, 4-7, 8-11: each query sees up to the end of its own block, prompt or not.
+    assert absolute_block_limits(idx, 4).tolist() == [4, 4, 4, 4, 8, 8, 8, 8, 12, 12]
+    assert torch.equal(layout_block_limits("absolute", idx, 5, 4), absolute_block_limits(idx, 4))
+    # After the prompt (5 tokens): causal prompt, then blocks at 5-8 and 9-12.
+    assert layout_block_limits("after-prompt", idx, 5, 4).tolist() == [1, 2, 3, 4, 5, 9, 9, 9, 9, 13]
+
+
+def test_attention_bias_loads_with_matching_logits(tmp_path):
+    """Qwen3's attention_bias switch (off in every release) loads like transformers runs it."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from .real_checkpoints import build_qwen_tokenizer
+
+    config = Qwen3Config(vocab_size=151669, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, attention_bias=True,
+                         max_position_embeddings=128, tie_word_embeddings=False, eos_token_id=151645)
+    torch.manual_seed(0)
+    theirs = Qwen3ForCausalLM(config).eval()
+    with torch.no_grad():
+        for module in theirs.modules():
+            if isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.normal_(0.0, 0.5)
+    theirs.save_pretrained(str(tmp_path))
+    build_qwen_tokenizer(tmp_path, with_mask=False)
+    ours = load_checkpoint(tmp_path).model
+    assert ours.model.layers[0].self_attn.o_proj.bias is not None
+    ids = torch.randint(0, 151669, (1, 9), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert (ours(ids) - theirs(ids).logits).abs().max().item() <= 1e-4

@@ -6,6 +6,10 @@ limit (METHOD.md §1):
 - block-causal: prompt queries are causal; a completion query in block j sees
                 the prompt, all earlier blocks and all of block j, so
                 limit(q) = start + (j + 1) * B with j = (q - start) // B.
+                This is our "after-prompt" block layout.
+- absolute:     SDAR's layout (METHOD.md §5): blocks sit at multiples of B from
+                position 0, the prompt included, so every query sees its own
+                block whole and all earlier ones: limit(q) = (q // B + 1) * B.
 Indices are cache slots in the engine and sequence positions in training; the
 rule is the same. `key_valid` hides padding slots.
 """
@@ -27,6 +31,29 @@ def block_causal_limits(query_idx: torch.Tensor, completion_start: torch.Tensor 
     block = torch.div(query_idx - start, block_size, rounding_mode="floor")
     in_completion = query_idx >= start
     return torch.where(in_completion, start + (block + 1) * block_size, query_idx + 1)
+
+
+def absolute_block_limits(query_idx: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Per-query key limits of the absolute block layout (SDAR): the end of the query's own block."""
+    return (torch.div(query_idx, block_size, rounding_mode="floor") + 1) * block_size
+
+
+BLOCK_LAYOUTS = ("after-prompt", "absolute")
+
+
+def layout_block_limits(
+    layout: str, query_idx: torch.Tensor, completion_start: torch.Tensor | int, block_size: int
+) -> torch.Tensor:
+    """Key limits of a block-diffusion model for its `block_layout` (ModelConfig.block_layout).
+
+    `completion_start` (the prompt length) only matters for "after-prompt"; in the
+    absolute layout the prompt's last block is part prompt, part completion.
+    """
+    if layout == "after-prompt":
+        return block_causal_limits(query_idx, completion_start, block_size)
+    if layout == "absolute":
+        return absolute_block_limits(query_idx, block_size)
+    raise ValueError(f"block_layout: expected one of {BLOCK_LAYOUTS}, got {layout!r}")
 
 
 def mask_from_limits(

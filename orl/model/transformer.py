@@ -9,6 +9,11 @@ mask (True = may attend) built by orl.model.masks, so the same weights run
 `causal` (AR) or `block-causal` (diffusion) and the engine can pass static
 shapes. With a KVCache the new keys/values are written in place at `slots`
 and the queries attend over the whole preallocated cache.
+
+Checkpoint families are switches of this one model, never copies of it
+(METHOD.md §5): Qwen3 is `causal`; our block-diffusion model and SDAR / TraDo
+are `block-causal` and differ only in `block_layout`, which says where blocks
+sit and so which mask the decoders build (masks.layout_block_limits).
 """
 
 from __future__ import annotations
@@ -33,9 +38,13 @@ class ModelConfig:
     rms_norm_eps: float = 1e-6
     max_position_embeddings: int = 256
     tie_word_embeddings: bool = True
-    # Block diffusion (METHOD.md §1-2); ignored by the AR model.
+    attention_bias: bool = False  # biases on q/k/v/o projections (Qwen3's attention_bias; off in every release)
+    # Block diffusion (METHOD.md §1-2, §5); ignored by the AR model.
     attention_mode: str = "causal"  # "causal" or "block-causal"
-    block_layout: str = "after-prompt"  # where blocks sit: "after-prompt" (ours) or "absolute" (SDAR), orl/decoding/layout.py
+    # Where blocks sit: "after-prompt" (ours: the prompt attends causally, block 0 starts right after it)
+    # or "absolute" (SDAR: blocks at multiples of block_size, the prompt inside blocks, bidirectional
+    # inside a block and block-causal across blocks, prompt included).
+    block_layout: str = "after-prompt"
     block_size: int = 16
     mask_token_id: int | None = None
     residual_alpha: float = 0.0  # α of the residual-context weight w = α(1 - H/log V)
@@ -106,10 +115,11 @@ class Attention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = config.head_dim
-        self.q_proj = nn.Linear(config.hidden_size, self.n_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(config.hidden_size, self.n_kv * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(config.hidden_size, self.n_kv * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.n_heads * self.head_dim, config.hidden_size, bias=False)
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, self.n_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, self.n_kv * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, self.n_kv * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, config.hidden_size, bias=bias)
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
 
@@ -183,6 +193,8 @@ class Transformer(nn.Module):
     def _init_weights(module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
 
     @property
     def embedding(self) -> torch.Tensor:
