@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orl.commands.common import add_engine_args, add_progress_flag, build_from_args, model_block
+from orl.commands.common import (
+    add_engine_args,
+    add_progress_flag,
+    build_from_args,
+    chat_renderer,
+    model_block,
+)
 
 SPECULATIVE_ENGINES = ("hf-assisted", "dflash")
 
@@ -75,7 +81,8 @@ def run_bench_latency(args) -> int:
     problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
     prompts = [problem["prompt"] for problem in problems]
     extra = {"max_new_tokens": args.max_new_tokens, "device": args.device, "draft": args.draft,
-             "draft_sha256": checkpoint_digest(args.draft) if args.draft else None, "ignore_eos": args.ignore_eos}
+             "draft_sha256": checkpoint_digest(args.draft) if args.draft else None, "ignore_eos": args.ignore_eos,
+             "chat_template": args.chat}
     try:
         engine = build_from_args(args)
     except EngineUnavailable as exc:
@@ -92,7 +99,9 @@ def run_bench_latency(args) -> int:
     info = engine.describe()
     model = model_block(info)
     system = args.system or f"{model['name']} ({args.engine})"
-    run = measure_latency(engine, prompts, args.max_new_tokens, warmup=args.warmup, progress=not args.no_progress)
+    chat = chat_renderer(args)
+    run = measure_latency(engine, [chat(p) for p in prompts] if chat else prompts, args.max_new_tokens,
+                          warmup=args.warmup, progress=not args.no_progress)
     summary = run.summary
     metrics = summary.metrics()
     if summary.nfe == 0:

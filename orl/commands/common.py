@@ -106,6 +106,8 @@ def add_engine_args(parser, default_engine: str) -> None:
     parser.add_argument("--draft", default=None, help="draft / drafter checkpoint for hf-assisted and dflash")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="generation budget (default: 64)")
     parser.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
+    parser.add_argument("--chat", action="store_true", help="send each prompt as one user turn through the "
+                        "checkpoint's chat template (tokenizer_config.json), for instruct checkpoints")
     add_model_args(parser)
 
 
@@ -117,3 +119,12 @@ def build_from_args(args, log_steps: bool = False):
                         device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device),
                         residual=not args.no_residual,
                         log_steps=log_steps, ignore_eos=getattr(args, "ignore_eos", False))
+
+
+def chat_renderer(args):
+    """The prompt renderer --chat asks for (the checkpoint's chat template), or None."""
+    if not getattr(args, "chat", False):
+        return None
+    from orl.tokenizer import load_tokenizer
+
+    return load_tokenizer(args.ckpt).apply_chat_template

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from orl.commands.common import add_engine_args, add_progress_flag, build_from_args, model_block
+from orl.commands.common import (
+    add_engine_args,
+    add_progress_flag,
+    build_from_args,
+    chat_renderer,
+    model_block,
+)
 
 
 def register(subparsers) -> None:
@@ -39,7 +45,7 @@ def run_eval_quality(args) -> int:
         print(f"{system}: not run: {exc}")
         return 0
     result = evaluate_quality(engine, problems, args.max_new_tokens, timeout_s=args.timeout,
-                              progress=not args.no_progress, workers=args.workers)
+                              progress=not args.no_progress, workers=args.workers, chat=chat_renderer(args))
     info = engine.describe()
     model = model_block(info)
     record = make_record(
@@ -48,6 +54,7 @@ def run_eval_quality(args) -> int:
                  "tokens": result.tokens, "wall_s": result.wall_s},
         policy=info.policy, suite=args.suite, n_problems=len(problems), per_problem=result.per_problem,
         extra={"isolation": result.isolation, "max_new_tokens": args.max_new_tokens, "device": info.device,
+               "chat_template": args.chat,
                **info.settings},
     )
     write_records(args.out, [record])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orl.commands.common import add_engine_args, build_from_args
+from orl.commands.common import add_engine_args, build_from_args, chat_renderer
 
 
 def register(subparsers) -> None:
@@ -18,7 +18,9 @@ def register(subparsers) -> None:
 
 def run_generate(args) -> int:
     engine = build_from_args(args)
-    gen = engine.generate(args.prompt, args.max_new_tokens)
-    print(args.prompt + gen.text)
+    chat = chat_renderer(args)
+    prompt = chat(args.prompt) if chat else args.prompt
+    gen = engine.generate(prompt, args.max_new_tokens)
+    print(prompt + gen.text)
     print(f"nfe={gen.nfe} tokens={gen.num_tokens} tpf={gen.tpf:.3f}")
     return 0

@@ -3,9 +3,11 @@ sandbox, report pass@1 with per-problem results (METHOD.md §4: greedy, one samp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from orl.engines.base import Engine, Generation
+from orl.eval.chat import completion_from_response
 
 
 @dataclass
@@ -29,10 +31,14 @@ def generate_all(engine: Engine, problems: list[dict], max_new_tokens: int, prog
 
 def evaluate_quality(
     engine: Engine, problems: list[dict], max_new_tokens: int, *, timeout_s: float = 5.0, progress: bool = True,
-    workers: int | None = None,
+    workers: int | None = None, chat: Callable[[str], str] | None = None,
 ) -> QualityResult:
     """pass@1 over `problems`. A problem the engine refuses (e.g. its prompt exceeds the model's context)
-    counts as failed with the reason; the rest of the suite still runs."""
+    counts as failed with the reason; the rest of the suite still runs.
+
+    `chat` renders a prompt through an instruct checkpoint's chat template (Tokenizer.apply_chat_template);
+    the program tested is then the prompt plus the code of the response (orl/eval/chat.py).
+    """
     from tqdm import tqdm
 
     from orl.errors import InputError
@@ -41,19 +47,25 @@ def evaluate_quality(
     outcomes: list[Generation | str] = []
     for p in tqdm(problems, desc=f"generate ({engine.name})", disable=not progress, dynamic_ncols=True):
         try:
-            outcomes.append(engine.generate(p["prompt"], max_new_tokens))
+            outcomes.append(engine.generate(chat(p["prompt"]) if chat else p["prompt"], max_new_tokens))
         except InputError as exc:
             outcomes.append(f"failed: not generated: {exc}")
-    generations = [g for g in outcomes if isinstance(g, Generation)]
-    checked = iter(check_many([p for p, g in zip(problems, outcomes, strict=True) if isinstance(g, Generation)],
-                              [g.text for g in generations], timeout_s=timeout_s, workers=workers, progress=progress))
+    generated = [(p, g) for p, g in zip(problems, outcomes, strict=True) if isinstance(g, Generation)]
+    generations = [g for _, g in generated]
+    completions = [completion_from_response(p, g.text) if chat else g.text for p, g in generated]
+    checked = iter(check_many([p for p, _ in generated], completions, timeout_s=timeout_s, workers=workers,
+                              progress=progress))
+    completion_of = {id(g): c for (_, g), c in zip(generated, completions, strict=True)}
     per_problem, results = [], []
     for p, g in zip(problems, outcomes, strict=True):
         if isinstance(g, Generation):
             r = next(checked)
             results.append(r)
-            per_problem.append({"task_id": p["task_id"], "passed": r.passed, "result": r.result,
-                                "completion": g.text, "tokens": g.num_tokens, "nfe": g.nfe})
+            row = {"task_id": p["task_id"], "passed": r.passed, "result": r.result, "completion": completion_of[id(g)],
+                   "tokens": g.num_tokens, "nfe": g.nfe}
+            if chat:
+                row["response"] = g.text
+            per_problem.append(row)
         else:
             per_problem.append({"task_id": p["task_id"], "passed": False, "result": g})
     tokens = sum(g.num_tokens for g in generations)
