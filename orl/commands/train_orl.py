@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device
 
 
@@ -23,7 +21,6 @@ def register(subparsers) -> None:
     p.add_argument("--ablation", default="none", choices=ABLATIONS, help="Table 5 variant (default: none = ORL)")
     p.add_argument("--record", default=None, help="also write a 'train' record (.jsonl) with cost figures")
     p.add_argument("--system", default=None, help="table row name for the record")
-    p.add_argument("--halt-after-checkpoint", type=int, default=None, help=argparse.SUPPRESS)
     add_model_args(p, dtype=False)
     add_progress_flag(p)
     p.set_defaults(func=run_train_orl)
@@ -48,8 +45,7 @@ def run_train_orl(args) -> int:
         summary = json.loads((Path(args.out) / "train_summary.json").read_text())
     else:
         summary = train_orl(preset, args.init, args.out, ablation=args.ablation, device=device,
-                            progress=not args.no_progress,
-                            halt_after_checkpoint=args.halt_after_checkpoint)
+                            progress=not args.no_progress)
     print(f"wrote {args.out}: {summary['steps']} steps, {summary['refreshes']} rollouts, "
           f"{summary['self_generated_tokens']:,} self-generated tokens, {summary['wall_s']:.1f} s")
     if args.record:

@@ -128,7 +128,7 @@ def orl_loss(model, batch: CapturedStates, preset: TrainPreset, ablation: str, r
 
 
 def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *, ablation: str = "none",
-              device: str = "cpu", progress: bool = True, halt_after_checkpoint: int | None = None) -> dict:
+              device: str = "cpu", progress: bool = True) -> dict:
     """Post-train `init_dir` with ORL (or an ablation) and write the checkpoint to `out_dir`."""
     if ablation not in ABLATIONS:
         raise InputError(f"--ablation: unknown {ablation!r}; expected one of {', '.join(ABLATIONS)}")
@@ -175,8 +175,7 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
     # The resume check covers the ORL settings and the exact starting weights.
     digest = f"{preset.digest('difficulty', 'diffusion', 'orl')}-orl-{ablation}-init{checkpoint_digest(init_dir)[:12]}"
     summary = train(model, step_fn, optim, out_dir, tokenizer, digest=digest, stage=f"orl[{ablation}]",
-                    progress=progress, halt_after_checkpoint=halt_after_checkpoint,
-                    model_name=f"{preset.name}-orl" + ("" if ablation == "none" else f"-{ablation}"))
+                    progress=progress, model_name=f"{preset.name}-orl" + ("" if ablation == "none" else f"-{ablation}"))
     summary.update(ablation=ablation, refreshes=stats.refreshes, self_generated_tokens=stats.self_generated_tokens,
                    rollout_tpf=stats.rollout_tpf, rollout_pass_rate=stats.pass_rate, replay_states=stats.states,
                    replay_state_bytes=stats.state_bytes, rollout_s=stats.rollout_s,
