@@ -19,6 +19,8 @@ def register(subparsers) -> None:
     p.add_argument("--system", default=None, help="table row name stored in the record (default: derived)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per problem's tests (default: 5)")
     p.add_argument("--workers", type=int, default=None, help="parallel sandboxes (default: CPU count)")
+    p.add_argument("--isolation", default="bwrap", choices=["bwrap", "fallback"],
+                   help="sandbox (default bwrap, required; fallback: the weaker sandbox, named in the record)")
     p.add_argument("--out", required=True, help="records file (.jsonl) to write")
     add_progress_flag(p)
     p.set_defaults(func=run_eval_quality)
@@ -40,7 +42,7 @@ def run_eval_quality(args) -> int:
         print(f"{system}: not run: {exc}")
         return 0
     result = evaluate_quality(engine, problems, args.max_new_tokens, timeout_s=args.timeout,
-                              progress=not args.no_progress, workers=args.workers)
+                              progress=not args.no_progress, workers=args.workers, isolation=args.isolation)
     ckpt = getattr(engine, "ckpt", None)
     model = model_field(ckpt) if ckpt is not None else {"name": args.ckpt, "ckpt": args.ckpt, "precision": "unknown"}
     record = make_record(
@@ -48,7 +50,8 @@ def run_eval_quality(args) -> int:
         metrics={"pass_at_1": result.pass_at_1, "tpf": result.tpf, "nfe_mean": result.nfe_mean,
                  "tokens": result.tokens, "wall_s": result.wall_s},
         policy=policy.as_record(), suite=args.suite, n_problems=len(problems), per_problem=result.per_problem,
-        extra={"isolation": result.isolation, "max_new_tokens": args.max_new_tokens,
+        extra={"isolation": result.isolation, "sandbox_memory_bound": result.memory_bound,
+               "max_new_tokens": args.max_new_tokens,
                "residual": not args.no_residual},
     )
     write_records(args.out, [record])

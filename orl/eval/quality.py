@@ -18,6 +18,7 @@ class QualityResult:
     per_problem: list[dict]
     generations: list[Generation]
     isolation: str
+    memory_bound: str  # how the sandbox bounded each run's memory: "cgroup" or "watchdog"
 
 
 def generate_all(engine: Engine, problems: list[dict], max_new_tokens: int, progress: bool = True) -> list[Generation]:
@@ -29,10 +30,11 @@ def generate_all(engine: Engine, problems: list[dict], max_new_tokens: int, prog
 
 def evaluate_quality(
     engine: Engine, problems: list[dict], max_new_tokens: int, *, timeout_s: float = 5.0, progress: bool = True,
-    workers: int | None = None,
+    workers: int | None = None, isolation: str = "bwrap",
 ) -> QualityResult:
     """pass@1 over `problems`. A problem the engine refuses (e.g. its prompt exceeds the model's context)
-    counts as failed with the reason; the rest of the suite still runs."""
+    counts as failed with the reason; the rest of the suite still runs. `isolation`: see orl.sandbox
+    (bwrap is required unless "fallback" is asked for by name)."""
     from tqdm import tqdm
 
     from orl.errors import InputError
@@ -46,7 +48,8 @@ def evaluate_quality(
             outcomes.append(f"failed: not generated: {exc}")
     generations = [g for g in outcomes if isinstance(g, Generation)]
     checked = iter(check_many([p for p, g in zip(problems, outcomes, strict=True) if isinstance(g, Generation)],
-                              [g.text for g in generations], timeout_s=timeout_s, workers=workers, progress=progress))
+                              [g.text for g in generations], timeout_s=timeout_s, workers=workers, progress=progress,
+                              isolation=isolation))
     per_problem, results = [], []
     for p, g in zip(problems, outcomes, strict=True):
         if isinstance(g, Generation):
@@ -67,4 +70,5 @@ def evaluate_quality(
         per_problem=per_problem,
         generations=generations,
         isolation=results[0].isolation if results else "none",
+        memory_bound=results[0].memory_bound if results else "none",
     )

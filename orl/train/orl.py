@@ -88,7 +88,7 @@ def collect_states(model, tokenizer, problems: list[dict], preset: TrainPreset, 
     result = rollout(model, prompts, policy, max_new_tokens=preset.diffusion.max_new_tokens, alpha=alpha,
                      eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
     texts = [tokenizer.decode_completion(ids) for ids in result.completion_ids]
-    verdicts = check_many(problems, texts, progress=False, timeout_s=3.0)
+    verdicts = check_many(problems, texts, progress=False, timeout_s=3.0, isolation=cfg.isolation)
     passed = torch.tensor([v.passed for v in verdicts])
     stats.self_generated_tokens += sum(len(c) for c, v in zip(result.completion_ids, verdicts, strict=True) if v.passed)
     completions = list(result.completion_ids)
@@ -135,6 +135,8 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
     cfg = preset.orl
     if cfg.rollout_prompts <= 0:
         raise ConfigError(f"orl.rollout_prompts: expected a positive number of prompts, got {cfg.rollout_prompts}")
+    if cfg.isolation not in ("bwrap", "fallback"):
+        raise ConfigError(f"orl.isolation: expected 'bwrap' or 'fallback', got {cfg.isolation!r}")
     ckpt = check_init(init_dir, preset, device)
     model, tokenizer = ckpt.model, ckpt.tokenizer
     residual = ablation not in ("no-residual", "dparallel")
@@ -179,7 +181,7 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
     summary.update(ablation=ablation, refreshes=stats.refreshes, self_generated_tokens=stats.self_generated_tokens,
                    rollout_tpf=stats.rollout_tpf, rollout_pass_rate=stats.pass_rate, replay_states=stats.states,
                    replay_state_bytes=stats.state_bytes, rollout_s=stats.rollout_s,
-                   reference_targets=stats.reference_targets, residual_alpha=alpha)
+                   reference_targets=stats.reference_targets, residual_alpha=alpha, isolation=cfg.isolation)
     from orl.io import atomic_write_json
 
     atomic_write_json(Path(out_dir) / "train_summary.json", summary)
