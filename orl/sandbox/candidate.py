@@ -9,7 +9,7 @@ as plain data by the test process (orl/sandbox/judge.py).
 
 Replies, one frame per message (wire.py):
     {"ready": true} | {"load_error": "<Type>: <message>"}       once, after the module ran
-    {"value": <tree>}                                          the call returned plain data
+    {"value": <plain data>}                                    the call returned plain data
     {"raised": ["<Type>", "<Base>", ...], "message": "..."}    the call raised (class names of its MRO)
     {"not_plain": "<why>"}                                     the call returned something else
 """
@@ -18,7 +18,7 @@ import os
 import sys
 
 from .confine import enter, read_job
-from .wire import NotPlainData, WireError, from_tree, receive, send, to_tree
+from .wire import NotPlainData, receive, send
 
 MESSAGE_CHARS = 1000  # of an exception's text
 
@@ -33,10 +33,9 @@ def _describe(exc: BaseException) -> str:
 
 
 def _reply_to(call: dict, function) -> dict:
-    try:
-        args, kwargs = from_tree(call["args"]), from_tree(call["kwargs"])
-    except (KeyError, WireError) as exc:
-        return {"raised": ["RuntimeError"], "message": f"bad call from the tests: {exc}"}
+    args, kwargs = call.get("args"), call.get("kwargs")
+    if type(args) is not tuple or type(kwargs) is not dict:
+        return {"raised": ["RuntimeError"], "message": "bad call from the tests"}
     try:
         value = function(*args, **kwargs)
     except BaseException as exc:  # SystemExit too: the test process decides what it means
@@ -46,12 +45,7 @@ def _reply_to(call: dict, function) -> dict:
         except BaseException:
             names, text = ["Exception"], "(unprintable exception)"
         return {"raised": names, "message": text}
-    try:
-        return {"value": to_tree(value)}
-    except NotPlainData as exc:
-        return {"not_plain": str(exc)}
-    except RecursionError:
-        return {"not_plain": "nested too deeply"}
+    return {"value": value}  # send() refuses it if it is not plain data
 
 
 def main() -> None:
@@ -77,3 +71,5 @@ def main() -> None:
             send(replies, _reply_to(call, function), limit)
         except NotPlainData as exc:
             send(replies, {"not_plain": str(exc)}, limit)
+        except RecursionError:
+            send(replies, {"not_plain": "nested too deeply"}, limit)

@@ -20,16 +20,16 @@ What a reply means:
                                  CandidateFailure (a BaseException, so `except Exception` in a test
                                  does not swallow it) and the failure is remembered
 
-The verdict, one JSON line on the verdict fd: {"passed": bool, "result": "passed" | "timed out" |
-"failed: ...", "candidate_ended": bool}.
+The verdict, one line on the verdict fd: "<0|1> <result>", where the digit says whether the
+candidate's process ended on its own (the harness then adds how) and the result is
+"passed", "timed out" or "failed: <reason>".
 """
 
 import builtins
-import json
 import os
 
 from .confine import SetupError, enter, read_job
-from .wire import NotPlainData, WireError, from_tree, receive, send, to_tree
+from .wire import NotPlainData, WireError, receive, send
 
 FATAL = (SystemExit, KeyboardInterrupt, GeneratorExit)
 TEXT_CHARS = 300  # of a failure's description
@@ -82,7 +82,7 @@ class Link:
         if self.failure is not None:
             raise CandidateFailure(self.failure[0])
         try:
-            send(self.requests, {"args": to_tree(args), "kwargs": to_tree(kwargs)}, self.limit)
+            send(self.requests, {"args": args, "kwargs": kwargs}, self.limit)
         except NotPlainData as exc:
             raise self.fail(f"failed: the tests passed a value that cannot cross to the candidate ({exc})") from None
         except OSError:
@@ -90,10 +90,7 @@ class Link:
         reply = self._receive()
         keys = set(reply)
         if keys == {"value"}:
-            try:
-                return from_tree(reply["value"])
-            except (WireError, RecursionError) as exc:
-                raise self.fail(f"failed: malformed value from the candidate's process ({exc})") from None
+            return reply["value"]
         if keys == {"not_plain"} and type(reply["not_plain"]) is str:
             raise self.fail(f"failed: the candidate returned what is not plain data ({reply['not_plain'][:200]})")
         if keys == {"raised", "message"} and type(reply["message"]) is str and type(reply["raised"]) is list:
@@ -169,7 +166,8 @@ def judge(job: dict, link: Link) -> dict:
 
 
 def _report(fd: int, verdict: dict) -> None:
-    os.write(fd, (json.dumps(verdict) + "\n").encode("utf-8", "replace"))
+    line = f"{int(verdict['candidate_ended'])} {verdict['result']}".replace("\n", " ")
+    os.write(fd, line.encode("utf-8", "replace")[:1000] + b"\n")
 
 
 def main() -> None:
@@ -177,7 +175,7 @@ def main() -> None:
     try:
         enter(job["confine"])
     except (SetupError, OSError) as exc:
-        _report(job["verdict_fd"], {"passed": False, "result": f"failed: sandbox setup: {exc}", "setup_error": True})
+        _report(job["verdict_fd"], {"passed": False, "result": f"failed: sandbox setup: {exc}", "candidate_ended": False})
         os._exit(1)
     _report(job["verdict_fd"], judge(job, Link(job)))
     os._exit(0)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -113,13 +114,19 @@ def cgroup_parent() -> Path | None:
         return None
     if "memory" not in enabled or not os.access(parent, os.W_OK):
         return None
+    # A real trial: make a cgroup and move a process into it (delegation rules may forbid it).
     probe = parent / f"orl-sandbox-probe-{os.getpid()}"
+    sleeper = subprocess.Popen(["sleep", "10"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     try:
         probe.mkdir()
+        (probe / "cgroup.procs").write_text(f"{sleeper.pid}\n")
         usable = (probe / "memory.max").is_file()
-        probe.rmdir()
     except OSError:
-        return None
+        usable = False
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        remove_cgroup(probe)
     return parent if usable else None
 
 
@@ -144,7 +151,7 @@ class CgroupBound:
         for pid in descendants(roots):
             try:
                 (self.path / "cgroup.procs").write_text(f"{pid}\n")
-            except OSError:
+            except ProcessLookupError:
                 pass  # it has already exited
 
     def _read(self, name: str) -> str:

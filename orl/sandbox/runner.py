@@ -24,7 +24,7 @@ SandboxLimits; memory per run: orl/sandbox/memory.py; cleanup: orl/sandbox/clean
 from __future__ import annotations
 
 import functools
-import json
+import marshal
 import os
 import secrets
 import selectors
@@ -189,7 +189,7 @@ def _spawn(role: str, job: dict, fds: tuple[int, ...], out_w: int, label: str, l
     stdin = os.memfd_create("orl-sandbox-job")  # the job, read once by the sandbox's trusted code
     try:
         with open(stdin, "wb", closefd=False) as handle:
-            handle.write(json.dumps(job).encode("utf-8"))
+            handle.write(marshal.dumps(job))
         os.lseek(stdin, 0, os.SEEK_SET)
         try:
             proc = subprocess.Popen(argv, stdin=stdin, stdout=out_w, stderr=subprocess.STDOUT,
@@ -345,13 +345,12 @@ def _teardown(sides: list[_Side], label: str, run_id: str, bound) -> None:
 
 
 def _parse_verdict(data: bytes) -> dict | None:
+    """The test process's verdict line (orl/sandbox/judge.py), or None without one."""
     lines = data.decode("utf-8", "replace").splitlines()
-    try:
-        verdict = json.loads(lines[-1]) if lines else None
-    except ValueError:
+    ended, _, result = lines[-1].partition(" ") if lines else ("", "", "")
+    if ended not in ("0", "1") or not result:
         return None
-    ok = isinstance(verdict, dict) and isinstance(verdict.get("passed"), bool) and isinstance(verdict.get("result"), str)
-    return verdict if ok else None
+    return {"passed": result == "passed", "result": result, "candidate_ended": ended == "1"}
 
 
 def describe_exit(returncode: int | None) -> str:

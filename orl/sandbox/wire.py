@@ -1,43 +1,38 @@
 """The wire between the test process and the candidate process: only plain data crosses.
 
 This module runs inside the sandbox (orl/sandbox/stub.py joins it into both in-sandbox
-programs), so it uses the standard library only; the harness imports it for its tests.
+programs), so it uses the standard library only, and only modules that cost nothing to
+import; the harness imports it for its tests.
 
 Plain data is None, bool, int, float, str, bytes, bytearray, and lists, tuples, dicts,
-sets and frozensets of plain data. A value travels as a JSON tree in which every JSON
-object is a tag with exactly one key:
+sets and frozensets of plain data. A value is encoded as a tag byte and its content:
 
-    None, bool, str, list         as themselves
-    int                           a JSON integer when |n| < 2**63, else {"int": "<hex digits>"}
-                                  (JSON readers refuse very long decimal literals; hex has no cap)
-    float                         a JSON number (Python writes the shortest repr that reads back
-                                  exactly), or {"float": "nan" | "inf" | "-inf"}
-    bytes, bytearray              {"bytes": "<base64>"}, {"bytearray": "<base64>"}
-    tuple, set, frozenset         {"tuple": [...]}, {"set": [...]}, {"frozenset": [...]}
-    dict                          {"dict": [[key, value], ...]}   (keys need not be strings)
+    N, T, F                       None, True, False
+    i <4-byte length> <bytes>     int, two's complement big-endian (no size cap but the frame's)
+    f <1-byte length> <ascii>     float as float.hex(): exact, and "inf", "-inf", "nan"
+    s / b / B <4-byte length> ... str (UTF-8, lone surrogates kept), bytes, bytearray
+    l / t / S / Z <4-byte count>  list, tuple, set, frozenset, then their items
+    d <4-byte count>              dict, then key, value, key, value, ...
 
 The sender converts subclasses of these types to the base type's content (a namedtuple
 becomes a tuple, a Counter a dict, a str subclass its characters), so a custom __eq__ or
 __hash__ never crosses; anything else (a generator, a function, an instance) is refused
-with NotPlainData. The receiver rebuilds fresh built-in objects from the tree, never with
-pickle or eval, and refuses any other shape, nesting deeper than MAX_DEPTH and frames
-longer than its limit (checked on the 4-byte length prefix, before the frame is read).
+with NotPlainData. The receiver rebuilds fresh built-in objects, never with pickle or
+eval, checks every length against the bytes left, and refuses unknown tags, trailing
+bytes, nesting deeper than MAX_DEPTH and frames longer than its limit (checked on the
+4-byte length prefix, before the frame is read).
 
-A message is one JSON object (its values may hold trees), sent as a frame: a 4-byte
-big-endian length, then that many bytes of ASCII JSON.
+A message is a dict with str keys (its values any plain data), sent as one frame: a
+4-byte big-endian length, then the encoded dict.
 """
 
-import base64
-import json
-import math
 import os
 import select
-import struct
 import time
 
 MAX_DEPTH = 100  # nesting of lists, tuples, dicts and sets in one value
-_HEADER = struct.Struct(">I")
-_INT_RANGE = 1 << 63
+_CONTAINERS = {list: b"l", tuple: b"t", set: b"S", frozenset: b"Z"}
+_BUILDERS = {b"l": list, b"t": tuple, b"S": set, b"Z": frozenset}
 
 
 class WireError(Exception):
@@ -45,101 +40,120 @@ class WireError(Exception):
 
 
 class NotPlainData(WireError):
-    """A value that may not cross: not plain data, too deep, or too large."""
+    """A value that may not cross: not plain data, or too deep."""
 
 
-def to_tree(value, depth: int = 0):
-    """The JSON tree of a plain value (see the module docstring); NotPlainData otherwise."""
+def _length(count: int) -> bytes:
+    return count.to_bytes(4, "big")
+
+
+def _encode(value, out: bytearray, depth: int) -> None:
     if depth > MAX_DEPTH:
         raise NotPlainData(f"nested deeper than {MAX_DEPTH} levels")
-    if value is None or value is True or value is False:
-        return value
-    if isinstance(value, int):
+    if value is None:
+        out += b"N"
+    elif value is True or value is False:
+        out += b"T" if value else b"F"
+    elif isinstance(value, int):
         number = int.__int__(value)  # the exact int inside a subclass (IntEnum, ...)
-        return number if -_INT_RANGE < number < _INT_RANGE else {"int": format(number, "x")}
-    if isinstance(value, float):
-        number = float.__float__(value)
-        return number if math.isfinite(number) else {"float": repr(number)}
-    if isinstance(value, str):
-        return str.__str__(value)
-    if isinstance(value, (bytes, bytearray)):
-        tag = "bytearray" if isinstance(value, bytearray) else "bytes"
-        return {tag: base64.b64encode(bytes(memoryview(value))).decode("ascii")}
-    if isinstance(value, list):
-        return [to_tree(item, depth + 1) for item in list.__iter__(value)]
-    if isinstance(value, tuple):
-        return {"tuple": [to_tree(item, depth + 1) for item in tuple.__iter__(value)]}
-    if isinstance(value, dict):
-        return {"dict": [[to_tree(k, depth + 1), to_tree(v, depth + 1)] for k, v in dict.items(value)]}
-    if isinstance(value, frozenset):
-        return {"frozenset": [to_tree(item, depth + 1) for item in frozenset.__iter__(value)]}
-    if isinstance(value, set):
-        return {"set": [to_tree(item, depth + 1) for item in set.__iter__(value)]}
-    raise NotPlainData(f"a {type(value).__name__} object is not plain data")
+        data = number.to_bytes((number + (number < 0)).bit_length() // 8 + 1, "big", signed=True)
+        out += b"i" + _length(len(data)) + data
+    elif isinstance(value, float):
+        text = float.hex(float.__float__(value)).encode("ascii")
+        out += b"f" + bytes((len(text),)) + text
+    elif isinstance(value, str):
+        data = str.__str__(value).encode("utf-8", "surrogatepass")
+        out += b"s" + _length(len(data)) + data
+    elif isinstance(value, (bytes, bytearray)):
+        data = bytes(memoryview(value))
+        out += (b"B" if isinstance(value, bytearray) else b"b") + _length(len(data)) + data
+    elif isinstance(value, dict):
+        items = list(dict.items(value))
+        out += b"d" + _length(len(items))
+        for key, item in items:
+            _encode(key, out, depth + 1)
+            _encode(item, out, depth + 1)
+    else:
+        base = next((kind for kind in _CONTAINERS if isinstance(value, kind)), None)
+        if base is None:
+            raise NotPlainData(f"a {type(value).__name__} object is not plain data")
+        items = list(base.__iter__(value))
+        out += _CONTAINERS[base] + _length(len(items))
+        for item in items:
+            _encode(item, out, depth + 1)
 
 
-def from_tree(node, depth: int = 0):
-    """Rebuild a value from its JSON tree; WireError for anything not produced by to_tree."""
-    if depth > MAX_DEPTH:
-        raise WireError(f"value nested deeper than {MAX_DEPTH} levels")
-    kind = type(node)
-    if node is None or kind in (bool, int, float, str):
-        return node
-    if kind is list:
-        return [from_tree(item, depth + 1) for item in node]
-    if kind is not dict or len(node) != 1:
-        raise WireError(f"unexpected JSON {kind.__name__} in a value")
-    ((tag, body),) = node.items()
-    try:
-        if tag == "int" and type(body) is str:
-            return int(body, 16)
-        if tag == "float" and body in ("nan", "inf", "-inf"):
-            return float(body)
-        if tag in ("bytes", "bytearray") and type(body) is str:
-            data = base64.b64decode(body.encode("ascii"), validate=True)
-            return data if tag == "bytes" else bytearray(data)
-        if type(body) is not list:
-            raise WireError(f"tag {tag!r} with a {type(body).__name__} body")
-        items = [from_tree(item, depth + 1) for item in body]
-        if tag == "tuple":
-            return tuple(items)
-        if tag == "set":
-            return set(items)
-        if tag == "frozenset":
-            return frozenset(items)
-        if tag == "dict" and all(type(pair) is list and len(pair) == 2 for pair in items):
-            return dict(items)
-    except (TypeError, ValueError, UnicodeError) as exc:  # unhashable keys, bad hex or base64
-        raise WireError(f"bad {tag!r} value: {exc}") from None
-    raise WireError(f"unknown tag {tag!r}")
+def dumps(value) -> bytes:
+    """The encoding of a plain value; NotPlainData for anything else."""
+    out = bytearray()
+    _encode(value, out, 0)
+    return bytes(out)
 
 
-def _refuse_constant(name: str):
-    raise WireError(f"{name} is not valid JSON")
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def take(self, count: int) -> bytes:
+        if count > len(self.data) - self.at:
+            raise WireError(f"truncated value: {count} bytes announced, {len(self.data) - self.at} left")
+        chunk = self.data[self.at : self.at + count]
+        self.at += count
+        return chunk
+
+    def count(self) -> int:
+        return int.from_bytes(self.take(4), "big")
+
+    def value(self, depth: int):
+        if depth > MAX_DEPTH:
+            raise WireError(f"value nested deeper than {MAX_DEPTH} levels")
+        tag = self.take(1)
+        if tag in (b"N", b"T", b"F"):
+            return {b"N": None, b"T": True, b"F": False}[tag]
+        if tag == b"i":
+            return int.from_bytes(self.take(self.count()), "big", signed=True)
+        if tag == b"f":
+            text = self.take(self.take(1)[0])
+            try:
+                return float.fromhex(text.decode("ascii"))
+            except (UnicodeError, ValueError):
+                raise WireError(f"bad float {text[:40]!r}") from None
+        if tag == b"s":
+            try:
+                return self.take(self.count()).decode("utf-8", "surrogatepass")
+            except UnicodeError:
+                raise WireError("bad UTF-8 in a str") from None
+        if tag in (b"b", b"B"):
+            data = self.take(self.count())
+            return data if tag == b"b" else bytearray(data)
+        if tag in _BUILDERS or tag == b"d":
+            count = self.count()
+            if count > len(self.data) - self.at:  # every item takes a byte at least
+                raise WireError(f"truncated value: {count} items announced")
+            try:
+                if tag == b"d":
+                    return {self.value(depth + 1): self.value(depth + 1) for _ in range(count)}
+                return _BUILDERS[tag](self.value(depth + 1) for _ in range(count))
+            except TypeError as exc:  # an unhashable key or set item
+                raise WireError(f"bad {'dict' if tag == b'd' else 'set'}: {exc}") from None
+        raise WireError(f"unknown tag {tag!r}")
 
 
-def pack(message: dict, limit: int) -> bytes:
-    """One frame holding `message`; NotPlainData when it would exceed `limit` bytes."""
-    payload = json.dumps(message, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
-    if len(payload) > limit:
-        raise NotPlainData(f"{len(payload)} bytes encoded, more than the limit of {limit}")
-    return _HEADER.pack(len(payload)) + payload
-
-
-def unpack(payload: bytes) -> dict:
-    """The message of a frame's payload (a JSON object); WireError for anything else."""
-    try:
-        message = json.loads(payload.decode("ascii"), parse_constant=_refuse_constant)
-    except (UnicodeError, ValueError, RecursionError) as exc:
-        raise WireError(f"frame is not JSON: {type(exc).__name__}: {str(exc)[:100]}") from None
-    if type(message) is not dict:
-        raise WireError("frame is not a JSON object")
-    return message
+def loads(data: bytes):
+    """The value `data` encodes; WireError for anything dumps() cannot have produced."""
+    reader = _Reader(data)
+    value = reader.value(0)
+    if reader.at != len(data):
+        raise WireError(f"{len(data) - reader.at} bytes after the value")
+    return value
 
 
 def send(fd: int, message: dict, limit: int) -> None:
-    """Write one frame; NotPlainData when too large, OSError when the reader is gone."""
-    view = memoryview(pack(message, limit))
+    """Write one frame; NotPlainData when it is not plain data or too large, OSError when the reader is gone."""
+    payload = dumps(message)
+    if len(payload) > limit:
+        raise NotPlainData(f"{len(payload)} bytes encoded, more than the limit of {limit}")
+    view = memoryview(_length(len(payload)) + payload)
     while view:
         view = view[os.write(fd, view):]
 
@@ -160,13 +174,16 @@ def _read_exactly(fd: int, count: int, deadline: float | None) -> bytes:
 
 
 def receive(fd: int, limit: int, timeout: float | None = None) -> dict | None:
-    """The next message; None at a clean end of stream. TimeoutError, WireError or EOFError (mid-frame)."""
+    """The next message; None at the end of the stream. TimeoutError, WireError or EOFError (mid-frame)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        header = _read_exactly(fd, _HEADER.size, deadline)
+        header = _read_exactly(fd, 4, deadline)
     except EOFError:
         return None
-    (size,) = _HEADER.unpack(header)
+    size = int.from_bytes(header, "big")
     if size > limit:
         raise WireError(f"frame of {size} bytes announced, more than the limit of {limit}")
-    return unpack(_read_exactly(fd, size, deadline))
+    message = loads(_read_exactly(fd, size, deadline))
+    if type(message) is not dict or not all(type(key) is str for key in message):
+        raise WireError("a message is a dict with str keys")
+    return message
