@@ -427,3 +427,48 @@ def test_committed_tinycode_completions_keep_their_verdicts():
     changed = [(task, committed[(task, c)], r.result) for (task, c), r in zip(keys, results, strict=True)
                if r.passed != committed[(task, c)]]  # fmt: skip
     assert changed == []
+
+
+# ------------------------------------------------------------------------------------------
+# The callers: evaluation and ORL rewards name their sandbox and ask for the fallback explicitly
+# ------------------------------------------------------------------------------------------
+
+
+class _CannedEngine:
+    """An Engine that answers each prompt with a given completion (the sandbox is what is tested)."""
+
+    name = "canned"
+
+    def __init__(self, answers: dict[str, str]) -> None:
+        self.answers = answers
+
+    def generate(self, prompt: str, max_new_tokens: int):
+        from orl.engines.base import Generation
+
+        text = self.answers[prompt]
+        return Generation(token_ids=[1] * 3, text=text, nfe=1, prefill_forwards=1, wall_time_s=0.0)
+
+
+def test_evaluate_quality_records_its_sandbox_and_takes_the_fallback_only_by_name():
+    from orl.eval.quality import evaluate_quality
+
+    problems = [ADD, {**ADD, "task_id": "Attack/add2", "prompt": ADD["prompt"] + "\n"}]
+    engine = _CannedEngine({problems[0]["prompt"]: body("return a + b"), problems[1]["prompt"]: body("return 0")})
+    result = evaluate_quality(engine, problems, 8, progress=False, isolation="fallback")
+    assert result.pass_at_1 == 0.5 and result.isolation == runner.fallback_label()
+    assert result.memory_bound in ("cgroup", "watchdog")
+    with pytest.raises(InputError, match="isolation: expected one of"):
+        evaluate_quality(engine, problems, 8, progress=False, isolation="none")
+
+
+def test_orl_isolation_is_checked_before_any_compute_and_stays_out_of_the_resume_digest(tmp_path):
+    from orl.errors import ConfigError
+    from orl.train.config import load_preset
+    from orl.train.orl import train_orl
+
+    assert load_preset("smoke").orl.isolation == "bwrap"
+    fallback = load_preset("smoke", overrides={"orl": {"isolation": "fallback"}})
+    assert fallback.digest("orl") == load_preset("smoke").digest("orl")
+    with pytest.raises(ConfigError, match="orl.isolation: expected 'bwrap' or 'fallback', got 'docker'"):
+        train_orl(load_preset("smoke", overrides={"orl": {"isolation": "docker"}}), tmp_path / "none", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
