@@ -101,6 +101,11 @@ def test_depth_cycles_and_size_are_bounded():
     cycle.append(cycle)
     with pytest.raises(NotPlainData, match="nested deeper"):
         dumps(cycle)
+    shared: list = []
+    for _ in range(90):  # 2**90 leaves once encoded: refused as soon as the encoding passes the limit
+        shared = [shared, shared]
+    with pytest.raises(NotPlainData, match="more than the limit of 4096 bytes"):
+        dumps(shared, 4096)
     read_fd, write_fd = os.pipe()
     try:
         with pytest.raises(NotPlainData, match="more than the limit of 100"):

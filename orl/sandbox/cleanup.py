@@ -85,11 +85,12 @@ def kill_uid(uid: int) -> None:
     for _ in range(3):  # a fork bomb may fork between rounds; RLIMIT_NPROC keeps the rounds short
         subprocess.run([kill, "-KILL", "-1"], user=uid, group=uid, extra_groups=[], env={"PATH": SANDBOX_PATH},
                        capture_output=True, check=False)  # fmt: skip
-        if not any(_owner_uid(pid) == uid for pid in processes()):
+        if not any(owner_uid(pid) == uid for pid in processes()):
             return
 
 
-def _owner_uid(pid: int) -> int | None:
+def owner_uid(pid: int) -> int | None:
+    """The uid a process runs as (None once it is gone)."""
     try:
         return os.stat(f"/proc/{pid}").st_uid
     except OSError:

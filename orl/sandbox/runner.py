@@ -4,10 +4,12 @@ The candidate process (orl/sandbox/candidate.py) runs prompt + completion and an
 calls; the test process (orl/sandbox/judge.py) runs the prompt's helpers and the tests,
 calls the candidate through a proxy that carries only plain data (orl/sandbox/wire.py),
 and writes the verdict to a pipe only it holds. The candidate can reach neither that
-pipe, nor the tests, nor the test process's memory: it runs in another PID namespace
-under another uid, and the test process is not dumpable. Whatever the candidate does
-to its own interpreter (patched builtins, a fake `math`, an object equal to everything,
-frames, gc, exit codes, printing "passed") changes only the values it sends back.
+pipe, nor the tests, nor the test process's memory: the two run in separate PID
+namespaces, and as root under separate uids. Whatever the candidate does to its own
+interpreter (patched builtins, a fake `math`, an object equal to everything, frames,
+gc, exit codes, printing "passed") changes only the values it sends back. (The weak
+fallback without root cannot promise that: there the candidate runs as the harness's
+user, who may ptrace the harness; the test process is at least made non-dumpable.)
 
 Isolation, as the caller asks for it:
     "bwrap"     the default, and required: SandboxUnavailable when bwrap cannot run here
@@ -53,7 +55,7 @@ from orl.sandbox.stub import launch
 
 TICK_S = 0.02  # how often the memory of a run is measured
 DRAIN_S = 0.1  # how long output is still read after the verdict
-VERDICT_CAP = 4096  # bytes read from the verdict pipe; a verdict is one short JSON line
+VERDICT_CAP = 4096  # bytes read from the verdict pipe; a verdict is one short line
 CONFINE_MODES = {"bwrap": "bwrap", "fallback+ns": "namespaces", "fallback": "plain"}
 
 
@@ -148,17 +150,6 @@ class _Side:
     sync_w: int | None  # cgroup mode: the go signal, written once the processes are in the cgroup
 
 
-def _processes_of_uid(uid: int) -> int:
-    return sum(1 for pid in cleanup.processes() if _owner(pid) == uid)
-
-
-def _owner(pid: int) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
-
-
 def _spawn(role: str, job: dict, fds: tuple[int, ...], out_w: int, label: str, limits: SandboxLimits,
            run_id: str, wait_for_go: bool) -> _Side:  # fmt: skip
     mode = CONFINE_MODES[label]
@@ -175,7 +166,9 @@ def _spawn(role: str, job: dict, fds: tuple[int, ...], out_w: int, label: str, l
            "ORL_SANDBOX_OWNER": cleanup.owner_tag()}  # fmt: skip
     sync_r, sync_w = os.pipe() if wait_for_go else (None, None)
     view = sandbox_view(limits.tmpfs_mb << 20)
-    nproc = limits.max_processes + (0 if uid is not None else _processes_of_uid(os.getuid()))
+    nproc = limits.max_processes
+    if uid is None:  # RLIMIT_NPROC counts every process of the harness's user
+        nproc += sum(cleanup.owner_uid(pid) == os.getuid() for pid in cleanup.processes())
     job["confine"] = {
         "mode": mode, "uid": uid, "cwd": cwd, "harness_pid": os.getpid(), "sync_fd": sync_r,
         "view": view if mode == "namespaces" else None,
@@ -235,7 +228,7 @@ def _run_sample(code: str, test: str, entry_point: str | None, helpers: str, tas
         os.close(verdict_r)
         raise
     finally:
-        for fd in (verdict_w, request_r, request_w, reply_r, reply_w, out_w):
+        for fd in (verdict_w, request_r, request_w, reply_r, reply_w, out_w):  # the sandboxes hold them now
             os.close(fd)
     try:
         roots = [side.proc.pid for side in sides]
@@ -254,6 +247,8 @@ def _run_sample(code: str, test: str, entry_point: str | None, helpers: str, tas
                 pass
         returncodes = [side.proc.poll() for side in sides]
     finally:
+        os.close(out_r)
+        os.close(verdict_r)
         _teardown(sides, label, run_id, bound)
     passed, result = _verdict(verdict, outcome, returncodes, limits)
     return ExecutionResult(
@@ -271,7 +266,7 @@ def _weak_members(label: str, sides: list[_Side], run_id: str):
     uids = {side.uid for side in sides}
     marker = f"ORL_SANDBOX_RUN={run_id}".encode()
     if None not in uids:
-        return lambda: {pid for pid in cleanup.processes() if _owner(pid) in uids}
+        return lambda: {pid for pid in cleanup.processes() if cleanup.owner_uid(pid) in uids}
     return lambda: {pid for pid in cleanup.processes() if marker in cleanup.environment_of(pid)}
 
 
@@ -313,8 +308,6 @@ def _collect(out_fd: int, verdict_fd: int, deadline: float, cap: int, guard) -> 
                     verdict += data[: VERDICT_CAP - len(verdict)]
     finally:
         selector.close()
-        os.close(out_fd)
-        os.close(verdict_fd)
 
 
 def _teardown(sides: list[_Side], label: str, run_id: str, bound) -> None:

@@ -47,9 +47,11 @@ def _length(count: int) -> bytes:
     return count.to_bytes(4, "big")
 
 
-def _encode(value, out: bytearray, depth: int) -> None:
+def _encode(value, out: bytearray, depth: int, limit: int) -> None:
     if depth > MAX_DEPTH:
         raise NotPlainData(f"nested deeper than {MAX_DEPTH} levels")
+    if len(out) > limit:  # checked as it grows: shared sublists can make a small value encode huge
+        raise NotPlainData(f"more than the limit of {limit} bytes encoded")
     if value is None:
         out += b"N"
     elif value is True or value is False:
@@ -71,8 +73,8 @@ def _encode(value, out: bytearray, depth: int) -> None:
         items = list(dict.items(value))
         out += b"d" + _length(len(items))
         for key, item in items:
-            _encode(key, out, depth + 1)
-            _encode(item, out, depth + 1)
+            _encode(key, out, depth + 1, limit)
+            _encode(item, out, depth + 1, limit)
     else:
         base = next((kind for kind in _CONTAINERS if isinstance(value, kind)), None)
         if base is None:
@@ -80,13 +82,15 @@ def _encode(value, out: bytearray, depth: int) -> None:
         items = list(base.__iter__(value))
         out += _CONTAINERS[base] + _length(len(items))
         for item in items:
-            _encode(item, out, depth + 1)
+            _encode(item, out, depth + 1, limit)
 
 
-def dumps(value) -> bytes:
-    """The encoding of a plain value; NotPlainData for anything else."""
+def dumps(value, limit: int = 1 << 62) -> bytes:
+    """The encoding of a plain value; NotPlainData for anything else, or past `limit` bytes."""
     out = bytearray()
-    _encode(value, out, 0)
+    _encode(value, out, 0, limit)
+    if len(out) > limit:
+        raise NotPlainData(f"{len(out)} bytes encoded, more than the limit of {limit}")
     return bytes(out)
 
 
@@ -150,9 +154,7 @@ def loads(data: bytes):
 
 def send(fd: int, message: dict, limit: int) -> None:
     """Write one frame; NotPlainData when it is not plain data or too large, OSError when the reader is gone."""
-    payload = dumps(message)
-    if len(payload) > limit:
-        raise NotPlainData(f"{len(payload)} bytes encoded, more than the limit of {limit}")
+    payload = dumps(message, limit)
     view = memoryview(_length(len(payload)) + payload)
     while view:
         view = view[os.write(fd, view):]
