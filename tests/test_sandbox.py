@@ -292,9 +292,8 @@ def test_an_interpreter_under_tmp_does_not_break_bwrap():
         subprocess.run([isolation.interpreter(), "-m", "venv", "--without-pip", venv], check=True, timeout=120)
         paths = [str(Path(__file__).resolve().parent.parent), *[p for p in sys.path if p.endswith("site-packages")]]
         script = (f"import sys; sys.path[:0] = {paths!r}\n"
-                  "from orl.sandbox import check_completion, isolation\n"
+                  "from orl.sandbox import check_completion\n"
                   "from tests.sandbox_attacks import ADD\n"
-                  "assert isolation.interpreter().startswith(sys.base_prefix) or True\n"
                   "r = check_completion(ADD, '    return a + b\\n', isolation='bwrap')\n"
                   "print(sys.executable, r.result)\n")  # fmt: skip
         done = subprocess.run([f"{venv}/bin/python", "-c", script], capture_output=True, text=True, timeout=120)
@@ -307,7 +306,8 @@ def test_bwrap_command_line_builds_the_view():
     view = dict(isolation.sandbox_view(64 << 20))
     view["python"] = [*view["python"], "/tmp/some/python"]  # an interpreter living under /tmp
     cmd = isolation.bwrap_command(view, {"PATH": "/usr/bin"})
-    assert ["--ro-bind", "/", "/"] != cmd[1:4] and "--unshare-net" in cmd or "--unshare-all" in cmd
+    assert "/" not in [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--ro-bind"]  # a whitelist, not the root
+    assert "--unshare-net" in cmd or "--unshare-all" in cmd
     for flag in ("--die-with-parent", "--new-session", "--clearenv", "--proc", "--dev"):
         assert flag in cmd
     text = " ".join(cmd)
