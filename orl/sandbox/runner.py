@@ -33,6 +33,7 @@ import selectors
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -81,7 +82,11 @@ def weak_fallback_problem() -> str | None:
     """None when the weak fallback runs a passing sample here; otherwise why not (e.g. its private
     uid cannot read a Python installed in a home folder)."""
     probe = _self_test("fallback")
-    return None if probe.passed else f"{probe.result}; output: {probe.stdout_tail.strip()[-300:]!r}"
+    if probe.passed:
+        return None
+    hint = (f" (as root each side runs under a private uid, which must be able to read the Python "
+            f"installation in {sys.base_prefix})") if is_root() else ""  # fmt: skip
+    return f"self-test did not pass: {probe.result}{hint}; output: {probe.stdout_tail.strip()[-300:]!r}"
 
 
 def _self_test(label: str) -> ExecutionResult:
