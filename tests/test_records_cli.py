@@ -66,3 +66,35 @@ def test_check_samples_bad_input(tmp_path, capsys, samples, message):
     assert _main(["check-samples", str(path), "--problems", str(problems), "--no-progress"]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "samples.jsonl_results.jsonl").exists()
+
+
+@pytest.mark.parametrize("content", ["", "\n\n  \n"], ids=["empty", "blank lines"])
+def test_validate_refuses_a_file_without_records(tmp_path, capsys, content):
+    path = tmp_path / "empty.jsonl"
+    path.write_text(content)
+    assert _main(["records", "validate", str(path)]) == 2
+    assert f"{path}: no records" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "/dev/stdin", "folder"])
+def test_validate_reads_only_regular_files(tmp_path, capsys, target):
+    path = tmp_path if target == "folder" else target
+    assert _main(["records", "validate", str(path)]) == 2  # at once: nothing is read from a device
+    err = capsys.readouterr().err
+    assert str(path) in err and ("not a regular file" in err or "is a folder" in err)
+
+
+def test_validate_caps_the_size_read(tmp_path, capsys, monkeypatch):
+    from orl.records import store
+
+    monkeypatch.setattr(store, "MAX_RECORD_FILE_BYTES", 1 << 20)
+    path = tmp_path / "huge.jsonl"
+    path.write_bytes(b" " * (2 << 20))
+    assert _main(["records", "validate", str(path)]) == 2
+    assert f"{path}: larger than 1 MiB" in capsys.readouterr().err
+
+
+def test_check_samples_reads_only_regular_files(tmp_path, capsys):
+    problems = _jsonl(tmp_path / "problems.jsonl", PROBLEMS)
+    assert _main(["check-samples", "/dev/zero", "--problems", str(problems), "--no-progress"]) == 2
+    assert "/dev/zero: not a regular file; expected a samples file" in capsys.readouterr().err

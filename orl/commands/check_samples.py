@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import json
 from pathlib import Path
+
+MAX_INPUT_BYTES = 256 << 20  # of a samples or problems file, after decompression
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,8 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="HumanEval-format problems (.jsonl or .jsonl.gz): task_id, prompt, test, entry_point")  # fmt: skip
     check.add_argument("--timeout", type=float, default=3.0, help="wall-clock seconds per sample (default 3)")
     check.add_argument("--workers", type=int, default=None, help="parallel sandboxes (default: CPU count)")
-    check.add_argument("--isolation", choices=["auto", "bwrap", "fallback"], default="auto",
-                       help="sandbox mode (default auto: bwrap when it works here)")  # fmt: skip
+    check.add_argument("--isolation", choices=["bwrap", "fallback", "auto"], default="bwrap",
+                       help="sandbox (default bwrap, required: an error when it cannot run here; fallback: the "
+                       "weaker sandbox; auto: bwrap when it works, else the fallback with a warning)")  # fmt: skip
     check.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     check.set_defaults(func=run_check_samples)
 
@@ -31,13 +35,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _read_jsonl(path: Path, required: tuple[str, ...], what: str) -> list[tuple[int, dict]]:
     """(line number, object) for each non-blank line; errors name the file, line and field."""
     from orl.errors import InputError
+    from orl.records.store import read_regular_file
 
-    try:
-        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such {what} file") from None
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise InputError(f"{path}: cannot read {what} file: {exc}") from None
+    data = read_regular_file(path, what, MAX_INPUT_BYTES)
+    if path.suffix == ".gz":
+        try:
+            data = gzip.GzipFile(fileobj=io.BytesIO(data)).read(MAX_INPUT_BYTES + 1)
+        except (OSError, EOFError) as exc:
+            raise InputError(f"{path}: cannot read {what} file: {exc}") from None
+        if len(data) > MAX_INPUT_BYTES:
+            raise InputError(f"{path}: more than {MAX_INPUT_BYTES >> 20} MiB once decompressed")
     rows = []
     for number, raw in enumerate(data.split(b"\n"), start=1):
         if not raw.strip():
@@ -84,14 +91,15 @@ def run_check_samples(args: argparse.Namespace) -> int:
         workers=args.workers,
         progress=not args.no_progress,
         timeout_s=args.timeout,
-        isolation=None if args.isolation == "auto" else args.isolation,
+        isolation=args.isolation,
     )
     out = Path(f"{args.samples}_results.jsonl")
-    atomic_write_jsonl(out, [{**sample, "passed": r.passed, "result": r.result}
+    atomic_write_jsonl(out, [{**sample, "passed": r.passed, "result": r.result, "isolation": r.isolation,
+                              "memory_bound": r.memory_bound}
                              for (_, sample), r in zip(samples, results, strict=True)])  # fmt: skip
     n_passed = sum(r.passed for r in results)
     print(f"{n_passed}/{len(results)} samples passed over {len({s['task_id'] for _, s in samples})} problems "
-          f"(sandbox: {results[0].isolation}); results: {out}")  # fmt: skip
+          f"(sandbox: {results[0].isolation}, memory bound: {results[0].memory_bound}); results: {out}")  # fmt: skip
     outcomes = [(sample["task_id"], r.passed) for (_, sample), r in zip(samples, results, strict=True)]
     print(f"pass@1={mean_pass_at_k(outcomes, k=1):.6g}")
     return 0

@@ -27,8 +27,7 @@ def run_convert(args) -> int:
     if is_finished(args.out):
         print(f"{args.out}: already trained (delete it to retrain)")
         return 0
-    summary = convert_to_diffusion(preset, args.init, args.out, device=device, progress=not args.no_progress,
-                                   halt_after_checkpoint=args.halt_after_checkpoint)
+    summary = convert_to_diffusion(preset, args.init, args.out, device=device, progress=not args.no_progress)
     print(f"wrote {args.out}: {summary['tokens']:,} tokens, final loss {summary['final_loss']:.4f}, "
           f"{summary['wall_s']:.1f} s")
     return 0

@@ -24,6 +24,8 @@ def register(subparsers) -> None:
     p.add_argument("--system", default=None, help="table row name stored in the record (default: derived)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per problem's tests (default: 5)")
     p.add_argument("--workers", type=int, default=None, help="parallel sandboxes (default: CPU count)")
+    p.add_argument("--isolation", default="bwrap", choices=["bwrap", "fallback"],
+                   help="sandbox (default bwrap, required; fallback: the weaker sandbox, named in the record)")
     p.add_argument("--out", required=True, help="records file (.jsonl) to write")
     add_progress_flag(p)
     p.set_defaults(func=run_eval_quality)
@@ -45,7 +47,8 @@ def run_eval_quality(args) -> int:
         print(f"{system}: not run: {exc}")
         return 0
     result = evaluate_quality(engine, problems, args.max_new_tokens, timeout_s=args.timeout,
-                              progress=not args.no_progress, workers=args.workers, chat=chat_renderer(args))
+                              progress=not args.no_progress, workers=args.workers, chat=chat_renderer(args),
+                              isolation=args.isolation)
     info = engine.describe()
     model = model_block(info)
     record = make_record(
@@ -53,8 +56,8 @@ def run_eval_quality(args) -> int:
         metrics={"pass_at_1": result.pass_at_1, "tpf": result.tpf, "nfe_mean": result.nfe_mean,
                  "tokens": result.tokens, "wall_s": result.wall_s},
         policy=info.policy, suite=args.suite, n_problems=len(problems), per_problem=result.per_problem,
-        extra={"isolation": result.isolation, "max_new_tokens": args.max_new_tokens, "device": info.device,
-               "chat_template": args.chat,
+        extra={"isolation": result.isolation, "sandbox_memory_bound": result.memory_bound,
+               "max_new_tokens": args.max_new_tokens, "device": info.device, "chat_template": args.chat,
                **info.settings},
     )
     write_records(args.out, [record])

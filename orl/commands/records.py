@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate = records_sub.add_parser(
         "validate",
         help="check a record file against the schema",
-        description="Validate every line of a record file; exit non-zero with the line and field of the first error.",
+        description="Validate every line of a record file; exit non-zero with the line and field of the first "
+        "error, or when the file holds no record.",
     )
     validate.add_argument("file", type=Path, help="records file (.jsonl)")
     validate.set_defaults(func=run_validate)
@@ -24,8 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    from orl.errors import InputError
     from orl.records import load_records
 
     records = load_records(args.file)
+    if not records:
+        raise InputError(f"{args.file}: no records (the file is empty or holds only blank lines)")
     print(f"{args.file}: {len(records)} valid records")
     return 0

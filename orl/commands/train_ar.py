@@ -14,7 +14,6 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                         "tokenizer, model, draft_model, ar, draft, convert, diffusion, orl)")
     parser.add_argument("--out", required=True, help="output checkpoint directory (HF layout); resumes if it "
                         "holds an unfinished run of the same configuration")
-    parser.add_argument("--halt-after-checkpoint", type=int, default=None, help=argparse.SUPPRESS)
     add_model_args(parser, dtype=False)
     add_progress_flag(parser)
 
@@ -48,7 +47,7 @@ def run_train_ar(args) -> int:
         print(f"{args.out}: already trained (delete it to retrain)")
         return 0
     summary = train_ar(preset, args.out, draft=args.draft, tokenizer_path=args.tokenizer,
-                       device=device, progress=not args.no_progress, halt_after_checkpoint=args.halt_after_checkpoint)
+                       device=device, progress=not args.no_progress)
     print(f"wrote {args.out}: {summary['parameters']:,} parameters, {summary['tokens']:,} tokens, "
           f"final loss {summary['final_loss']:.4f}, {summary['wall_s']:.1f} s")
     return 0

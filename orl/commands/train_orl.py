@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device
 
 
@@ -23,7 +21,9 @@ def register(subparsers) -> None:
     p.add_argument("--ablation", default="none", choices=ABLATIONS, help="Table 5 variant (default: none = ORL)")
     p.add_argument("--record", default=None, help="also write a 'train' record (.jsonl) with cost figures")
     p.add_argument("--system", default=None, help="table row name for the record")
-    p.add_argument("--halt-after-checkpoint", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--isolation", default=None, choices=["bwrap", "fallback"],
+                   help="sandbox of the rollout rewards (default: the preset's orl.isolation, bwrap; "
+                   "fallback: the weaker sandbox, named in the summary and the record)")
     add_model_args(p, dtype=False)
     add_progress_flag(p)
     p.set_defaults(func=run_train_orl)
@@ -35,7 +35,8 @@ def run_train_orl(args) -> int:
     from orl.train.loop import is_finished
     from orl.train.orl import check_init, train_orl
 
-    preset = load_preset(args.preset, args.config)
+    preset = load_preset(args.preset, args.config,
+                         overrides={"orl": {"isolation": args.isolation}} if args.isolation else None)
     device = parse_device(args.device)
     check_init(args.init, preset, device)
     if is_finished(args.out) and not args.record:
@@ -48,8 +49,7 @@ def run_train_orl(args) -> int:
         summary = json.loads((Path(args.out) / "train_summary.json").read_text())
     else:
         summary = train_orl(preset, args.init, args.out, ablation=args.ablation, device=device,
-                            progress=not args.no_progress,
-                            halt_after_checkpoint=args.halt_after_checkpoint)
+                            progress=not args.no_progress)
     print(f"wrote {args.out}: {summary['steps']} steps, {summary['refreshes']} rollouts, "
           f"{summary['self_generated_tokens']:,} self-generated tokens, {summary['wall_s']:.1f} s")
     if args.record:
@@ -59,9 +59,10 @@ def run_train_orl(args) -> int:
         record = make_record(
             "train", system=args.system or f"ORL ({args.ablation})", engine="dlmrt", model=model_field(ckpt),
             metrics={"self_generated_tokens": summary["self_generated_tokens"], "train_wall_s": summary["wall_s"]},
-            extra={k: summary[k] for k in ("ablation", "refreshes", "rollout_tpf", "rollout_pass_rate",
-                                           "replay_states", "replay_state_bytes", "rollout_s", "steps",
-                                           "reference_targets", "residual_alpha")},
+            extra={**{k: summary[k] for k in ("ablation", "refreshes", "rollout_tpf", "rollout_pass_rate",
+                                              "replay_states", "replay_state_bytes", "rollout_s", "steps",
+                                              "reference_targets", "residual_alpha")},
+                   "isolation": summary.get("isolation", preset.orl.isolation)},
             config={"preset": preset.digest(), "ablation": args.ablation},
         )
         write_records(args.record, [record])

@@ -20,6 +20,7 @@ class QualityResult:
     per_problem: list[dict]
     generations: list[Generation]
     isolation: str
+    memory_bound: str  # how the sandbox bounded each run's memory: "cgroup" or "watchdog"
 
 
 def generate_all(engine: Engine, problems: list[dict], max_new_tokens: int, progress: bool = True) -> list[Generation]:
@@ -31,13 +32,14 @@ def generate_all(engine: Engine, problems: list[dict], max_new_tokens: int, prog
 
 def evaluate_quality(
     engine: Engine, problems: list[dict], max_new_tokens: int, *, timeout_s: float = 5.0, progress: bool = True,
-    workers: int | None = None, chat: Callable[[str], str] | None = None,
+    workers: int | None = None, chat: Callable[[str], str] | None = None, isolation: str = "bwrap",
 ) -> QualityResult:
     """pass@1 over `problems`. A problem the engine refuses (e.g. its prompt exceeds the model's context)
     counts as failed with the reason; the rest of the suite still runs.
 
     `chat` renders a prompt through an instruct checkpoint's chat template (Tokenizer.apply_chat_template);
-    the program tested is then the prompt plus the code of the response (orl/eval/chat.py).
+    the program tested is then the prompt plus the code of the response (orl/eval/chat.py). `isolation`:
+    see orl.sandbox (bwrap is required unless "fallback" is asked for by name).
     """
     from tqdm import tqdm
 
@@ -54,7 +56,7 @@ def evaluate_quality(
     generations = [g for _, g in generated]
     completions = [completion_from_response(p, g.text) if chat else g.text for p, g in generated]
     checked = iter(check_many([p for p, _ in generated], completions, timeout_s=timeout_s, workers=workers,
-                              progress=progress))
+                              progress=progress, isolation=isolation))
     completion_of = {id(g): c for (_, g), c in zip(generated, completions, strict=True)}
     per_problem, results = [], []
     for p, g in zip(problems, outcomes, strict=True):
@@ -79,4 +81,5 @@ def evaluate_quality(
         per_problem=per_problem,
         generations=generations,
         isolation=results[0].isolation if results else "none",
+        memory_bound=results[0].memory_bound if results else "none",
     )

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from orl.errors import InputError
 from orl.sandbox.limits import ExecutionResult, SandboxLimits
-from orl.sandbox.runner import isolation_mode, run_program
+from orl.sandbox.runner import resolve_isolation, run_program
 
 
 def check_completion(
@@ -17,10 +17,14 @@ def check_completion(
     completion: str,
     timeout_s: float = 3.0,
     *,
-    isolation: str | None = None,
+    isolation: str = "bwrap",
     limits: SandboxLimits | None = None,
 ) -> ExecutionResult:
-    """Run a HumanEval-format problem's tests on prompt + completion."""
+    """Run a HumanEval-format problem's tests on prompt + completion.
+
+    The candidate process runs prompt + completion; the test process runs the prompt
+    (its helper functions are trusted, e.g. `poly` in HumanEval/32) and the tests.
+    """
     missing = [key for key in ("task_id", "prompt", "test", "entry_point") if key not in problem]
     if missing:
         raise InputError(f"problem {problem.get('task_id', '?')}: missing field {missing[0]!r}")
@@ -29,6 +33,7 @@ def check_completion(
         problem["prompt"] + completion,
         problem["test"],
         problem["entry_point"],
+        helpers=problem["prompt"],
         task_id=str(problem["task_id"]),
         limits=limits,
         isolation=isolation,
@@ -42,20 +47,20 @@ def check_many(
     progress: bool = True,
     *,
     timeout_s: float = 3.0,
-    isolation: str | None = None,
+    isolation: str = "bwrap",
     limits: SandboxLimits | None = None,
 ) -> list[ExecutionResult]:
-    """Check completions[i] against problems[i], several subprocesses at once; results in input order."""
+    """Check completions[i] against problems[i], several runs at once; results in input order."""
     if len(problems) != len(completions):
         raise InputError(f"check_many: {len(problems)} problems but {len(completions)} completions")
     if not problems:
         return []
-    isolation = isolation or isolation_mode()  # self-test once, before the threads start
+    isolation = resolve_isolation(isolation)  # self-tests once, before the threads start
     workers = max(1, min(workers or os.cpu_count() or 1, len(problems)))
     from tqdm.auto import tqdm
 
     results: list[ExecutionResult | None] = [None] * len(problems)
-    # Threads suffice: each one only waits on its subprocess.
+    # Threads suffice: each one only waits on its run's processes.
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {
             pool.submit(check_completion, problem, completion, timeout_s, isolation=isolation, limits=limits): i

@@ -1,48 +1,32 @@
-"""The sandbox for model-generated code: one program per subprocess, contained whatever it does.
+"""Running one sample: a test process and a candidate process, each in its own sandbox.
 
-A problem is run as: the candidate module (prompt + completion), then the task's
-test code (which defines `check`), then `check(<entry_point>)`. Each run gets its
-own subprocess, confined in one of two isolation modes:
+The candidate process (orl/sandbox/candidate.py) runs prompt + completion and answers
+calls; the test process (orl/sandbox/judge.py) runs the prompt's helpers and the tests,
+calls the candidate through a proxy that carries only plain data (orl/sandbox/wire.py),
+and writes the verdict to a pipe only it holds. The candidate can reach neither that
+pipe, nor the tests, nor the test process's memory: the two run in separate PID
+namespaces, and as root under separate uids. Whatever the candidate does to its own
+interpreter (patched builtins, a fake `math`, an object equal to everything, frames,
+gc, exit codes, printing "passed") changes only the values it sends back. (The weak
+fallback without root cannot promise that: there the candidate runs as the harness's
+user, who may ptrace the harness; the test process is at least made non-dumpable.)
 
-``bwrap`` (preferred; Debian package ``bubblewrap``)
-    read-only bind of ``/``, a private size-limited tmpfs as working directory
-    (``/tmp``), fresh ``/dev`` and ``/proc``, home directories hidden, new
-    network / PID / IPC / UTS namespaces (no network at all), ``--die-with-parent``
-    and ``--new-session``. Killing bwrap tears the whole PID namespace down, so
-    no process of the program outlives the run.
-
-``fallback`` (when bwrap is missing or fails its self-test; a warning is issued)
-    a new process group, ``unshare --net --mount`` when root (no network; the
-    mount namespace only serves to make the interpreter readable, see
-    `_expose_interpreter`), a scrubbed environment and a throwaway working
-    directory. Leftover processes are killed by process group and, when root,
-    by the run's private uid. Weaker: the program sees the real filesystem
-    (protected only by file permissions) and, without root, the network and
-    the harness's own processes.
-
-In both modes, when the harness runs as root the program runs under a fresh
-random uid (so file permissions protect the machine, and RLIMIT_NPROC, which
-root ignores, bounds a fork bomb), with no capabilities and ``no_new_privs``,
-and with RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC and RLIMIT_CORE set.
-A wall-clock timeout kills the whole process tree. stdout and stderr are
-captured together, keeping only the last `SandboxLimits.output_bytes`.
-
-The verdict cannot be forged by an exit code. The parent draws a random nonce
-and puts it in a pipe that the trusted stub reads only *after* `check(...)` has
-returned; the stub then writes ``passed <nonce>`` to a second pipe through a
-reference to ``os.write`` it saved before the candidate ran, and exits with
-``os._exit``. ``sys.exit(0)``, ``os._exit(0)``, exceptions, a patched ``print``
-or ``sys.stdout``, and printing anything at all before or instead of the tests
-therefore never count as passed: the nonce is not in the process until the
-tests have returned. (A deliberately malicious program that searches its open
-file descriptors for the nonce pipe is out of scope: that is an attack on the
-verdict, not code a model writes by accident, and it still cannot escape.)
+Isolation, as the caller asks for it:
+    "bwrap"     the default, and required: SandboxUnavailable when bwrap cannot run here
+    "fallback"  accepted only when asked for by name (orl eval-quality / check-samples
+                --isolation fallback, orl.isolation in an ORL training config)
+    "auto"      bwrap when its self-test passes, else the fallback with a warning
+and as results name what ran: "bwrap"; "fallback+ns" (the fallback as root where
+unshare(2) works: the same namespaces and filesystem view as bwrap, built by
+confine.py); "fallback" (the weak one: no namespaces, the real filesystem and /tmp,
+and a private uid only as root). The view: orl/sandbox/isolation.py. The limits:
+SandboxLimits; memory per run: orl/sandbox/memory.py; cleanup: orl/sandbox/cleanup.py.
 """
 
 from __future__ import annotations
 
 import functools
-import json
+import marshal
 import os
 import secrets
 import selectors
@@ -53,122 +37,93 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 
 from orl.errors import InputError
+from orl.sandbox import cleanup, memory
 from orl.sandbox.isolation import (
+    ISOLATION_CHOICES,
     SANDBOX_PATH,
+    SandboxUnavailable,
     bwrap_command,
-    expose_interpreter,
-    fallback_label,
+    bwrap_path,
+    interpreter,
     is_root,
-    unshare_works,
+    sandbox_view,
 )
 from orl.sandbox.limits import ExecutionResult, SandboxLimits
-from orl.sandbox.stub import _STUB
+from orl.sandbox.stub import launch
 
-ISOLATION_MODES = ("bwrap", "fallback")
-_REPORT_CAP = 4096  # bytes read from the verdict pipe; a verdict line is ~40 bytes
+TICK_S = 0.02  # how often the memory of a run is measured
+DRAIN_S = 0.1  # how long output is still read after the verdict
+VERDICT_CAP = 4096  # bytes read from the verdict pipe; a verdict is one short line
+CONFINE_MODES = {"bwrap": "bwrap", "fallback+ns": "namespaces", "fallback": "plain"}
 
 
 @functools.lru_cache(maxsize=1)
-def _bwrap_self_test() -> str | None:
-    """None when bwrap runs a trivial passing program here; otherwise why not."""
-    if shutil.which("bwrap") is None:
+def bwrap_problem() -> str | None:
+    """None when bwrap runs a passing sample here; otherwise why not."""
+    if bwrap_path() is None:
         return "bwrap is not installed (apt-get install -y bubblewrap)"
-    probe = run_program(
-        "def f():\n    return 1\n", "def check(c):\n    assert c() == 1\n", "f",
-        task_id="bwrap-self-test", isolation="bwrap", limits=SandboxLimits(timeout_s=20),
-    )  # fmt: skip
+    probe = _self_test("bwrap")
     if probe.passed:
         return None
-    return f"bwrap self-test did not pass ({probe.result}; output: {probe.stdout_tail.strip()[-200:]!r})"
-
-
-def isolation_mode() -> str:
-    """The isolation `run_program` uses by default: "bwrap", or the fallback (with a warning)."""
-    problem = _bwrap_self_test()
-    if problem is None:
-        return "bwrap"
-    _warn_fallback(problem)
-    return "fallback"
+    return f"bwrap self-test did not pass ({probe.result}; output: {probe.stdout_tail.strip()[-300:]!r})"
 
 
 @functools.lru_cache(maxsize=1)
-def _warn_fallback(reason: str) -> None:
-    warnings.warn(
-        f"sandbox: {reason}; running model-generated code in the weaker fallback sandbox "
-        f"({fallback_label()}: process group, rlimits, scrubbed environment, no filesystem isolation)",
-        RuntimeWarning,
-        stacklevel=3,
-    )
+def fallback_label() -> str:
+    """The fallback this machine allows: "fallback+ns" when namespaces work (root), else "fallback"."""
+    return "fallback+ns" if is_root() and _self_test("fallback+ns").passed else "fallback"
 
 
-def _processes_of_uid(uid: int) -> int:
-    count = 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid == uid:
-                    count += 1
-            except OSError:
-                pass
-    return count
+@functools.lru_cache(maxsize=1)
+def weak_fallback_problem() -> str | None:
+    """None when the weak fallback runs a passing sample here; otherwise why not (e.g. its private
+    uid cannot read a Python installed in a home folder)."""
+    probe = _self_test("fallback")
+    if probe.passed:
+        return None
+    hint = (f" (as root each side runs under a private uid, which must be able to read the Python "
+            f"installation in {sys.base_prefix})") if is_root() else ""  # fmt: skip
+    return f"self-test did not pass: {probe.result}{hint}; output: {probe.stdout_tail.strip()[-300:]!r}"
 
 
-def _kill_uid(uid: int) -> None:
-    """SIGKILL every process of `uid`: kill(-1) sent from a process running as that uid."""
-    for _ in range(3):  # a fork bomb may fork between rounds; NPROC keeps the rounds short
-        subprocess.run(["kill", "-KILL", "-1"], user=uid, group=uid, extra_groups=[], env={"PATH": SANDBOX_PATH},
-                       capture_output=True, check=False)  # fmt: skip
-        if _processes_of_uid(uid) == 0:
-            return
+def _self_test(label: str) -> ExecutionResult:
+    """A passing sample whose both sides import a module from disk after dropping privileges."""
+    return _run_sample("import fractions\ndef f():\n    return 1\n",
+                       "import fractions\ndef check(c):\n    assert c() == 1\n", "f", "",
+                       f"{label}-self-test", SandboxLimits(timeout_s=20), label)  # fmt: skip
 
 
-def _kill_marked(marker: str) -> None:
-    """SIGKILL processes whose initial environment carries the run's marker (non-root fallback)."""
-    needle = marker.encode()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as handle:
-                if needle in handle.read().split(b"\0"):
-                    os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
+@functools.lru_cache(maxsize=4)
+def _warn_fallback(reason: str, label: str) -> None:
+    warnings.warn(f"sandbox: {reason}; running model-generated code in the fallback sandbox ({label})",
+                  RuntimeWarning, stacklevel=4)  # fmt: skip
 
 
-def _remove_files_of_uid(uid: int) -> None:
-    """Fallback as root: delete what the run's uid left in the shared temporary folders."""
-    for folder in ("/tmp", "/var/tmp", "/dev/shm"):
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.stat(follow_symlinks=False).st_uid != uid:
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                else:
-                    os.unlink(entry.path)
-            except OSError:
-                pass
-
-
-def _describe_exit(returncode: int | None) -> str:
-    if returncode is None:
-        return "failed: no exit status"
-    if returncode < 0 or returncode > 128:
-        number = -returncode if returncode < 0 else returncode - 128
-        try:
-            name = signal.Signals(number).name
-        except ValueError:
-            name = f"signal {number}"
-        why = {"SIGXCPU": " (CPU time limit)", "SIGKILL": " (killed)", "SIGXFSZ": " (file size limit)"}
-        return f"failed: killed by {name}{why.get(name, '')} before the tests finished"
-    return f"failed: exited with status {returncode} before the tests finished"
+def resolve_isolation(requested: str = "bwrap") -> str:
+    """The label of the isolation to run for a request (see the module docstring)."""
+    if requested in ("bwrap", "auto"):
+        problem = bwrap_problem()
+        if problem is None:
+            return "bwrap"
+        if requested == "bwrap":
+            raise SandboxUnavailable(
+                f"sandbox: isolation 'bwrap' is required but cannot run here: {problem}. Install bubblewrap, "
+                "or accept the weaker fallback sandbox by name (--isolation fallback; orl.isolation: fallback)"
+            )
+        label = resolve_isolation("fallback")
+        _warn_fallback(problem, label)
+        return label
+    if requested == "fallback":
+        label = fallback_label()
+        if label == "fallback" and weak_fallback_problem() is not None:
+            raise SandboxUnavailable(f"sandbox: the fallback sandbox cannot run here either: {weak_fallback_problem()}")
+        return label
+    if requested == "fallback+ns" and fallback_label() == "fallback+ns":
+        return requested
+    raise InputError(f"sandbox: isolation: expected one of {', '.join(ISOLATION_CHOICES)}, got {requested!r}")
 
 
 def run_program(
@@ -176,154 +131,253 @@ def run_program(
     test: str = "",
     entry_point: str | None = None,
     *,
+    helpers: str = "",
     task_id: str = "program",
     limits: SandboxLimits | None = None,
-    isolation: str | None = None,
+    isolation: str = "bwrap",
 ) -> ExecutionResult:
-    """Run `code`, then `test`, then `check(<entry_point>)` in one sandboxed subprocess.
+    """Run `code` (untrusted) in the candidate process and `helpers` + `test` (trusted) in the test
+    process, then `check(<entry_point>)` there with a proxy of the candidate's function.
 
-    Without an entry point the program passes when code and test run to their end.
-    `isolation` forces "bwrap" or "fallback"; None picks `isolation_mode()`.
+    Without an entry point the run passes when both code and test run to their end.
     """
-    limits = limits or SandboxLimits()
-    mode = isolation or isolation_mode()
-    if mode not in ISOLATION_MODES:
-        raise InputError(f"sandbox: isolation: expected one of {', '.join(ISOLATION_MODES)}, got {mode!r}")
-    if mode == "bwrap" and shutil.which("bwrap") is None:
-        raise InputError("sandbox: isolation 'bwrap' requested but bwrap is not installed")
-    label = "bwrap" if mode == "bwrap" else fallback_label()
+    return _run_sample(code, test, entry_point, helpers, task_id, limits or SandboxLimits(),
+                       resolve_isolation(isolation))  # fmt: skip
 
-    run_id = secrets.token_hex(8)
-    nonce = secrets.token_hex(16)
-    # A fresh uid per run (root only): nothing else runs under it, so RLIMIT_NPROC counts
-    # only this program's processes and "kill every process of this uid" is exact.
-    uid = 1_000_000_000 + secrets.randbelow(1_000_000_000) if is_root() else None
-    nproc = limits.max_processes + (0 if uid is not None else _processes_of_uid(os.getuid()))
-    cpu_s = limits.cpu_s or int(limits.timeout_s) + 1
 
+@dataclass
+class _Side:
+    """One of the two sandboxes of a run."""
+
+    proc: subprocess.Popen
+    uid: int | None
+    workdir: str | None
+    sync_w: int | None  # cgroup mode: the go signal, written once the processes are in the cgroup
+
+
+def _spawn(role: str, job: dict, fds: tuple[int, ...], out_w: int, label: str, limits: SandboxLimits,
+           run_id: str, wait_for_go: bool) -> _Side:  # fmt: skip
+    mode = CONFINE_MODES[label]
+    # A fresh uid per side (root only): nothing else runs under it, so RLIMIT_NPROC counts
+    # only this side's processes and "kill every process of this uid" is exact.
+    uid = secrets.choice(cleanup.FRESH_UIDS) if is_root() else None
     workdir = None
-    hide: list[str] = []
-    expose: list[str] = []
-    if mode == "bwrap":
-        cwd = "/tmp"
-    else:
-        workdir = tempfile.mkdtemp(prefix="orl-sandbox-")
+    if mode == "plain":
+        workdir = tempfile.mkdtemp(prefix=f"{cleanup.PREFIX}{cleanup.owner_tag()}-")
         if uid is not None:
             os.chown(workdir, uid, uid)
-            if unshare_works():
-                hide, expose = expose_interpreter()
-        cwd = workdir
-    env = {"PATH": SANDBOX_PATH, "HOME": cwd, "TMPDIR": cwd, "LANG": "C.UTF-8", "ORL_SANDBOX_RUN": run_id}
-
-    job = {
-        "code": code, "test": test, "entry_point": entry_point, "uid": uid, "cwd": cwd,
-        "hide": hide, "expose": expose,
-        "limits": {"cpu_s": cpu_s, "as_bytes": limits.memory_mb << 20, "fsize_bytes": limits.file_size_mb << 20,
-                   "nproc": nproc},
+    cwd = workdir or "/tmp"
+    env = {"PATH": SANDBOX_PATH, "HOME": cwd, "TMPDIR": cwd, "LANG": "C.UTF-8", "ORL_SANDBOX_RUN": run_id,
+           "ORL_SANDBOX_OWNER": cleanup.owner_tag()}  # fmt: skip
+    sync_r, sync_w = os.pipe() if wait_for_go else (None, None)
+    view = sandbox_view(limits.tmpfs_mb << 20)
+    nproc = limits.max_processes
+    if uid is None:  # RLIMIT_NPROC counts every process of the harness's user
+        nproc += sum(cleanup.owner_uid(pid) == os.getuid() for pid in cleanup.processes())
+    job["confine"] = {
+        "mode": mode, "uid": uid, "cwd": cwd, "harness_pid": os.getpid(), "sync_fd": sync_r,
+        "view": view if mode == "namespaces" else None,
+        "rlimits": {"RLIMIT_CPU": limits.cpu_s or int(limits.timeout_s) + 1, "RLIMIT_AS": limits.memory_mb << 20,
+                    "RLIMIT_FSIZE": limits.file_size_mb << 20, "RLIMIT_NPROC": nproc, "RLIMIT_CORE": 0},
     }  # fmt: skip
-    python = [sys.executable, "-I", "-u", "-c", _STUB]
+    bootstrap, code_fd = launch(role)
+    argv = [interpreter(), "-I", "-S", "-u", "-c", *bootstrap]
     if mode == "bwrap":
-        prefix = [*bwrap_command(limits, env), "--"]
-    else:
-        prefix = ["unshare", "--net", "--mount", "--"] if unshare_works() else []
+        argv = [*bwrap_command(view, env), "--", *argv]
+    stdin = os.memfd_create("orl-sandbox-job")  # the job, read once by the sandbox's trusted code
+    try:
+        with open(stdin, "wb", closefd=False) as handle:
+            handle.write(marshal.dumps(job))
+        os.lseek(stdin, 0, os.SEEK_SET)
+        try:
+            proc = subprocess.Popen(argv, stdin=stdin, stdout=out_w, stderr=subprocess.STDOUT,
+                                    pass_fds=fds + (code_fd,) + ((sync_r,) if sync_r is not None else ()),
+                                    start_new_session=True, env=env, cwd=workdir or "/")  # fmt: skip
+        except BaseException:
+            if workdir:
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        finally:
+            if sync_r is not None:
+                os.close(sync_r)
+    finally:
+        os.close(stdin)
+    return _Side(proc, uid, workdir, sync_w)
 
-    nonce_r, nonce_w = os.pipe()
-    os.write(nonce_w, nonce.encode())
-    os.close(nonce_w)
-    report_r, report_w = os.pipe()
-    stdin = tempfile.TemporaryFile()
-    stdin.write(json.dumps(job).encode("utf-8"))
-    stdin.seek(0)
 
+def _run_sample(code: str, test: str, entry_point: str | None, helpers: str, task_id: str, limits: SandboxLimits,
+                label: str) -> ExecutionResult:  # fmt: skip
+    cleanup.clean_stale()
+    run_id = secrets.token_hex(8)
+    parent = memory.cgroup_parent()
+    bound = (memory.CgroupBound(parent, f"{cleanup.PREFIX}{cleanup.owner_tag()}-{run_id}", limits.memory_mb << 20)
+             if parent is not None else None)  # fmt: skip
+    verdict_r, verdict_w = os.pipe()
+    request_r, request_w = os.pipe()
+    reply_r, reply_w = os.pipe()
+    out_r, out_w = os.pipe()
+    wire = {"entry_point": entry_point, "wire_bytes": limits.wire_bytes}
+    sides: list[_Side] = []
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(
-            [*prefix, *python, str(report_w), str(nonce_r)],
-            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(nonce_r, report_w),
-            start_new_session=True, env=env, cwd=cwd,
-        )  # fmt: skip
+        judge_job = {**wire, "helpers": helpers, "test": test, "verdict_fd": verdict_w, "request_fd": request_w,
+                     "reply_fd": reply_r, "call_timeout_s": limits.call_timeout_s}  # fmt: skip
+        sides.append(_spawn("judge", judge_job, (verdict_w, request_w, reply_r), out_w, label, limits, run_id,
+                            bound is not None))  # fmt: skip
+        candidate_job = {**wire, "code": code, "request_fd": request_r, "reply_fd": reply_w}
+        sides.append(_spawn("candidate", candidate_job, (request_r, reply_w), out_w, label, limits, run_id,
+                            bound is not None))  # fmt: skip
+    except BaseException:
+        _teardown(sides, label, run_id, bound)
+        os.close(out_r)
+        os.close(verdict_r)
+        raise
     finally:
-        os.close(nonce_r)
-        os.close(report_w)
-        stdin.close()
-
+        for fd in (verdict_w, request_r, request_w, reply_r, reply_w, out_w):  # the sandboxes hold them now
+            os.close(fd)
     try:
-        output, report, timed_out = _collect(proc, report_r, start + limits.timeout_s, limits.output_bytes)
+        roots = [side.proc.pid for side in sides]
+        if bound is not None:
+            bound.adopt(roots)
+            for side in sides:
+                os.write(side.sync_w, b"g")
+        guard = bound or memory.TreeWatchdog(limits.memory_mb << 20, roots, _weak_members(label, sides, run_id))
+        output, verdict_bytes, outcome = _collect(out_r, verdict_r, start + limits.timeout_s, limits.output_bytes,
+                                                  guard)  # fmt: skip
+        verdict = _parse_verdict(verdict_bytes)
+        if verdict is not None and verdict.get("candidate_ended"):
+            try:  # let the candidate's sandbox report how its process ended
+                sides[1].proc.wait(timeout=DRAIN_S)
+            except subprocess.TimeoutExpired:
+                pass
+        returncodes = [side.proc.poll() for side in sides]
     finally:
-        # Whatever happened, nothing of the program survives this point. In bwrap mode
-        # killing the group kills bwrap, whose PID namespace then dies with it.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if uid is not None:
-            _kill_uid(uid)
-        elif mode == "fallback":
-            _kill_marked(f"ORL_SANDBOX_RUN={run_id}")
-        returncode = proc.wait()
-        duration = time.monotonic() - start
-        if workdir is not None:
-            shutil.rmtree(workdir, ignore_errors=True)
-            if uid is not None:
-                _remove_files_of_uid(uid)
-
-    lines = report.decode("utf-8", "replace").splitlines()
-    if lines and lines[-1] == f"passed {nonce}":
-        passed, result = True, "passed"
-    elif timed_out:
-        passed, result = False, "timed out"
-    else:
-        failures = [line for line in lines if line.startswith("failed: ")]
-        passed, result = False, (failures[0] if failures else _describe_exit(returncode))
+        os.close(out_r)
+        os.close(verdict_r)
+        _teardown(sides, label, run_id, bound)
+    passed, result = _verdict(verdict, outcome, returncodes, limits)
     return ExecutionResult(
-        task_id=task_id,
-        passed=passed,
-        result=result,
-        isolation=label,
-        duration_s=duration,
-        stdout_tail=output.decode("utf-8", "replace"),
-        returncode=returncode,
-        run_id=run_id,
-    )
+        task_id=task_id, passed=passed, result=result, isolation=label, duration_s=time.monotonic() - start,
+        stdout_tail=output.decode("utf-8", "replace"), returncode=returncodes[1], run_id=run_id,
+        memory_bound=guard.kind, peak_memory_mb=round(guard.peak / 2**20, 1),
+    )  # fmt: skip
 
 
-def _collect(proc: subprocess.Popen, report_fd: int, deadline: float, cap: int) -> tuple[bytes, bytes, bool]:
-    """Drain stdout (keeping the last `cap` bytes) and the verdict pipe until the program ends.
+def _weak_members(label: str, sides: list[_Side], run_id: str):
+    """In the weak fallback, processes can leave the launched trees (setsid + double fork):
+    they are found by the run's uids (root) or by the run's marker in their environment."""
+    if label != "fallback":
+        return None
+    uids = {side.uid for side in sides}
+    marker = f"ORL_SANDBOX_RUN={run_id}".encode()
+    if None not in uids:
+        return lambda: {pid for pid in cleanup.processes() if cleanup.owner_uid(pid) in uids}
+    return lambda: {pid for pid in cleanup.processes() if marker in cleanup.environment_of(pid)}
 
-    Returns (output tail, verdict bytes, timed out). After the main process exits, a
-    background process could keep the pipes open; we stop waiting shortly after.
+
+def _collect(out_fd: int, verdict_fd: int, deadline: float, cap: int, guard) -> tuple[bytes, bytes, str]:
+    """Read the output (keeping its last `cap` bytes) and the verdict until the test process is done.
+
+    Returns (output tail, verdict bytes, outcome): "done", "timed out" or "memory". The memory
+    of the run is measured every tick and once more when the verdict is complete.
     """
     selector = selectors.DefaultSelector()
-    stdout_fd = proc.stdout.fileno()
-    selector.register(stdout_fd, selectors.EVENT_READ, "out")
-    selector.register(report_fd, selectors.EVENT_READ, "report")
-    output, report = bytearray(), bytearray()
-    exited_at = None
-    timed_out = False
+    selector.register(out_fd, selectors.EVENT_READ, "out")
+    selector.register(verdict_fd, selectors.EVENT_READ, "verdict")
+    output, verdict = bytearray(), bytearray()
+    verdict_at = None
+    next_check = 0.0
     try:
-        while selector.get_map():
+        while True:
             now = time.monotonic()
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
-            if exited_at is not None and now - exited_at > 0.2:
-                break
-            if exited_at is None and now >= deadline:
-                timed_out = True
-                break
-            for key, _ in selector.select(timeout=min(0.05, max(deadline - now, 0.001))):
+            if verdict_at is not None and (now - verdict_at > DRAIN_S or len(selector.get_map()) == 0):
+                return bytes(output), bytes(verdict), "done"
+            if now >= deadline:
+                return bytes(output), bytes(verdict), "timed out"
+            if now >= next_check:
+                if guard.over():
+                    return bytes(output), bytes(verdict), "memory"
+                next_check = now + TICK_S
+            for key, _ in selector.select(timeout=max(0.001, min(TICK_S, deadline - now))):
                 data = os.read(key.fd, 1 << 16)
                 if not data:
                     selector.unregister(key.fd)
+                    if key.data == "verdict":
+                        verdict_at = time.monotonic()
+                        if guard.over():  # the tree as it stands when the tests have returned
+                            return bytes(output), bytes(verdict), "memory"
                 elif key.data == "out":
                     output += data
-                    if len(output) > cap:
-                        del output[:-cap]
-                elif len(report) < _REPORT_CAP:
-                    report += data[: _REPORT_CAP - len(report)]
+                    del output[:-cap]
+                elif len(verdict) < VERDICT_CAP:
+                    verdict += data[: VERDICT_CAP - len(verdict)]
     finally:
         selector.close()
-        proc.stdout.close()
-        os.close(report_fd)
-    return bytes(output), bytes(report), timed_out
 
 
+def _teardown(sides: list[_Side], label: str, run_id: str, bound) -> None:
+    """Whatever happened, nothing of the run survives this. Killing a side's process group kills
+    bwrap (or confine.py's outer process), whose PID namespace then dies with it."""
+    for side in sides:
+        try:
+            os.killpg(side.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if side.sync_w is not None:
+            os.close(side.sync_w)
+            side.sync_w = None
+    if label == "fallback":
+        for side in sides:
+            if side.uid is not None:
+                cleanup.kill_uid(side.uid)
+        if any(side.uid is None for side in sides):
+            cleanup.kill_marked(f"ORL_SANDBOX_RUN={run_id}")
+    if bound is not None:
+        bound.release()
+    for side in sides:
+        side.proc.wait()
+        if side.workdir is not None:
+            shutil.rmtree(side.workdir, ignore_errors=True)
+            if side.uid is not None:
+                cleanup.remove_files_of_uid(side.uid)
+
+
+def _parse_verdict(data: bytes) -> dict | None:
+    """The test process's verdict line (orl/sandbox/judge.py), or None without one."""
+    lines = data.decode("utf-8", "replace").splitlines()
+    ended, _, result = lines[-1].partition(" ") if lines else ("", "", "")
+    if ended not in ("0", "1") or not result:
+        return None
+    return {"passed": result == "passed", "result": result, "candidate_ended": ended == "1"}
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0 or returncode > 128:
+        number = -returncode if returncode < 0 else returncode - 128
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        why = {"SIGXCPU": ": CPU time limit", "SIGKILL": "", "SIGXFSZ": ": file size limit", "SIGSEGV": ": crashed"}
+        return f"killed by {name}{why.get(name, '')}"
+    return f"exited with status {returncode}"
+
+
+def _verdict(verdict: dict | None, outcome: str, returncodes: list, limits: SandboxLimits) -> tuple[bool, str]:
+    """(passed, result) of a run from the test process's verdict and how the run ended."""
+    if outcome == "memory":
+        return False, f"failed: memory limit: the run's processes held more than {limits.memory_mb} MB together"
+    if outcome == "timed out":
+        return False, "timed out"
+    if verdict is None:
+        return False, f"failed: the test process ended without a verdict ({describe_exit(returncodes[0])})"
+    result = verdict["result"]
+    if verdict["passed"] and result == "passed":
+        return True, "passed"
+    if not (result == "timed out" or result.startswith("failed: ")):
+        result = "failed: " + result
+    if verdict.get("candidate_ended"):
+        result += f" ({describe_exit(returncodes[1])})"
+    return False, result

@@ -83,6 +83,9 @@ class OrlConfig:
     aec_gate: float = 0.9  # τ_gate
     use_reference_for_failed: bool = False
     pack_tokens: int = 0  # 0 = no packing; else tokens per packed batch
+    # Sandbox of the rollout rewards: "bwrap" (required) or, only when set by name, the weaker "fallback".
+    # Where the tests run, not what is trained: left out of the resume digest.
+    isolation: str = "bwrap"
 
 
 @dataclass
@@ -102,6 +105,7 @@ class TrainPreset:
         """A short hash of the named sections (all when none are named): a stage's resume check
         covers only what shapes that stage, so editing the orl section never invalidates AR training."""
         values = dataclasses.asdict(self)
+        values["orl"].pop("isolation")
         if sections:
             values = {k: values[k] for k in sections}
         blob = json.dumps(values, sort_keys=True).encode()

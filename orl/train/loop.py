@@ -1,15 +1,20 @@
 """The training loop shared by every stage: AdamW, warm-up + cosine, checkpoints, resume.
 
-Resume state lives in OUT/train_state/ (model.safetensors, optimizer.safetensors,
-state.json), written atomically every `checkpoint_every` steps with state.json
-last, so a run killed at any moment resumes from its last complete checkpoint.
-Batches and noise are pure functions of (seed, step), so a resumed run ends with
-weights bitwise equal to an uninterrupted one. The finished model is written as
-an HF-layout checkpoint in OUT/ (config.json last: its presence means "done").
+Resume state lives in OUT/train_state/ and is one atomic unit: every `checkpoint_every`
+steps the weights and the optimizer moments go to new files named by the step
+(model-00000100.safetensors, optimizer-00000100.safetensors), then state.json, the
+manifest, is replaced in one rename; it names the two files with their sha256, and
+only then are the previous step's files removed. A run killed at any moment (kill -9
+included) thus resumes from the last manifest, whose files are complete and still
+there; a file that does not match its digest is refused. Batches and noise are pure
+functions of (seed, step), so a resumed run ends with weights bitwise equal to an
+uninterrupted one. The finished model is written as an HF-layout checkpoint in OUT/
+(config.json last: its presence means "done").
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -55,7 +60,16 @@ def make_optimizer(model: Transformer, cfg: OptimConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
 
 
+def _sync_folder(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def save_train_state(out_dir: Path, model: Transformer, optimizer: torch.optim.Optimizer, info: dict) -> None:
+    """Write one checkpoint of the run (see the module docstring); state.json is the commit point."""
     from safetensors.torch import save
 
     state_dir = out_dir / STATE_DIR
@@ -64,14 +78,40 @@ def save_train_state(out_dir: Path, model: Transformer, optimizer: torch.optim.O
     opt = optimizer.state_dict()
     moments = {f"{idx}.{key}": value.detach().cpu().contiguous() for idx, s in opt["state"].items()
                for key, value in s.items() if torch.is_tensor(value)}
-    atomic_write_bytes(state_dir / "model.safetensors", save(weights))
-    atomic_write_bytes(state_dir / "optimizer.safetensors", save(moments))
-    atomic_write_json(state_dir / "state.json", info)
+    files = {}
+    for part, tensors in (("model", weights), ("optimizer", moments)):
+        data = save(tensors)
+        name = f"{part}-{info['step']:08d}.safetensors"
+        atomic_write_bytes(state_dir / name, data)
+        files[part] = {"name": name, "sha256": hashlib.sha256(data).hexdigest()}
+    _sync_folder(state_dir)  # the new files are in place before the manifest that names them
+    atomic_write_json(state_dir / "state.json", {**info, "files": files})
+    _sync_folder(state_dir)
+    keep = {"state.json", *(entry["name"] for entry in files.values())}
+    for path in state_dir.iterdir():
+        if path.name not in keep:  # the previous checkpoint, and temporary files of a killed write
+            path.unlink(missing_ok=True)
+
+
+def _read_state_file(state_dir: Path, info: dict, part: str) -> bytes:
+    """The bytes of one file the manifest names, checked against its digest."""
+    entry = (info.get("files") or {}).get(part)
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or "/" in entry["name"]:
+        raise CheckpointError(f"{state_dir / 'state.json'}: files.{part}: missing; the state was written by an older "
+                              f"version (not one atomic unit, so not safely resumable); delete {state_dir} to start over")
+    path = state_dir / entry["name"]
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read resume state ({exc.strerror}); delete {state_dir} to start over") from None
+    if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+        raise CheckpointError(f"{path}: sha256 differs from the one state.json names; delete {state_dir} to start over")
+    return data
 
 
 def load_train_state(out_dir: Path, model: Transformer, optimizer: torch.optim.Optimizer, digest: str) -> dict | None:
     """Restore the last checkpoint of this run; None when there is none."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load
 
     state_dir = out_dir / STATE_DIR
     info_path = state_dir / "state.json"
@@ -86,9 +126,11 @@ def load_train_state(out_dir: Path, model: Transformer, optimizer: torch.optim.O
             f"{info_path}: config_digest: this run's configuration ({digest}) differs from the one being "
             f"resumed ({info.get('config_digest')}); use another --out or delete {state_dir}"
         )
+    weights, moments = (_read_state_file(state_dir, info, part) for part in ("model", "optimizer"))
+    device = model.embedding.device
     try:
-        model.load_state_dict(load_file(state_dir / "model.safetensors", device=str(model.embedding.device)))
-        moments = load_file(state_dir / "optimizer.safetensors", device=str(model.embedding.device))
+        model.load_state_dict({k: v.to(device) for k, v in load(weights).items()})
+        moments = {k: v.to(device) for k, v in load(moments).items()}
     except Exception as exc:
         raise CheckpointError(f"{state_dir}: cannot read resume state ({exc})") from None
     opt = optimizer.state_dict()
@@ -109,13 +151,10 @@ def train(
     digest: str,
     stage: str,
     progress: bool = True,
-    halt_after_checkpoint: int | None = None,
     model_name: str | None = None,
 ) -> dict:
     """Run `cfg.steps` optimizer steps of `step_fn(step)`, resuming if OUT/train_state exists.
 
-    `halt_after_checkpoint` hard-exits the process right after writing that step's
-    checkpoint; the resume test uses it to simulate a kill at a known point.
     Returns a summary dict (also written to OUT/train_summary.json).
     """
     from tqdm import tqdm
@@ -154,8 +193,6 @@ def train(
                 "step": done, "tokens": tokens_seen, "config_digest": digest, "stage": stage,
                 "elapsed_s": elapsed + (time.perf_counter() - t0), "loss": loss_value,
             })
-            if halt_after_checkpoint == done:
-                os._exit(137)
             window_tokens, window_t0 = 0, time.perf_counter()
     model.eval()
     summary = {"stage": stage, "steps": cfg.steps, "tokens": tokens_seen, "final_loss": loss_value,

@@ -87,7 +87,7 @@ def collect_states(model, tokenizer, problems: list[dict], preset: TrainPreset, 
     rule = decode_rule(model.config, tokenizer.eos_ids, Policy("threshold", cfg.tau_train), residual=alpha > 0)
     result = rollout(model, prompts, rule, max_new_tokens=preset.diffusion.max_new_tokens, pad_id=tokenizer.pad_id)
     texts = [tokenizer.decode_completion(ids) for ids in result.completion_ids]
-    verdicts = check_many(problems, texts, progress=False, timeout_s=3.0)
+    verdicts = check_many(problems, texts, progress=False, timeout_s=3.0, isolation=cfg.isolation)
     passed = torch.tensor([v.passed for v in verdicts])
     stats.self_generated_tokens += sum(len(c) for c, v in zip(result.completion_ids, verdicts, strict=True) if v.passed)
     completions = list(result.completion_ids)
@@ -127,13 +127,15 @@ def orl_loss(model, batch: CapturedStates, preset: TrainPreset, ablation: str, r
 
 
 def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *, ablation: str = "none",
-              device: str = "cpu", progress: bool = True, halt_after_checkpoint: int | None = None) -> dict:
+              device: str = "cpu", progress: bool = True) -> dict:
     """Post-train `init_dir` with ORL (or an ablation) and write the checkpoint to `out_dir`."""
     if ablation not in ABLATIONS:
         raise InputError(f"--ablation: unknown {ablation!r}; expected one of {', '.join(ABLATIONS)}")
     cfg = preset.orl
     if cfg.rollout_prompts <= 0:
         raise ConfigError(f"orl.rollout_prompts: expected a positive number of prompts, got {cfg.rollout_prompts}")
+    if cfg.isolation not in ("bwrap", "fallback"):
+        raise ConfigError(f"orl.isolation: expected 'bwrap' or 'fallback', got {cfg.isolation!r}")
     ckpt = check_init(init_dir, preset, device)
     model, tokenizer = ckpt.model, ckpt.tokenizer
     residual = ablation not in ("no-residual", "dparallel")
@@ -174,12 +176,11 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
     # The resume check covers the ORL settings and the exact starting weights.
     digest = f"{preset.digest('difficulty', 'diffusion', 'orl')}-orl-{ablation}-init{checkpoint_digest(init_dir)[:12]}"
     summary = train(model, step_fn, optim, out_dir, tokenizer, digest=digest, stage=f"orl[{ablation}]",
-                    progress=progress, halt_after_checkpoint=halt_after_checkpoint,
-                    model_name=f"{preset.name}-orl" + ("" if ablation == "none" else f"-{ablation}"))
+                    progress=progress, model_name=f"{preset.name}-orl" + ("" if ablation == "none" else f"-{ablation}"))
     summary.update(ablation=ablation, refreshes=stats.refreshes, self_generated_tokens=stats.self_generated_tokens,
                    rollout_tpf=stats.rollout_tpf, rollout_pass_rate=stats.pass_rate, replay_states=stats.states,
                    replay_state_bytes=stats.state_bytes, rollout_s=stats.rollout_s,
-                   reference_targets=stats.reference_targets, residual_alpha=alpha)
+                   reference_targets=stats.reference_targets, residual_alpha=alpha, isolation=cfg.isolation)
     from orl.io import atomic_write_json
 
     atomic_write_json(Path(out_dir) / "train_summary.json", summary)

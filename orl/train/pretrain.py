@@ -51,7 +51,7 @@ def _stage_digest(preset: TrainPreset, stage: str, extra: str = "") -> str:
 
 def train_ar(
     preset: TrainPreset, out_dir: str | Path, *, draft: bool = False, tokenizer_path: str | Path | None = None,
-    device: str = "cpu", progress: bool = True, halt_after_checkpoint: int | None = None,
+    device: str = "cpu", progress: bool = True,
 ) -> dict:
     """Train the AR target (or, with draft=True, the small draft model) and write OUT as a checkpoint."""
     tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path else build_tokenizer(preset)
@@ -67,14 +67,12 @@ def train_ar(
 
     stage = "draft" if draft else "ar"
     summary = train(model, step, optim, out_dir, tokenizer, digest=_stage_digest(preset, stage), stage=stage,
-                    progress=progress, halt_after_checkpoint=halt_after_checkpoint,
-                    model_name=f"{preset.name}-{stage}")
+                    progress=progress, model_name=f"{preset.name}-{stage}")
     return {**summary, "parameters": count_parameters(model)}
 
 
 def convert_to_diffusion(
     preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *, device: str = "cpu", progress: bool = True,
-    halt_after_checkpoint: int | None = None,
 ) -> dict:
     """Continue training an AR checkpoint as a block-diffusion model (residual α = 0: the base dLLM)."""
     init = load_checkpoint(init_dir, device=device)
@@ -104,5 +102,4 @@ def convert_to_diffusion(
         return StepResult(masked_block_loss(model, batch, generator), int(batch.lengths.sum()))
 
     return train(model, step, optim, out_dir, tokenizer, digest=_stage_digest(preset, "convert", f"-B{block}-init{checkpoint_digest(init_dir)[:12]}"),
-                 stage="convert", progress=progress, halt_after_checkpoint=halt_after_checkpoint,
-                 model_name=f"{preset.name}-dlm")
+                 stage="convert", progress=progress, model_name=f"{preset.name}-dlm")

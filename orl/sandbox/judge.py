@@ -1,0 +1,181 @@
+"""The test process: runs the problem's trusted code and decides the verdict.
+
+Runs inside the sandbox (joined into one program with wire.py and confine.py by
+orl/sandbox/stub.py): standard library only. The prompt's helper functions (e.g. `poly`
+in HumanEval/32) and the tests are trusted code and run here; the completion never does.
+The entry point's name is bound to a proxy: calling it sends the arguments to the
+candidate process (orl/sandbox/candidate.py) as plain data and returns the reply decoded
+into fresh built-in objects, so every comparison the tests make happens in this process,
+on values the candidate cannot have given a custom __eq__.
+
+What a reply means:
+    a value                      returned to the tests
+    an exception                 re-raised here as the first class of its MRO that the prompt,
+                                 the tests or the builtins define (so `assert raises` tests work),
+                                 with the candidate's message; unknown classes become Exception
+    SystemExit, KeyboardInterrupt, GeneratorExit, a value that is not plain data (a generator,
+    an object, ...), a malformed frame, the end of the candidate's process, no reply within
+    SandboxLimits.call_timeout_s
+                                 the run fails, whatever the tests do next: the proxy raises
+                                 CandidateFailure (a BaseException, so `except Exception` in a test
+                                 does not swallow it) and the failure is remembered
+
+The verdict, one line on the verdict fd: "<0|1> <result>", where the digit says whether the
+candidate's process ended on its own (the harness then adds how) and the result is
+"passed", "timed out" or "failed: <reason>".
+"""
+
+import builtins
+import os
+
+from .confine import SetupError, enter, read_job
+from .wire import NotPlainData, WireError, receive, send
+
+FATAL = (SystemExit, KeyboardInterrupt, GeneratorExit)
+TEXT_CHARS = 300  # of a failure's description
+
+
+class CandidateFailure(BaseException):
+    """The run has failed; raised into the tests, which cannot turn it into a pass."""
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc).replace("\n", " ")
+    name = type(exc).__name__
+    return (f"{name}: {text}" if text else name)[:TEXT_CHARS]
+
+
+class Link:
+    """The test process's end of the wire to the candidate process."""
+
+    def __init__(self, job: dict) -> None:
+        self.requests, self.replies = job["request_fd"], job["reply_fd"]
+        self.limit, self.timeout = job["wire_bytes"], job["call_timeout_s"]
+        self.failure: tuple[str, bool] | None = None  # (result, the candidate's process ended)
+
+    def fail(self, result: str, ended: bool = False) -> CandidateFailure:
+        if self.failure is None:
+            self.failure = (result, ended)
+        return CandidateFailure(self.failure[0])
+
+    def _receive(self) -> dict:
+        try:
+            reply = receive(self.replies, self.limit, self.timeout)
+        except TimeoutError:
+            raise self.fail("timed out") from None
+        except (WireError, EOFError) as exc:
+            raise self.fail(f"failed: malformed reply from the candidate's process ({exc})") from None
+        if reply is None:
+            raise self.fail("failed: the candidate's process ended", ended=True)
+        return reply
+
+    def hello(self) -> None:
+        """Wait until the candidate's module has run; CandidateFailure when it did not."""
+        reply = self._receive()
+        if reply == {"ready": True}:
+            return
+        if set(reply) == {"load_error"} and type(reply["load_error"]) is str:
+            raise self.fail("failed: " + reply["load_error"].replace("\n", " ")[:TEXT_CHARS])
+        raise self.fail("failed: malformed first message from the candidate's process")
+
+    def call(self, namespace: dict, args: tuple, kwargs: dict):
+        if self.failure is not None:
+            raise CandidateFailure(self.failure[0])
+        try:
+            send(self.requests, {"args": args, "kwargs": kwargs}, self.limit)
+        except NotPlainData as exc:
+            raise self.fail(f"failed: the tests passed a value that cannot cross to the candidate ({exc})") from None
+        except OSError:
+            raise self.fail("failed: the candidate's process ended", ended=True) from None
+        reply = self._receive()
+        keys = set(reply)
+        if keys == {"value"}:
+            return reply["value"]
+        if keys == {"not_plain"} and type(reply["not_plain"]) is str:
+            raise self.fail(f"failed: the candidate returned what is not plain data ({reply['not_plain'][:200]})")
+        if keys == {"raised", "message"} and type(reply["message"]) is str and type(reply["raised"]) is list:
+            raise self._rebuild(reply["raised"][:20], reply["message"][:1000], namespace)
+        raise self.fail("failed: malformed reply from the candidate's process")
+
+    def _rebuild(self, names: list, message: str, namespace: dict) -> BaseException:
+        """The exception to raise in the tests for one the candidate raised (see the module docstring)."""
+        for name in names:
+            if type(name) is not str:
+                break
+            cls = namespace.get(name, getattr(builtins, name, None))
+            if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+                continue
+            if issubclass(cls, FATAL):
+                return self.fail("failed: " + (f"{name}: {message}" if message else name)[:TEXT_CHARS])
+            try:
+                return cls(message)
+            except Exception:  # a class whose constructor wants other arguments: try its base
+                continue
+        return Exception(message)
+
+
+def _compile_helpers(prompt: str):
+    """The prompt as code, or None. A prompt is a function header, usually with its docstring
+    (then it compiles as it is); a bare header gets a body so its helpers still load."""
+    for source in (prompt, prompt + "    pass\n"):
+        try:
+            return compile(source, "<prompt>", "exec")
+        except (SyntaxError, ValueError):
+            continue
+    return None
+
+
+def judge(job: dict, link: Link) -> dict:
+    """Run helpers and tests against the proxy; the verdict as a dict."""
+    namespace = {"__name__": "__orl_tests__"}
+    entry = job["entry_point"]
+
+    def candidate(*args, **kwargs):
+        return link.call(namespace, args, kwargs)
+
+    def failed(result: str) -> dict:
+        return {"passed": False, "result": result, "candidate_ended": False}
+
+    candidate.__name__ = candidate.__qualname__ = entry or "candidate"
+    helpers = _compile_helpers(job["helpers"]) if job["helpers"] else None
+    try:
+        if helpers is not None:
+            exec(helpers, namespace)
+        if entry:
+            namespace[entry] = candidate  # tests that call the function by name reach the candidate too
+    except BaseException as exc:
+        return failed(f"failed: the prompt's helpers could not run: {describe(exc)}")
+    try:
+        link.hello()
+        if job["test"]:
+            exec(compile(job["test"], "<test>", "exec"), namespace)
+        if entry:
+            check = namespace.get("check")
+            if not callable(check):
+                return failed("failed: the tests define no check(candidate) function")
+            check(candidate)
+    except CandidateFailure:
+        pass
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt included: the tests did not finish
+        if link.failure is None:
+            return failed("failed: " + describe(exc))
+    if link.failure is not None:
+        result, ended = link.failure
+        return {"passed": False, "result": result, "candidate_ended": ended}
+    return {"passed": True, "result": "passed", "candidate_ended": False}
+
+
+def _report(fd: int, verdict: dict) -> None:
+    line = f"{int(verdict['candidate_ended'])} {verdict['result']}".replace("\n", " ")
+    os.write(fd, line.encode("utf-8", "replace")[:1000] + b"\n")
+
+
+def main() -> None:
+    job = read_job()
+    try:
+        enter(job["confine"])
+    except (SetupError, OSError) as exc:
+        _report(job["verdict_fd"], {"passed": False, "result": f"failed: sandbox setup: {exc}", "candidate_ended": False})
+        os._exit(1)
+    _report(job["verdict_fd"], judge(job, Link(job)))
+    os._exit(0)

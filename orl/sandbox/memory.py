@@ -1,0 +1,198 @@
+"""The memory bound of one sample: its whole process tree together, not each process alone.
+
+Two ways, and every result says which one ran (ExecutionResult.memory_bound):
+
+``cgroup``
+    cgroup v2, when this process may create memory-limited cgroups: a child of the
+    harness's own cgroup whose cgroup.subtree_control already enables the memory
+    controller (e.g. the root cgroup of a VM), or the delegated folder named by the
+    ORL_SANDBOX_CGROUP environment variable. Each sample gets its own cgroup with
+    memory.max = the limit and no swap; the kernel enforces it, OOM-kills the group and
+    the run fails. The sandbox processes wait on a pipe until they have been moved in.
+``watchdog``
+    everywhere else: the harness sums the proportional set size (Pss: shared pages
+    counted once) of every process of the sample each tick, and once more when the
+    verdict arrives, and kills the sample over the limit. Between two ticks the tree
+    can briefly hold more; RLIMIT_AS still caps each process at the limit, and
+    RLIMIT_NPROC the number of processes.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def descendants(roots: Iterable[int]) -> set[int]:
+    """The processes in the trees of `roots` (through /proc/<pid>/task/<tid>/children)."""
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as handle:
+                    stack.extend(int(child) for child in handle.read().split())
+            except OSError:
+                pass
+    return seen
+
+
+def process_memory(pid: int) -> int:
+    """Bytes a process holds: Pss from smaps_rollup, or the resident size where that is unreadable."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as handle:
+            return int(handle.read().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class TreeWatchdog:
+    """Sums the memory of a sample's processes; `over()` when the total passes the limit."""
+
+    kind = "watchdog"
+
+    def __init__(self, limit_bytes: int, roots: list[int], extra: Callable[[], set[int]] | None = None) -> None:
+        self.limit, self.roots, self.extra = limit_bytes, roots, extra
+        self.peak = 0
+
+    def over(self) -> bool:
+        pids = descendants(self.roots) | (self.extra() if self.extra else set())
+        total = sum(process_memory(pid) for pid in pids)
+        self.peak = max(self.peak, total)
+        return total > self.limit
+
+    def release(self) -> None:
+        pass
+
+
+def _own_cgroup() -> Path | None:
+    """The cgroup v2 folder of this process, or None without a unified hierarchy."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    own = next((line[3:] for line in lines if line.startswith("0::")), None)
+    mount = next((line.split(" - ")[0].split()[4] for line in mounts if " - cgroup2 " in line), None)
+    if own is None or mount is None:
+        return None
+    return Path(mount) / own.lstrip("/")
+
+
+@functools.lru_cache(maxsize=1)
+def cgroup_parent() -> Path | None:
+    """Where per-sample memory cgroups can be made, or None (then the watchdog runs)."""
+    named = os.environ.get("ORL_SANDBOX_CGROUP")
+    parent = Path(named) if named else _own_cgroup()
+    if parent is None:
+        return None
+    try:
+        enabled = (parent / "cgroup.subtree_control").read_text().split()
+    except OSError:
+        return None
+    if "memory" not in enabled or not os.access(parent, os.W_OK):
+        return None
+    # A real trial: make a cgroup and move a process into it (delegation rules may forbid it).
+    probe = parent / f"orl-sandbox-probe-{os.getpid()}"
+    sleeper = subprocess.Popen(["sleep", "10"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    try:
+        probe.mkdir()
+        (probe / "cgroup.procs").write_text(f"{sleeper.pid}\n")
+        usable = (probe / "memory.max").is_file()
+    except OSError:
+        usable = False
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        remove_cgroup(probe)
+    return parent if usable else None
+
+
+class CgroupBound:
+    """One sample's memory cgroup (see the module docstring)."""
+
+    kind = "cgroup"
+
+    def __init__(self, parent: Path, name: str, limit_bytes: int) -> None:
+        self.path = parent / name
+        self.path.mkdir()
+        self.peak = 0
+        (self.path / "memory.max").write_text(f"{limit_bytes}\n")
+        for name, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
+            try:
+                (self.path / name).write_text(value + "\n")
+            except OSError:
+                pass  # older kernels: no swap accounting or group OOM; memory.max still holds
+
+    def adopt(self, roots: list[int]) -> None:
+        """Move the (waiting) sandbox processes into the cgroup; their children are born in it."""
+        for pid in descendants(roots):
+            try:
+                (self.path / "cgroup.procs").write_text(f"{pid}\n")
+            except ProcessLookupError:
+                pass  # it has already exited
+
+    def _read(self, name: str) -> str:
+        try:
+            return (self.path / name).read_text()
+        except OSError:
+            return ""
+
+    def over(self) -> bool:
+        current = self._read("memory.current").strip()
+        self.peak = max(self.peak, int(current) if current.isdigit() else 0)
+        events = dict(line.split() for line in self._read("memory.events").splitlines() if line.count(" ") == 1)
+        return int(events.get("oom_kill", "0")) > 0
+
+    def release(self) -> None:
+        remove_cgroup(self.path)
+
+
+def remove_cgroup(path: Path) -> None:
+    """Kill whatever is left in a cgroup and remove it."""
+
+    def read(name: str) -> str:
+        try:
+            return (path / name).read_text()
+        except OSError:
+            return ""
+
+    for _ in range(50):
+        pids = [int(p) for p in read("cgroup.procs").split()]
+        if not pids:
+            break
+        if (path / "cgroup.kill").exists():
+            (path / "cgroup.kill").write_text("1\n")
+        else:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        time.sleep(0.01)
+    try:
+        path.rmdir()
+    except OSError:
+        pass
