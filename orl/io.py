@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from orl.errors import InputError
 
 # The checkout this package runs from (an editable install): results/, reports/ and the claims ledger.
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -45,3 +48,27 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 
 def atomic_write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
     atomic_write_text(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+
+
+def read_regular_file(path: str | os.PathLike, what: str, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`; InputError naming the file otherwise.
+
+    Devices, pipes and folders are refused before anything is read (/dev/zero never ends),
+    and at most max_bytes + 1 bytes are read (a file may grow while it is read).
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError(f"{path}: not a regular file; expected a {what} file")
+            data = handle.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such {what} file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a folder; expected a {what} file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read {what} file: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise InputError(f"{path}: larger than {max_bytes >> 20} MiB; not a {what} file this harness reads")
+    return data

@@ -15,7 +15,9 @@ import torch
 
 from orl.errors import CheckpointError
 from orl.train.config import OptimConfig
-from orl.train.loop import STATE_DIR, StepResult, load_train_state, make_optimizer, save_train_state, train
+from orl.train.distributed import World
+from orl.train.loop import Micro, Step, make_optimizer, train
+from orl.train.state import STATE_DIR, load_train_state, save_train_state
 
 # Run `orl` in a subprocess that SIGKILLs itself at its N-th filesystem commit point: before or
 # after the N-th os.replace / os.unlink (the renames and deletions of the atomic writes). That is
@@ -63,21 +65,27 @@ def test_sigkill_at_every_commit_point_of_a_checkpoint_resumes_bitwise(straight_
     tokenizer, straight = straight_run
     out = tmp_path / "ar"
     args = ("train-ar", "--preset", "smoke", "--tokenizer", tokenizer, "--out", str(out))
-    # Points 1..10 are the first checkpoint's: weights renamed (1, 2), moments renamed (3, 4), manifest
-    # renamed (5, 6), the previous files deleted; later points reach the second and third checkpoints.
+    # The first points are the first checkpoint's: its folder renamed into place (1, 2), the manifest
+    # renamed (3, 4), the leftovers deleted; later points reach the second and third checkpoints and
+    # the train log's rewrite on resume.
     for kill_at in (1, 2, 3, 4, 5, 6, 7, 9, 14, 23):
         killed = run_orl(*args, kill_at=kill_at)
         assert killed.returncode == -signal.SIGKILL, (kill_at, killed.stderr[-2000:])
         assert not (out / "config.json").exists()
         manifest = out / STATE_DIR / "state.json"
         if manifest.exists():  # whatever the manifest names is there and complete
-            names = [entry["name"] for entry in json.loads(manifest.read_text())["files"].values()]
-            assert all((out / STATE_DIR / name).is_file() for name in names), kill_at
+            info = json.loads(manifest.read_text())
+            assert all((out / STATE_DIR / info["folder"] / name).is_file() for name in info["files"]), kill_at
     resumed = run_orl(*args)
     assert resumed.returncode == 0, resumed.stderr
     assert (out / "model.safetensors").read_bytes() == (straight / "model.safetensors").read_bytes()
-    assert sorted(p.name for p in (out / STATE_DIR).iterdir()) == [
-        "model-00000030.safetensors", "optimizer-00000030.safetensors", "state.json"]  # fmt: skip
+    assert sorted(p.name for p in (out / STATE_DIR).iterdir()) == ["state.json", "step-00000030"]
+    # The log of the killed-and-resumed run is the uninterrupted run's, line for line but the timing.
+    assert _log(out) == _log(straight)
+
+
+def _log(out):
+    return [{k: v for k, v in json.loads(line).items()} for line in (out / "train_log.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.slow
@@ -126,12 +134,16 @@ def _tiny(tokenizer):
 
 
 def _step_fn(model):
-    def step(i: int) -> StepResult:
+    def step(i: int) -> Step:
         generator = torch.Generator().manual_seed(i)
         ids = torch.randint(0, model.config.vocab_size, (2, 8), generator=generator)
-        logits = model(ids)
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), ids.flatten())
-        return StepResult(loss, ids.numel())
+
+        def run():
+            logits = model(ids)
+            total = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), ids.flatten(), reduction="sum")
+            return [total], [float(ids.numel())]
+
+        return Step(("ce",), (1.0,), [Micro(run=run, counts=[float(ids.numel())], tokens=ids.numel())])
 
     return step
 
@@ -142,12 +154,13 @@ def test_manifest_names_the_state_and_a_newer_unnamed_file_is_ignored(tokenizer,
     train(model, _step_fn(model), cfg, tmp_path, tokenizer, digest="d", stage="t", progress=False)
     state = tmp_path / STATE_DIR
     info = json.loads((state / "state.json").read_text())
-    assert info["step"] == 4 and set(info["files"]) == {"model", "optimizer"}
-    # A kill after a newer weights file was renamed into place but before the manifest: the
+    assert info["step"] == 4 and info["folder"] == "step-00000004" and ".metadata" in info["files"]
+    # A kill after a newer step's folder was renamed into place but before the manifest: the
     # manifest still names step 4, and step 4's weights are what is restored.
-    (state / "model-00000006.safetensors").write_bytes(b"not the state")
+    (state / "step-00000006").mkdir()
+    (state / "step-00000006" / ".metadata").write_bytes(b"not the state")
     fresh = _tiny(tokenizer)
-    assert load_train_state(tmp_path, fresh, make_optimizer(fresh, cfg), "d")["step"] == 4
+    assert load_train_state(tmp_path, fresh, make_optimizer(fresh, cfg), "d", World())["step"] == 4
     for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
 
@@ -156,12 +169,14 @@ def test_damaged_or_legacy_state_is_refused_with_the_file_named(tokenizer, tmp_p
     cfg = OptimConfig(steps=2, batch_size=2, warmup_steps=1, checkpoint_every=2)
     model = _tiny(tokenizer)
     optimizer = make_optimizer(model, cfg)
-    save_train_state(tmp_path, model, optimizer, {"step": 2, "config_digest": "d"})
+    save_train_state(tmp_path, model, optimizer, {"step": 2, "config_digest": "d"}, World())
     state = tmp_path / STATE_DIR
-    weights = state / "model-00000002.safetensors"
-    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
-    with pytest.raises(CheckpointError, match="model-00000002.safetensors: sha256 differs"):
-        load_train_state(tmp_path, model, optimizer, "d")
-    (state / "state.json").write_text(json.dumps({"step": 2, "config_digest": "d"}))  # the old three-file layout
-    with pytest.raises(CheckpointError, match="files.model: missing; the state was written by an older version"):
-        load_train_state(tmp_path, model, optimizer, "d")
+    (shard,) = (state / "step-00000002").glob("*.distcp")
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte in the middle of the shard
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="step-00000002: its files differ from those state.json names"):
+        load_train_state(tmp_path, model, optimizer, "d", World())
+    (state / "state.json").write_text(json.dumps({"step": 2, "config_digest": "d"}))  # an older layout
+    with pytest.raises(CheckpointError, match="folder: missing; the state was written by an older version"):
+        load_train_state(tmp_path, model, optimizer, "d", World())

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import gzip
-import io
-import json
 from pathlib import Path
-
-MAX_INPUT_BYTES = 256 << 20  # of a samples or problems file, after decompression
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,55 +27,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.set_defaults(func=run_check_samples)
 
 
-def _read_jsonl(path: Path, required: tuple[str, ...], what: str) -> list[tuple[int, dict]]:
-    """(line number, object) for each non-blank line; errors name the file, line and field."""
-    from orl.errors import InputError
-    from orl.records.store import read_regular_file
-
-    data = read_regular_file(path, what, MAX_INPUT_BYTES)
-    if path.suffix == ".gz":
-        try:
-            data = gzip.GzipFile(fileobj=io.BytesIO(data)).read(MAX_INPUT_BYTES + 1)
-        except (OSError, EOFError) as exc:
-            raise InputError(f"{path}: cannot read {what} file: {exc}") from None
-        if len(data) > MAX_INPUT_BYTES:
-            raise InputError(f"{path}: more than {MAX_INPUT_BYTES >> 20} MiB once decompressed")
-    rows = []
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise InputError(f"{path} line {number}: invalid JSON: {exc}") from None
-        if not isinstance(row, dict):
-            raise InputError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}")
-        for field in required:
-            if field not in row:
-                raise InputError(f"{path} line {number}: {field}: missing field")
-            if field != "entry_point" and not isinstance(row[field], str):
-                raise InputError(f"{path} line {number}: {field}: expected a string, got {row[field]!r:.60}")
-        if "entry_point" in required and not (isinstance(row["entry_point"], str) and row["entry_point"].isidentifier()):
-            raise InputError(f"{path} line {number}: entry_point: expected a Python identifier, got {row['entry_point']!r:.60}")
-        rows.append((number, row))
-    if not rows:
-        raise InputError(f"{path}: no {what} in the file")
-    return rows
-
-
 def run_check_samples(args: argparse.Namespace) -> int:
     from orl.errors import InputError
     from orl.eval.passk import mean_pass_at_k
     from orl.io import atomic_write_jsonl
     from orl.sandbox import check_many
+    from orl.tasks.files import read_jsonl_rows
 
     if args.timeout <= 0:
         raise InputError(f"--timeout: expected a positive number of seconds, got {args.timeout}")
     if args.workers is not None and args.workers < 1:
         raise InputError(f"--workers: expected a positive integer, got {args.workers}")
     problems = {row["task_id"]: row for _, row in
-                _read_jsonl(args.problems, ("task_id", "prompt", "test", "entry_point"), "problems")}  # fmt: skip
-    samples = _read_jsonl(args.samples, ("task_id", "completion"), "samples")
+                read_jsonl_rows(args.problems, ("task_id", "prompt", "test", "entry_point"), "problems")}  # fmt: skip
+    samples = read_jsonl_rows(args.samples, ("task_id", "completion"), "samples")
     for number, sample in samples:
         if sample["task_id"] not in problems:
             raise InputError(f"{args.samples} line {number}: task_id: {sample['task_id']!r} is not in {args.problems}")

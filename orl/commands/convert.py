@@ -19,6 +19,7 @@ def register(subparsers) -> None:
 
 def run_convert(args) -> int:
     from orl.train.config import load_preset
+    from orl.train.distributed import training_world
     from orl.train.loop import is_finished
     from orl.train.pretrain import convert_to_diffusion
 
@@ -27,7 +28,9 @@ def run_convert(args) -> int:
     if is_finished(args.out):
         print(f"{args.out}: already trained (delete it to retrain)")
         return 0
-    summary = convert_to_diffusion(preset, args.init, args.out, device=device, progress=not args.no_progress)
-    print(f"wrote {args.out}: {summary['tokens']:,} tokens, final loss {summary['final_loss']:.4f}, "
-          f"{summary['wall_s']:.1f} s")
+    with training_world(device) as world:
+        summary = convert_to_diffusion(preset, args.init, args.out, world=world, progress=not args.no_progress)
+        if world.main:
+            print(f"wrote {args.out}: {summary['tokens']:,} tokens, final loss {summary['final_loss']:.4f}, "
+                  f"{summary['wall_s']:.1f} s, world size {world.size}")
     return 0

@@ -36,6 +36,7 @@ def register(subparsers) -> None:
 def run_train_ar(args) -> int:
     from orl.errors import InputError
     from orl.train.config import load_preset
+    from orl.train.distributed import training_world
     from orl.train.loop import is_finished
     from orl.train.pretrain import train_ar
 
@@ -46,8 +47,10 @@ def run_train_ar(args) -> int:
     if is_finished(args.out):
         print(f"{args.out}: already trained (delete it to retrain)")
         return 0
-    summary = train_ar(preset, args.out, draft=args.draft, tokenizer_path=args.tokenizer,
-                       device=device, progress=not args.no_progress)
-    print(f"wrote {args.out}: {summary['parameters']:,} parameters, {summary['tokens']:,} tokens, "
-          f"final loss {summary['final_loss']:.4f}, {summary['wall_s']:.1f} s")
+    with training_world(device) as world:
+        summary = train_ar(preset, args.out, draft=args.draft, tokenizer_path=args.tokenizer, world=world,
+                           progress=not args.no_progress)
+        if world.main:
+            print(f"wrote {args.out}: {summary['parameters']:,} parameters, {summary['tokens']:,} tokens, "
+                  f"final loss {summary['final_loss']:.4f}, {summary['wall_s']:.1f} s, world size {world.size}")
     return 0

@@ -32,6 +32,7 @@ def register(subparsers) -> None:
 def run_train_orl(args) -> int:
     from orl.records import make_record, write_records
     from orl.train.config import load_preset
+    from orl.train.distributed import training_world
     from orl.train.loop import is_finished
     from orl.train.orl import check_init, train_orl
 
@@ -48,8 +49,11 @@ def run_train_orl(args) -> int:
 
         summary = json.loads((Path(args.out) / "train_summary.json").read_text())
     else:
-        summary = train_orl(preset, args.init, args.out, ablation=args.ablation, device=device,
-                            progress=not args.no_progress)
+        with training_world(device) as world:
+            summary = train_orl(preset, args.init, args.out, ablation=args.ablation, world=world,
+                                progress=not args.no_progress)
+        if not world.main:
+            return 0  # rank 0 reports and writes the record
     print(f"wrote {args.out}: {summary['steps']} steps, {summary['refreshes']} rollouts, "
           f"{summary['self_generated_tokens']:,} self-generated tokens, {summary['wall_s']:.1f} s")
     if args.record:
@@ -58,11 +62,17 @@ def run_train_orl(args) -> int:
         ckpt = load_checkpoint(args.out)
         record = make_record(
             "train", system=args.system or f"ORL ({args.ablation})", engine="dlmrt", model=model_field(ckpt),
-            metrics={"self_generated_tokens": summary["self_generated_tokens"], "train_wall_s": summary["wall_s"]},
+            metrics={"self_generated_tokens": summary["self_generated_tokens"], "train_wall_s": summary["wall_s"],
+                     **({"train_gpu_hours": summary["device_hours"]} if summary.get("device") == "cuda" else {}),
+                     **({"train_tokens_per_s": summary["tokens_per_s_per_device"]}
+                        if summary.get("tokens_per_s_per_device") else {}),
+                     **({"peak_memory_bytes": max(summary["peak_memory_bytes_per_rank"])}
+                        if summary.get("peak_memory_bytes_per_rank") else {})},
             extra={**{k: summary[k] for k in ("ablation", "refreshes", "rollout_tpf", "rollout_pass_rate",
                                               "replay_states", "replay_state_bytes", "rollout_s", "steps",
                                               "reference_targets", "residual_alpha")},
-                   "isolation": summary.get("isolation", preset.orl.isolation)},
+                   "isolation": summary.get("isolation", preset.orl.isolation),
+                   **{k: summary.get(k) for k in ("world_size", "device", "device_hours", "peak_memory_bytes_per_rank")}},
             config={"preset": preset.digest(), "ablation": args.ablation},
         )
         write_records(args.record, [record])

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, fields
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 @dataclass
@@ -188,6 +189,9 @@ class Transformer(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.apply(self._init_weights)
+        # Recompute each layer's activations in the backward pass instead of keeping them (training
+        # at scale, orl/train/distributed.py): memory for one layer's activations instead of all.
+        self.activation_checkpointing = False
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -210,6 +214,7 @@ class Transformer(nn.Module):
         mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
         slots: torch.Tensor | None = None,
+        residual: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits [batch, seq, vocab].
 
@@ -221,15 +226,22 @@ class Transformer(nn.Module):
                 None means plain causal attention over the inputs (AR training fast path).
             cache: static KV buffers; when given, keys/values are written at `slots` ([t], shared
                 by the batch) and attention runs over all cache slots.
+            residual: [b, t, d] added to the token embeddings: ORL's w·r at masked positions, 0 elsewhere,
+                so that E[MASK] + w·r is formed inside the forward (where a sharded embedding is whole).
         """
         x = self.model.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        if residual is not None:
+            x = x + residual.to(x.dtype)
         b, t = x.shape[:2]
         if positions is None:
             positions = torch.arange(t, device=x.device).expand(b, t)
         cos, sin = rope_tables(positions, self.config.head_dim, self.config.rope_theta)
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, cos, sin, mask, cache, i, slots)
+            if self.activation_checkpointing and torch.is_grad_enabled():
+                x = checkpoint(layer, x, cos, sin, mask, cache, i, slots, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin, mask, cache, i, slots)
         return self.lm_head(self.model.norm(x))
 
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 
 from orl.errors import InputError
-from orl.io import atomic_write_jsonl
+from orl.io import atomic_write_jsonl, read_regular_file
 from orl.records.schema import json_type_name, short_repr, validate_record
 
 
@@ -42,30 +41,6 @@ def _parse_line(raw: bytes, *, source: str, is_last: bool, has_newline: bool) ->
 
 
 MAX_RECORD_FILE_BYTES = 64 << 20  # the harness's record files are kilobytes; a contribution a few megabytes
-
-
-def read_regular_file(path: str | os.PathLike, what: str, max_bytes: int) -> bytes:
-    """The bytes of a regular file of at most `max_bytes`; InputError naming the file otherwise.
-
-    Devices, pipes and folders are refused before anything is read (/dev/zero never ends),
-    and at most max_bytes + 1 bytes are read (a file may grow while it is read).
-    """
-    path = Path(path)
-    try:
-        with open(path, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise InputError(f"{path}: not a regular file; expected a {what} file")
-            data = handle.read(max_bytes + 1)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such {what} file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a folder; expected a {what} file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read {what} file: {exc.strerror or exc}") from None
-    if len(data) > max_bytes:
-        raise InputError(f"{path}: larger than {max_bytes >> 20} MiB; not a {what} file this harness reads")
-    return data
 
 
 def load_records(path: str | os.PathLike) -> list[dict]:

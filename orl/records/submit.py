@@ -37,9 +37,9 @@ import unicodedata
 from pathlib import Path
 
 from orl.errors import InputError
-from orl.io import REPO_ROOT
+from orl.io import REPO_ROOT, read_regular_file
 from orl.records.schema import gpu_count
-from orl.records.store import MAX_RECORD_FILE_BYTES, load_records, read_regular_file
+from orl.records.store import MAX_RECORD_FILE_BYTES, load_records
 
 DEFAULT_HARDWARE_ROOT = REPO_ROOT / "results" / "hardware"
 MAX_LISTED = 8  # problems listed in one error message

@@ -55,6 +55,8 @@ class OptimConfig:
     grad_clip: float = 1.0
     seed: int = 0
     checkpoint_every: int = 100
+    micro_batch_size: int = 0  # rows per forward on a rank (gradient accumulation); 0 = the rank's whole share
+    activation_checkpointing: bool = False  # recompute layer activations in the backward pass (large models)
 
 
 @dataclass
@@ -83,6 +85,11 @@ class OrlConfig:
     aec_gate: float = 0.9  # τ_gate
     use_reference_for_failed: bool = False
     pack_tokens: int = 0  # 0 = no packing; else tokens per packed batch
+    micro_batch_size: int = 0  # replay states per forward on a rank (gradient accumulation); 0 = the rank's share
+    activation_checkpointing: bool = False
+    # Training prompts: None = the TinyCode train stream; else a local HumanEval-format JSONL (its tests
+    # filter the self-generated targets). HumanEval itself is refused (orl/tasks/files.py).
+    train_file: str | None = None
     # Sandbox of the rollout rewards: "bwrap" (required) or, only when set by name, the weaker "fallback".
     # Where the tests run, not what is trained: left out of the resume digest.
     isolation: str = "bwrap"

@@ -25,6 +25,10 @@ class TokenBatch:
     lengths: torch.Tensor  # [b] real tokens per row
     loss_mask: torch.Tensor  # [b, t] True on completion tokens (incl. <eos>)
 
+    def select(self, rows: torch.Tensor | slice) -> TokenBatch:
+        """The batch of these rows (a rank's share, a micro-batch)."""
+        return TokenBatch(self.ids[rows], self.prompt_lens[rows], self.lengths[rows], self.loss_mask[rows])
+
     def to(self, device: torch.device | str) -> TokenBatch:
         return TokenBatch(self.ids.to(device), self.prompt_lens.to(device), self.lengths.to(device),
                           self.loss_mask.to(device))

@@ -1,12 +1,14 @@
 """Training objectives of the base models (METHOD.md §1).
 
-- `ar_loss`: next-token cross-entropy on completion tokens (prompt → completion).
-- `masked_block_loss`: the block-diffusion objective. For each row pick one block j
+- `ar_sum`: next-token cross-entropy on completion tokens (prompt → completion).
+- `masked_block_sum` (with `noise_one_block`): the block-diffusion objective. For each row pick one block j
   of the completion; the context is the prompt and the clean blocks < j; each
   token of block j is replaced by [MASK] with probability t ~ U(0, 1] (at least
   one); loss = cross-entropy on masked positions weighted 1/t, averaged over the
   masked tokens of the batch (MDLM / LLaDA ELBO weighting).
 
+Each returns the batch's *sum* and its *count* (the loss is sum / count over the global
+batch, orl/train/loop.py), so a batch split over ranks or micro-batches trains the same.
 Both run the batch as a few forwards over rows of similar length (`length_groups`):
 TinyCode rows vary a lot in length, and one forward padded to the longest row
 spends about 40% of its compute on padding. The loss is the same sum divided by
@@ -14,6 +16,8 @@ the same count, so grouping changes only float summation order.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +36,13 @@ def length_groups(lengths: torch.Tensor, groups: int = LENGTH_GROUPS) -> list[to
     return [rows for rows in torch.tensor_split(order, min(groups, len(order))) if len(rows)]
 
 
-def ar_loss(model: Transformer, batch: TokenBatch, groups: int = LENGTH_GROUPS) -> torch.Tensor:
+def ar_count(batch: TokenBatch) -> float:
+    """Target tokens of an AR batch: every completion token after the first position."""
+    return float(batch.loss_mask[:, 1:].sum())
+
+
+def ar_sum(model: Transformer, batch: TokenBatch, groups: int = LENGTH_GROUPS) -> torch.Tensor:
+    """Σ next-token cross-entropy over the completion tokens of the batch."""
     batch = batch.to(model.embedding.device)
     total = torch.zeros((), device=batch.ids.device)
     for rows in length_groups(batch.lengths, groups):
@@ -42,15 +52,31 @@ def ar_loss(model: Transformer, batch: TokenBatch, groups: int = LENGTH_GROUPS) 
         weight = batch.loss_mask[rows, 1:width].float()
         ce = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten(), reduction="none").view_as(weight)
         total = total + (ce * weight).sum()
-    return total / batch.loss_mask[:, 1:].float().sum().clamp_min(1)
+    return total
 
 
-def noise_one_block(
-    batch: TokenBatch, block_size: int, mask_id: int, generator: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Pick a block per row, cut the row after it, mask it with rate t.
+@dataclass
+class Noise:
+    """One block per row masked at rate t (METHOD.md §1): what `masked_block_sum` trains on."""
 
-    Returns (noisy ids, is_masked [b, t], t [b], row lengths [b]).
+    ids: torch.Tensor  # [b, t] noisy ids ([MASK] in the chosen block where masked)
+    masked: torch.Tensor  # [b, t] bool
+    t: torch.Tensor  # [b]
+    lengths: torch.Tensor  # [b] each row cut after its chosen block
+
+    def select(self, rows: torch.Tensor | slice) -> Noise:
+        return Noise(self.ids[rows], self.masked[rows], self.t[rows], self.lengths[rows])
+
+    @property
+    def count(self) -> float:
+        return float(self.masked.sum())
+
+
+def noise_one_block(batch: TokenBatch, block_size: int, mask_id: int, generator: torch.Generator) -> Noise:
+    """Pick a block per row, cut the row after it, mask it with rate t (at least one position).
+
+    Drawn on the CPU from the step's generator for the whole global batch, whatever the device
+    and the world size, so every split of the batch sees the same noise.
     """
     ids = batch.ids.clone()
     b, width = ids.shape
@@ -67,18 +93,15 @@ def noise_one_block(
     forced = start + (torch.rand(b, generator=generator) * (lengths - start)).long()
     masked[torch.arange(b), forced] = True
     ids[masked] = mask_id
-    return ids, masked, t, lengths
+    return Noise(ids, masked, t, lengths)
 
 
-def masked_block_loss(
-    model: Transformer, batch: TokenBatch, generator: torch.Generator, groups: int = LENGTH_GROUPS
-) -> torch.Tensor:
+def masked_block_sum(model: Transformer, batch: TokenBatch, noise: Noise, groups: int = LENGTH_GROUPS) -> torch.Tensor:
+    """Σ over masked positions of cross-entropy weighted 1/t (the MDLM / LLaDA ELBO weighting)."""
     cfg = model.config
-    # The noise is drawn on the CPU from the step's generator, whatever the model's device, so a
-    # step's batch is the same everywhere; then everything moves to the model.
-    noisy, masked, t, lengths = noise_one_block(batch, cfg.block_size, cfg.mask_token_id, generator)
     device = model.embedding.device
-    batch, noisy, masked, t, lengths = batch.to(device), noisy.to(device), masked.to(device), t.to(device), lengths.to(device)
+    batch = batch.to(device)
+    noisy, masked, t, lengths = noise.ids.to(device), noise.masked.to(device), noise.t.to(device), noise.lengths.to(device)
     total = torch.zeros((), device=device)
     for rows in length_groups(lengths, groups):
         width = int(lengths[rows].max())
@@ -87,4 +110,4 @@ def masked_block_loss(
         logits = model(noisy[rows, :width], mask=mask)
         ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
         total = total + (ce * masked[rows, :width].float() / t[rows, None]).sum()
-    return total / masked.sum().clamp_min(1)
+    return total

@@ -34,11 +34,14 @@ from orl.decoding import Policy, decode_rule
 from orl.errors import CheckpointError, ConfigError, InputError
 from orl.model.checkpoint import checkpoint_digest, load_checkpoint
 from orl.tasks import tinycode
+from orl.tasks.files import training_problems
 from orl.train.config import OptimConfig, TrainPreset
-from orl.train.loop import StepResult, train
-from orl.train.losses import aec_loss, dparallel_entropy, masked_ce
+from orl.train.distributed import Replica, World, gather_objects, micro_batches, rank_rows
+from orl.train.loop import Micro, Step, train
+from orl.train.losses import aec_terms, dparallel_entropy_terms, masked_ce_terms
+from orl.train.pretrain import prepare
 from orl.train.replay import replay_logits
-from orl.train.rollout import CapturedStates, attach_targets, prompt_prefixes, rollout
+from orl.train.rollout import CapturedStates, attach_targets, concat_states, prompt_prefixes, rollout
 
 ABLATIONS = ("none", "no-residual", "offline", "no-aec", "aec-nogate", "dparallel")
 
@@ -73,62 +76,97 @@ def check_init(init_dir: str | Path, preset: TrainPreset, device: str = "cpu"):
 def rollout_prompts(preset: TrainPreset, refresh: int) -> list[dict]:
     """Training problems (with tests) for one refresh; a different seeded slice each time."""
     cfg = preset.orl
+    if cfg.train_file:
+        problems = training_problems(cfg.train_file)
+        return random.Random(cfg.seed * 1000 + refresh).sample(problems, min(cfg.rollout_prompts, len(problems)))
     return tinycode.train_problems(cfg.seed * 1000 + refresh, cfg.rollout_prompts, preset.difficulty)
 
 
 def collect_states(model, tokenizer, problems: list[dict], preset: TrainPreset, alpha: float, stats: OrlStats,
-                   progress: bool) -> CapturedStates | None:
-    """Rollout, sandboxed check, keep the states of passing rollouts with their own completion as target."""
+                   progress: bool, world: World) -> CapturedStates | None:
+    """Rollout, sandboxed check, keep the states of passing rollouts with their own completion as target.
+
+    Each rank decodes and checks its share of the prompts; the passing states of every rank are
+    gathered, in prompt order, so that every rank holds the same replay buffer.
+    """
     from orl.sandbox import check_many
 
     cfg = preset.orl
     t0 = time.perf_counter()
-    prompts = [tokenizer.encode(p["prompt"]) for p in problems]
+    share = rank_rows(len(problems), world)
+    mine = problems[share]
+    prompts = [tokenizer.encode(p["prompt"]) for p in mine]
     rule = decode_rule(model.config, tokenizer.eos_ids, Policy("threshold", cfg.tau_train), residual=alpha > 0)
     result = rollout(model, prompts, rule, max_new_tokens=preset.diffusion.max_new_tokens, pad_id=tokenizer.pad_id)
     texts = [tokenizer.decode_completion(ids) for ids in result.completion_ids]
-    verdicts = check_many(problems, texts, progress=False, timeout_s=3.0, isolation=cfg.isolation)
-    passed = torch.tensor([v.passed for v in verdicts])
-    stats.self_generated_tokens += sum(len(c) for c, v in zip(result.completion_ids, verdicts, strict=True) if v.passed)
-    completions = list(result.completion_ids)
+    verdicts = check_many(mine, texts, progress=False, timeout_s=3.0, isolation=cfg.isolation)
+    passed = torch.tensor([v.passed for v in verdicts], dtype=torch.bool)
+    self_generated = sum(len(c) for c, v in zip(result.completion_ids, verdicts, strict=True) if v.passed)
+    completions, reference_targets = list(result.completion_ids), 0
     if cfg.use_reference_for_failed:
         # Off by default: replaces failed rollouts' targets by the reference solution (reported).
         for i, v in enumerate(verdicts):
             if not v.passed:
-                completions[i] = tokenizer.encode(problems[i]["canonical_solution"]) + [tokenizer.eos_id]
-                stats.reference_targets += 1
+                completions[i] = tokenizer.encode(mine[i]["canonical_solution"]) + [tokenizer.eos_id]
+                reference_targets += 1
         passed = torch.ones_like(passed)
     states = result.states
     attach_targets(states, completions, model.config.block_size, tokenizer.eos_id, prompt_prefixes(prompts, rule))
     states = states.select(passed[states.request])
+    tokens, nfe = sum(len(c) for c in result.completion_ids), sum(result.nfe)
+    gathered = gather_objects((share.start, states, int(passed.sum()) if not cfg.use_reference_for_failed else
+                               sum(v.passed for v in verdicts), self_generated, reference_targets, tokens, nfe), world)
+    states = concat_states([g[1] for g in gathered], [g[0] for g in gathered])
     stats.refreshes += 1
-    stats.rollout_tpf.append(result.tpf)
-    stats.pass_rate.append(sum(v.passed for v in verdicts) / max(1, len(verdicts)))
+    stats.self_generated_tokens += sum(g[3] for g in gathered)
+    stats.reference_targets += sum(g[4] for g in gathered)
+    stats.rollout_tpf.append(sum(g[5] for g in gathered) / max(1, sum(g[6] for g in gathered)))
+    stats.pass_rate.append(sum(g[2] for g in gathered) / max(1, len(problems)))
     stats.states, stats.state_bytes = len(states), states.nbytes()
     stats.rollout_s += time.perf_counter() - t0
-    if progress:
-        print(f"rollout {stats.refreshes}: pass {stats.pass_rate[-1]:.2f}, TPF {result.tpf:.2f}, "
+    if progress and world.main:
+        print(f"rollout {stats.refreshes}: pass {stats.pass_rate[-1]:.2f}, TPF {stats.rollout_tpf[-1]:.2f}, "
               f"{len(states)} states ({states.nbytes() / 1e6:.1f} MB)", flush=True)
     return states if len(states) else None
 
 
-def orl_loss(model, batch: CapturedStates, preset: TrainPreset, ablation: str, residual: bool, pack_tokens: int):
+def orl_step(model, batch: CapturedStates, preset: TrainPreset, ablation: str, residual: bool, world: World,
+             metrics: dict) -> Step:
+    """One replay step (METHOD.md §3): L = CE + λ·L_AEC (or an ablation's), this rank's share of `batch`."""
     cfg = preset.orl
-    logits = replay_logits(model, batch, pack_tokens=pack_tokens, residual=residual)
-    ce = masked_ce(logits, batch.targets, batch.masked)
-    if ablation == "dparallel":
-        extra = dparallel_entropy(logits, batch.targets, batch.masked)
-        return ce + cfg.aec_lambda * extra, ce, extra
-    if ablation == "no-aec":
-        return ce, ce, torch.zeros(())
-    aec = aec_loss(logits, batch.masked, batch.step > 0, batch.prev_entropy, batch.prev_confidence,
-                   rho=cfg.aec_rho, gate=None if ablation == "aec-nogate" else cfg.aec_gate)
-    return ce + cfg.aec_lambda * aec, ce, aec
+
+    def terms(part: CapturedStates):
+        logits = replay_logits(model, part, pack_tokens=cfg.pack_tokens, residual=residual)
+        ce = masked_ce_terms(logits, part.targets, part.masked)
+        if ablation == "no-aec":
+            return [ce]
+        if ablation == "dparallel":
+            return [ce, dparallel_entropy_terms(logits, part.targets, part.masked)]
+        return [ce, aec_terms(logits, part.masked, part.step > 0, part.prev_entropy, part.prev_confidence,
+                              rho=cfg.aec_rho, gate=None if ablation == "aec-nogate" else cfg.aec_gate)]
+
+    def run(part: CapturedStates):
+        pairs = terms(part)
+        return [total for total, _ in pairs], [float(count) for _, count in pairs]
+
+    names, weights = {"no-aec": (("ce",), (1.0,)), "dparallel": (("ce", "entropy"), (1.0, cfg.aec_lambda))}.get(
+        ablation, (("ce", "aec"), (1.0, cfg.aec_lambda)))
+    micros = []
+    for rows in micro_batches(len(batch), world, cfg.micro_batch_size):
+        part = batch.take(list(range(rows.start, rows.stop)))
+        # Counts known from the states alone: masked positions, and those masked at both steps;
+        # dParallel's count (correct predictions) needs the forward.
+        counts = None if ablation == "dparallel" else [float(part.masked.sum()),
+                                                       float((part.masked & (part.step > 0)[:, None]).sum())]
+        micros.append(Micro(run=lambda part=part: run(part), counts=counts[: len(names)] if counts else None,
+                            tokens=sum(len(c) for c in part.context) + len(part) * model.config.block_size))
+    return Step(names, weights, micros, metrics)
 
 
 def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *, ablation: str = "none",
-              device: str = "cpu", progress: bool = True) -> dict:
+              device: str = "cpu", progress: bool = True, world: World | None = None) -> dict:
     """Post-train `init_dir` with ORL (or an ablation) and write the checkpoint to `out_dir`."""
+    world = world or World(device=torch.device(device))
     if ablation not in ABLATIONS:
         raise InputError(f"--ablation: unknown {ablation!r}; expected one of {', '.join(ABLATIONS)}")
     cfg = preset.orl
@@ -136,28 +174,31 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
         raise ConfigError(f"orl.rollout_prompts: expected a positive number of prompts, got {cfg.rollout_prompts}")
     if cfg.isolation not in ("bwrap", "fallback"):
         raise ConfigError(f"orl.isolation: expected 'bwrap' or 'fallback', got {cfg.isolation!r}")
-    ckpt = check_init(init_dir, preset, device)
+    rollout_prompts(preset, 0)  # a bad or forbidden training file stops the run before any compute
+    ckpt = check_init(init_dir, preset, world.device)
     model, tokenizer = ckpt.model, ckpt.tokenizer
     residual = ablation not in ("no-residual", "dparallel")
     alpha = cfg.residual_alpha if residual else 0.0
     model.config.residual_alpha = alpha
     offline = ablation == "offline"
-    initial = copy.deepcopy(model).eval() if offline else None
+    initial = copy.deepcopy(model).eval().requires_grad_(False) if offline else None
     optim = OptimConfig(steps=cfg.iterations_steps, batch_size=cfg.batch_size, lr=cfg.lr, min_lr_ratio=0.1,
                         warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
-                        seed=cfg.seed, checkpoint_every=cfg.refresh_every)
+                        seed=cfg.seed, checkpoint_every=cfg.refresh_every, micro_batch_size=cfg.micro_batch_size,
+                        activation_checkpointing=cfg.activation_checkpointing)
+    model = prepare(model, optim, world)
+    replica = Replica(model, world)  # what rolls out: the current weights, whole on every rank
     stats = OrlStats()
     buffer: dict[str, CapturedStates | None] = {"states": None}
 
     def refresh(step: int) -> None:
-        source = initial if offline else model
-        source.eval()
+        source = initial if offline else replica.current()
         with torch.no_grad():
             problems = rollout_prompts(preset, 0 if offline else step // cfg.refresh_every)
-            buffer["states"] = collect_states(source, tokenizer, problems, preset, alpha, stats, progress)
+            buffer["states"] = collect_states(source, tokenizer, problems, preset, alpha, stats, progress, world)
         model.train()
 
-    def step_fn(step: int) -> StepResult:
+    def step_fn(step: int) -> Step:
         if buffer["states"] is None or (not offline and step % cfg.refresh_every == 0):
             refresh(step)
         states = buffer["states"]
@@ -167,21 +208,20 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
         rng = random.Random(cfg.seed * 1_000_003 + step)
         pick = torch.zeros(len(states), dtype=torch.bool)
         pick[rng.sample(range(len(states)), min(cfg.batch_size, len(states)))] = True
-        batch = states.select(pick)
-        loss, ce, aux = orl_loss(model, batch, preset, ablation, residual, cfg.pack_tokens)
-        tokens = sum(len(c) for c in batch.context) + len(batch) * model.config.block_size
-        return StepResult(loss, tokens, {"ce": ce.item(), "aux": aux.item(),
-                                         "tpf": stats.rollout_tpf[-1], "pass": stats.pass_rate[-1]})
+        batch = states.select(pick)  # the global batch, the same on every rank
+        return orl_step(model, batch, preset, ablation, residual, world,
+                        {"rollout_tpf": stats.rollout_tpf[-1], "rollout_pass": stats.pass_rate[-1]})
 
     # The resume check covers the ORL settings and the exact starting weights.
     digest = f"{preset.digest('difficulty', 'diffusion', 'orl')}-orl-{ablation}-init{checkpoint_digest(init_dir)[:12]}"
-    summary = train(model, step_fn, optim, out_dir, tokenizer, digest=digest, stage=f"orl[{ablation}]",
+    summary = train(model, step_fn, optim, out_dir, tokenizer, digest=digest, stage=f"orl[{ablation}]", world=world,
                     progress=progress, model_name=f"{preset.name}-orl" + ("" if ablation == "none" else f"-{ablation}"))
     summary.update(ablation=ablation, refreshes=stats.refreshes, self_generated_tokens=stats.self_generated_tokens,
                    rollout_tpf=stats.rollout_tpf, rollout_pass_rate=stats.pass_rate, replay_states=stats.states,
                    replay_state_bytes=stats.state_bytes, rollout_s=stats.rollout_s,
                    reference_targets=stats.reference_targets, residual_alpha=alpha, isolation=cfg.isolation)
-    from orl.io import atomic_write_json
+    if world.main:
+        from orl.io import atomic_write_json
 
-    atomic_write_json(Path(out_dir) / "train_summary.json", summary)
+        atomic_write_json(Path(out_dir) / "train_summary.json", summary)
     return summary

@@ -19,10 +19,11 @@ from orl.model.checkpoint import checkpoint_digest, load_checkpoint
 from orl.model.transformer import ModelConfig, Transformer, count_parameters
 from orl.tasks import tinycode
 from orl.tokenizer import Tokenizer, load_tokenizer, train_bpe
-from orl.train.config import ModelSize, TrainPreset
-from orl.train.data import pair_batch
-from orl.train.loop import StepResult, train
-from orl.train.objectives import ar_loss, masked_block_loss
+from orl.train.config import ModelSize, OptimConfig, TrainPreset
+from orl.train.data import TokenBatch, pair_batch
+from orl.train.distributed import World, micro_batches, shard_model
+from orl.train.loop import Micro, Step, train
+from orl.train.objectives import Noise, ar_count, ar_sum, masked_block_sum, noise_one_block
 
 
 def build_tokenizer(preset: TrainPreset) -> Tokenizer:
@@ -49,33 +50,64 @@ def _stage_digest(preset: TrainPreset, stage: str, extra: str = "") -> str:
     return f"{preset.digest(*STAGE_SECTIONS[stage])}-{stage}{extra}"
 
 
+def ar_step(model: Transformer, batch: TokenBatch, world: World, micro_size: int) -> Step:
+    """One optimizer step of next-token cross-entropy: this rank's share of the global batch."""
+    micros = []
+    for rows in micro_batches(len(batch.ids), world, micro_size):
+        part = batch.select(rows)
+        micros.append(Micro(run=lambda part=part: ([ar_sum(model, part)], [ar_count(part)]), counts=[ar_count(part)],
+                            tokens=int(part.lengths.sum())))
+    return Step(("ce",), (1.0,), micros)
+
+
+def diffusion_step(model: Transformer, batch: TokenBatch, noise: Noise, world: World, micro_size: int) -> Step:
+    """One optimizer step of the masked-block objective: this rank's share of the global batch."""
+    micros = []
+    for rows in micro_batches(len(batch.ids), world, micro_size):
+        part, part_noise = batch.select(rows), noise.select(rows)
+        micros.append(Micro(run=lambda part=part, n=part_noise: ([masked_block_sum(model, part, n)], [n.count]),
+                            counts=[part_noise.count], tokens=int(part.lengths.sum())))
+    return Step(("ce",), (1.0,), micros)
+
+
+def prepare(model: Transformer, optim: OptimConfig, world: World) -> Transformer:
+    """The model as this rank trains it: activation checkpointing when asked, FSDP2-sharded past one rank."""
+    model.activation_checkpointing = optim.activation_checkpointing
+    return shard_model(model, world, bf16=world.device.type == "cuda")
+
+
 def train_ar(
     preset: TrainPreset, out_dir: str | Path, *, draft: bool = False, tokenizer_path: str | Path | None = None,
-    device: str = "cpu", progress: bool = True,
+    device: str = "cpu", progress: bool = True, world: World | None = None,
 ) -> dict:
     """Train the AR target (or, with draft=True, the small draft model) and write OUT as a checkpoint."""
+    world = world or World(device=torch.device(device))
     tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path else build_tokenizer(preset)
     size, optim = (preset.draft_model, preset.draft) if draft else (preset.model, preset.ar)
     torch.manual_seed(optim.seed)
-    model = Transformer(model_config(size, tokenizer)).to(device)
+    model = Transformer(model_config(size, tokenizer)).to(world.device)
+    parameters = count_parameters(model)
+    model = prepare(model, optim, world)
     held_out = tinycode.held_out_prompts(preset.difficulty)
     max_len = size.max_position_embeddings
 
-    def step(i: int) -> StepResult:
+    def step(i: int) -> Step:
         batch = pair_batch(tokenizer, optim.seed, i, optim.batch_size, preset.difficulty, held_out, max_len)
-        return StepResult(ar_loss(model, batch), int(batch.lengths.sum()))
+        return ar_step(model, batch, world, optim.micro_batch_size)
 
     stage = "draft" if draft else "ar"
     summary = train(model, step, optim, out_dir, tokenizer, digest=_stage_digest(preset, stage), stage=stage,
-                    progress=progress, model_name=f"{preset.name}-{stage}")
-    return {**summary, "parameters": count_parameters(model)}
+                    world=world, progress=progress, model_name=f"{preset.name}-{stage}")
+    return {**summary, "parameters": parameters}
 
 
 def convert_to_diffusion(
     preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *, device: str = "cpu", progress: bool = True,
+    world: World | None = None,
 ) -> dict:
     """Continue training an AR checkpoint as a block-diffusion model (residual α = 0: the base dLLM)."""
-    init = load_checkpoint(init_dir, device=device)
+    world = world or World(device=torch.device(device))
+    init = load_checkpoint(init_dir, device=world.device)
     if init.is_diffusion:
         raise CheckpointError(f"{Path(init_dir) / 'config.json'}: architectures: --init must be an AR checkpoint "
                               "(Qwen3ForCausalLM); this one is already a diffusion model")
@@ -95,11 +127,14 @@ def convert_to_diffusion(
     held_out = tinycode.held_out_prompts(preset.difficulty)
     max_len = model.config.max_position_embeddings
 
-    def step(i: int) -> StepResult:
+    model = prepare(model, optim, world)
+
+    def step(i: int) -> Step:
         batch = pair_batch(tokenizer, optim.seed, i, optim.batch_size, preset.difficulty, held_out, max_len,
                            block_size=block)
-        generator = torch.Generator().manual_seed(optim.seed * 7919 + i)
-        return StepResult(masked_block_loss(model, batch, generator), int(batch.lengths.sum()))
+        noise = noise_one_block(batch, block, tokenizer.mask_id, torch.Generator().manual_seed(optim.seed * 7919 + i))
+        return diffusion_step(model, batch, noise, world, optim.micro_batch_size)
 
-    return train(model, step, optim, out_dir, tokenizer, digest=_stage_digest(preset, "convert", f"-B{block}-init{checkpoint_digest(init_dir)[:12]}"),
-                 stage="convert", progress=progress, model_name=f"{preset.name}-dlm")
+    digest = _stage_digest(preset, "convert", f"-B{block}-init{checkpoint_digest(init_dir)[:12]}")
+    return train(model, step, optim, out_dir, tokenizer, digest=digest, stage="convert", world=world,
+                 progress=progress, model_name=f"{preset.name}-dlm")

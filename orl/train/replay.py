@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import torch
 
-from orl.decoding.residual import mix_residual
 from orl.model.masks import block_causal_limits
 from orl.model.transformer import Transformer
 from orl.train.rollout import CapturedStates
@@ -64,8 +63,8 @@ def packed_layout(lengths: list[int], pack_tokens: int) -> Layout:
 def replay_logits(model: Transformer, states: CapturedStates, pack_tokens: int = 0, residual: bool = True) -> torch.Tensor:
     """Block logits [n, B, V] of the current weights on the captured states."""
     cfg = model.config
-    B, E = cfg.block_size, model.embedding
-    device = E.device
+    B = cfg.block_size
+    device = model.embedding.device
     lengths = [len(c) + B for c in states.context]
     layout = packed_layout(lengths, pack_tokens) if pack_tokens else padded_layout(lengths)
     ids = torch.full((layout.rows, layout.width), cfg.pad_token_id, dtype=torch.long)
@@ -86,12 +85,15 @@ def replay_logits(model: Transformer, states: CapturedStates, pack_tokens: int =
         limits[r, s : s + n] = s + block_causal_limits(local[None], int(states.mask_origin[i]), B)[0]
         block_cols.append((r, s + n - B))
     mask = (cols[None, None, :] >= seg_start[:, :, None]) & (cols[None, None, :] < limits[:, :, None])
-    embeds = E[ids.to(device)]
     rows_idx = torch.tensor([r for r, _ in block_cols])
     block_idx = torch.tensor([c for _, c in block_cols])[:, None] + torch.arange(B)[None, :]
-    weight = states.weight.to(device) if residual else torch.zeros_like(states.weight, device=device)
-    block_embeds = mix_residual(E, states.tokens.to(device), states.masked.to(device), states.residual.to(device),
-                                weight, cfg.mask_token_id)
-    embeds = embeds.index_put((rows_idx[:, None].expand_as(block_idx), block_idx), block_embeds)
-    logits = model(inputs_embeds=embeds, positions=positions.to(device), mask=mask.to(device))
-    return logits[rows_idx[:, None].expand_as(block_idx), block_idx]
+    where = (rows_idx[:, None].expand_as(block_idx), block_idx)
+    # The block's tokens ([MASK] where masked) go in as ids; E[MASK] + w·r is then formed inside the
+    # forward as the token embedding plus w·r at masked positions (orl.decoding.residual's mix).
+    ids = ids.index_put(where, states.tokens)
+    added = torch.zeros(layout.rows, layout.width, states.residual.shape[-1], dtype=states.residual.dtype)
+    if residual:
+        mixed = states.weight[..., None].to(states.residual.dtype) * states.residual
+        added = added.index_put(where, torch.where(states.masked[..., None], mixed, torch.zeros_like(mixed)))
+    logits = model(ids.to(device), residual=added.to(device), positions=positions.to(device), mask=mask.to(device))
+    return logits[where[0].to(device), where[1].to(device)]

