@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orl.errors import CheckpointError, InputError
-from orl.io import atomic_write_text
+from orl.io import atomic_write_json, atomic_write_text
 
 MASK, EOS, PAD = "[MASK]", "<eos>", "<pad>"
 SPECIAL_TOKENS = [PAD, EOS, MASK]
@@ -287,3 +287,18 @@ def tokenizer_config(tokenizer: Tokenizer) -> dict:
     if tokenizer.chat_template is not None:
         out["chat_template"] = tokenizer.chat_template
     return out
+
+
+def generation_config(tokenizer: Tokenizer) -> dict:
+    """generation_config.json content: the end ids (a list where there are several), bos and pad."""
+    eos = list(tokenizer.eos_ids)
+    return {"bos_token_id": tokenizer.eos_id, "eos_token_id": eos[0] if len(eos) == 1 else eos,
+            "pad_token_id": tokenizer.pad_id}
+
+
+def save_tokenizer_files(tokenizer: Tokenizer, folder: str | Path) -> None:
+    """tokenizer.json, tokenizer_config.json and generation_config.json: what load_tokenizer and transformers read."""
+    folder = Path(folder)
+    tokenizer.save(folder / TOKENIZER)
+    atomic_write_json(folder / TOKENIZER_CONFIG, tokenizer_config(tokenizer))
+    atomic_write_json(folder / GENERATION_CONFIG, generation_config(tokenizer))

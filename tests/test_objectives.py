@@ -29,7 +29,7 @@ def test_length_groups_cover_every_row_once_in_length_order():
 @pytest.mark.parametrize("loss_name", ["ar", "masked_block"])
 def test_grouped_loss_and_gradients_equal_one_forward(tokenizer, loss_name):
     from orl.model.transformer import Transformer
-    from orl.train.objectives import ar_sum, masked_block_sum, noise_one_block
+    from orl.train.objectives import ar_count, ar_sum, masked_block_sum, noise_one_block
 
     torch.manual_seed(0)
     mode = "causal" if loss_name == "ar" else "block-causal"
@@ -40,10 +40,10 @@ def test_grouped_loss_and_gradients_equal_one_forward(tokenizer, loss_name):
     def loss_and_grads(groups):
         model.zero_grad()
         if loss_name == "ar":
-            loss = ar_sum(model, batch, groups=groups)
+            loss = ar_sum(model, batch, groups=groups) / ar_count(batch)
         else:
             noise = noise_one_block(batch, 8, tokenizer.mask_id, torch.Generator().manual_seed(5))
-            loss = masked_block_sum(model, batch, noise, groups=groups)
+            loss = masked_block_sum(model, batch, noise, groups=groups) / noise.count
         loss.backward()
         return loss.detach(), [p.grad.clone() for p in model.parameters()]
 

@@ -43,7 +43,14 @@ from orl.model.config import (  # noqa: F401  (re-exported: the names other modu
 from orl.model.transformer import ModelConfig, Transformer
 from orl.model.weights import WEIGHTS, WEIGHTS_INDEX, TensorInfo, copy_into, read_headers, write_weights
 from orl.model.weights import weights_digest as checkpoint_digest  # noqa: F401  (the record's ckpt_sha256)
-from orl.tokenizer import SDAR_MASK, TOKENIZER, TOKENIZER_CONFIG, Tokenizer, load_tokenizer
+from orl.tokenizer import (
+    SDAR_MASK,
+    TOKENIZER,
+    TOKENIZER_CONFIG,
+    Tokenizer,
+    load_tokenizer,
+    save_tokenizer_files,
+)
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")
 
@@ -86,9 +93,12 @@ def save_checkpoint(
     state = dict(model.state_dict())
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight", None)  # tied to model.embed_tokens.weight, as transformers stores it
-    tokenizer.save(out_dir / TOKENIZER)
+    save_tokenizer_files(tokenizer, out_dir)
     write_weights(state, out_dir, max_shard_bytes)
-    arch = DIFFUSION_ARCH if model.config.attention_mode == "block-causal" else AR_ARCH
+    if model.config.attention_mode != "block-causal":
+        arch = AR_ARCH
+    else:  # SDAR's layout is SDAR's architecture: SGLang and LMDeploy read it as one of theirs
+        arch = SDAR_ARCH if model.config.block_layout == "absolute" else DIFFUSION_ARCH
     config = hf_config(model.config, arch, model_dtype(model))
     config.update(extra_config or {})
     atomic_write_json(out_dir / CONFIG, config)

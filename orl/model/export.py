@@ -30,7 +30,7 @@ from orl.io import atomic_write_json
 from orl.model.checkpoint import CONFIG, load_checkpoint, model_dtype
 from orl.model.config import AR_ARCH, SDAR_ARCH, hf_config, read_json_config
 from orl.model.weights import write_weights
-from orl.tokenizer import GENERATION_CONFIG, TOKENIZER, TOKENIZER_CONFIG, tokenizer_config
+from orl.tokenizer import save_tokenizer_files
 
 FORMATS = {"sdar": SDAR_ARCH, "qwen3": AR_ARCH}
 DEFAULT_SHARD_BYTES = 5 * 10**9  # transformers' default max_shard_size ("5GB")
@@ -44,12 +44,6 @@ class ExportResult:
     out_dir: Path
     files: list[str]
     notes: list[str] = field(default_factory=list)
-
-
-def _generation_config(tokenizer) -> dict:
-    eos = list(tokenizer.eos_ids)
-    return {"bos_token_id": tokenizer.eos_id, "eos_token_id": eos[0] if len(eos) == 1 else eos,
-            "pad_token_id": tokenizer.pad_id}
 
 
 def _sdar_code(code_dir: Path) -> tuple[dict, list[Path]]:
@@ -125,9 +119,7 @@ def export_checkpoint(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; the export is an ordinary directory
     try:
-        ckpt.tokenizer.save(tmp / TOKENIZER)
-        atomic_write_json(tmp / TOKENIZER_CONFIG, tokenizer_config(ckpt.tokenizer))
-        atomic_write_json(tmp / GENERATION_CONFIG, _generation_config(ckpt.tokenizer))
+        save_tokenizer_files(ckpt.tokenizer, tmp)
         for path in code_files:
             shutil.copy(path, tmp / path.name)
         write_weights(state, tmp, max_shard_bytes)

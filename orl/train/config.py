@@ -63,6 +63,9 @@ class OptimConfig:
 class DiffusionConfig:
     block_size: int = 16
     max_new_tokens: int = 64
+    # Where blocks sit in the converted model: "after-prompt" (ours) or "absolute" (SDAR's layout, saved as
+    # an SDARForCausalLM checkpoint), METHOD.md §5.
+    block_layout: str = "after-prompt"
 
 
 @dataclass

@@ -38,13 +38,17 @@ def step_rng(seed: int, step: int) -> random.Random:
     return random.Random(seed * 1_000_003 + step)
 
 
-def encode_pair(tokenizer: Tokenizer, prompt: str, completion: str, block_size: int | None = None) -> tuple[list[int], list[int]]:
+def encode_pair(tokenizer: Tokenizer, prompt: str, completion: str, block_size: int | None = None,
+                layout: str = "after-prompt") -> tuple[list[int], list[int]]:
     """Prompt ids and completion ids + <eos>; with a block size the completion is padded with <eos>
-    to whole blocks, which is what block decoding produces after <eos> (METHOD.md §2)."""
+    to whole blocks of its layout (blocks from the prompt's end, or from position 0 for the
+    absolute layout), which is what block decoding produces after <eos> (METHOD.md §2)."""
+    prompt_ids = tokenizer.encode(prompt)
     completion_ids = tokenizer.encode(completion) + [tokenizer.eos_id]
     if block_size:
-        completion_ids += [tokenizer.eos_id] * (-len(completion_ids) % block_size)
-    return tokenizer.encode(prompt), completion_ids
+        used = len(completion_ids) + (len(prompt_ids) if layout == "absolute" else 0)
+        completion_ids += [tokenizer.eos_id] * (-used % block_size)
+    return prompt_ids, completion_ids
 
 
 def pad_rows(rows: list[tuple[list[int], list[int]]], pad_id: int, max_len: int) -> TokenBatch:
@@ -65,9 +69,9 @@ def pad_rows(rows: list[tuple[list[int], list[int]]], pad_id: int, max_len: int)
 
 def pair_batch(
     tokenizer: Tokenizer, seed: int, step: int, batch_size: int, difficulty: str, held_out: frozenset[str],
-    max_len: int, block_size: int | None = None,
+    max_len: int, block_size: int | None = None, layout: str = "after-prompt",
 ) -> TokenBatch:
     rng = step_rng(seed, step)
     diff = tinycode.DIFFICULTIES[difficulty]
     pairs = [tinycode.train_pair(rng, diff, held_out) for _ in range(batch_size)]
-    return pad_rows([encode_pair(tokenizer, p, c, block_size) for p, c in pairs], tokenizer.pad_id, max_len)
+    return pad_rows([encode_pair(tokenizer, p, c, block_size, layout) for p, c in pairs], tokenizer.pad_id, max_len)

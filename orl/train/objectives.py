@@ -63,28 +63,35 @@ class Noise:
     masked: torch.Tensor  # [b, t] bool
     t: torch.Tensor  # [b]
     lengths: torch.Tensor  # [b] each row cut after its chosen block
+    mask_origin: torch.Tensor  # [b] where the block-causal mask counts blocks from (orl/decoding/layout.py)
 
     def select(self, rows: torch.Tensor | slice) -> Noise:
-        return Noise(self.ids[rows], self.masked[rows], self.t[rows], self.lengths[rows])
+        return Noise(self.ids[rows], self.masked[rows], self.t[rows], self.lengths[rows], self.mask_origin[rows])
 
     @property
     def count(self) -> float:
         return float(self.masked.sum())
 
 
-def noise_one_block(batch: TokenBatch, block_size: int, mask_id: int, generator: torch.Generator) -> Noise:
+def noise_one_block(batch: TokenBatch, block_size: int, mask_id: int, generator: torch.Generator,
+                    layout: str = "after-prompt") -> Noise:
     """Pick a block per row, cut the row after it, mask it with rate t (at least one position).
 
+    Our layout counts blocks from the end of the prompt; the absolute one (SDAR) from position 0,
+    so the first block a row may pick holds the prompt's tail, whose positions stay unmasked.
     Drawn on the CPU from the step's generator for the whole global batch, whatever the device
     and the world size, so every split of the batch sees the same noise.
     """
     ids = batch.ids.clone()
     b, width = ids.shape
-    completion_len = batch.lengths - batch.prompt_lens  # a multiple of block_size (encode_pair pads)
-    n_blocks = torch.div(completion_len, block_size, rounding_mode="floor").clamp_min(1)
-    block = (torch.rand(b, generator=generator) * n_blocks).long()
-    start = batch.prompt_lens + block * block_size
-    lengths = torch.minimum(start + block_size, batch.lengths)
+    B, P = block_size, batch.prompt_lens
+    # The row's blocks: encode_pair pads every row's end to a block boundary of its layout.
+    origin = torch.zeros_like(P) if layout == "absolute" else P
+    first = torch.div(P - origin, B, rounding_mode="floor")  # the block holding position P
+    n_blocks = (torch.div(batch.lengths - origin - 1, B, rounding_mode="floor") - first + 1).clamp_min(1)
+    block = first + (torch.rand(b, generator=generator) * n_blocks).long()
+    start = torch.maximum(origin + block * B, P)  # never a prompt position
+    lengths = torch.minimum(origin + (block + 1) * B, batch.lengths)
     t = torch.rand(b, generator=generator).clamp_min(1e-3)
     pos = torch.arange(width)[None, :]
     in_block = (pos >= start[:, None]) & (pos < lengths[:, None])
@@ -93,7 +100,7 @@ def noise_one_block(batch: TokenBatch, block_size: int, mask_id: int, generator:
     forced = start + (torch.rand(b, generator=generator) * (lengths - start)).long()
     masked[torch.arange(b), forced] = True
     ids[masked] = mask_id
-    return Noise(ids, masked, t, lengths)
+    return Noise(ids, masked, t, lengths, origin)
 
 
 def masked_block_sum(model: Transformer, batch: TokenBatch, noise: Noise, groups: int = LENGTH_GROUPS) -> torch.Tensor:
@@ -106,7 +113,7 @@ def masked_block_sum(model: Transformer, batch: TokenBatch, noise: Noise, groups
     for rows in length_groups(lengths, groups):
         width = int(lengths[rows].max())
         targets = batch.ids[rows, :width]
-        mask = training_mask(width, batch.prompt_lens[rows], cfg.block_size, lengths[rows])
+        mask = training_mask(width, noise.mask_origin[rows].to(device), cfg.block_size, lengths[rows])
         logits = model(noisy[rows, :width], mask=mask)
         ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
         total = total + (ce * masked[rows, :width].float() / t[rows, None]).sum()

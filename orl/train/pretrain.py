@@ -16,6 +16,7 @@ import torch
 
 from orl.errors import CheckpointError, ConfigError
 from orl.model.checkpoint import checkpoint_digest, load_checkpoint
+from orl.model.masks import BLOCK_LAYOUTS
 from orl.model.transformer import ModelConfig, Transformer, count_parameters
 from orl.tasks import tinycode
 from orl.tokenizer import Tokenizer, load_tokenizer, train_bpe
@@ -112,14 +113,17 @@ def convert_to_diffusion(
         raise CheckpointError(f"{Path(init_dir) / 'config.json'}: architectures: --init must be an AR checkpoint "
                               "(Qwen3ForCausalLM); this one is already a diffusion model")
     if init.tokenizer.mask_id is None:
-        raise CheckpointError(f"{Path(init_dir) / 'tokenizer.json'}: added_tokens: no [MASK] token; "
-                              "conversion to diffusion needs one")
-    block = preset.diffusion.block_size
+        raise CheckpointError(f"{Path(init_dir) / 'tokenizer.json'}: added_tokens: no mask token ([MASK], <|MASK|>); "
+                              "conversion to diffusion needs one (SDAR adds <|MASK|> at id 151669 to Qwen3's)")
+    block, layout = preset.diffusion.block_size, preset.diffusion.block_layout
+    if layout not in BLOCK_LAYOUTS:
+        raise ConfigError(f"diffusion.block_layout: expected one of {', '.join(BLOCK_LAYOUTS)}, got {layout!r}")
     if block <= 0 or block > preset.model.max_position_embeddings:
         raise ConfigError(f"diffusion.block_size: expected 1..{preset.model.max_position_embeddings}, got {block}")
     model = init.model
     model.config.attention_mode = "block-causal"
     model.config.block_size = block
+    model.config.block_layout = layout
     model.config.mask_token_id = init.tokenizer.mask_id
     model.config.residual_alpha = 0.0
     tokenizer = init.tokenizer
@@ -131,10 +135,11 @@ def convert_to_diffusion(
 
     def step(i: int) -> Step:
         batch = pair_batch(tokenizer, optim.seed, i, optim.batch_size, preset.difficulty, held_out, max_len,
-                           block_size=block)
-        noise = noise_one_block(batch, block, tokenizer.mask_id, torch.Generator().manual_seed(optim.seed * 7919 + i))
+                           block_size=block, layout=layout)
+        noise = noise_one_block(batch, block, tokenizer.mask_id, torch.Generator().manual_seed(optim.seed * 7919 + i),
+                                layout)
         return diffusion_step(model, batch, noise, world, optim.micro_batch_size)
 
-    digest = _stage_digest(preset, "convert", f"-B{block}-init{checkpoint_digest(init_dir)[:12]}")
+    digest = _stage_digest(preset, "convert", f"-B{block}-{layout}-init{checkpoint_digest(init_dir)[:12]}")
     return train(model, step, optim, out_dir, tokenizer, digest=digest, stage="convert", world=world,
                  progress=progress, model_name=f"{preset.name}-dlm")
