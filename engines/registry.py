@@ -8,6 +8,7 @@ server: `orl serving-args` prints it and `build_serving_engine` runs it.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -93,6 +94,10 @@ def serving_call(
     """What a serving row passes to its server, checked against its checkpoints (no package imported)."""
     config = read_target_config(ckpt_dir)
     method = check_method(name, method, config, draft_dir)
+    # Absolute paths of folders checked to exist: a server takes a path it cannot find for a hub model
+    # name to download, which must never happen here.
+    ckpt_dir = Path(ckpt_dir).resolve()
+    draft_dir = Path(draft_dir).resolve() if draft_dir is not None else None
     common = {"eos_ids": eos_ids, "draft_dir": draft_dir, "dtype": dtype,
               "num_speculative_tokens": num_speculative_tokens, "ignore_eos": ignore_eos}
     if name == "vllm":
@@ -115,6 +120,7 @@ def build_serving_engine(
     reason = serving.environment_reason(name)
     if reason is not None:
         raise EngineUnavailable(reason)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the servers read local folders only: nothing is downloaded
     if not str(device).startswith("cuda"):
         raise InputError(f"--device {device}: {name} serves on CUDA only; pass --device cuda")
     config = read_target_config(ckpt_dir)

@@ -104,6 +104,7 @@ def test_bench_latency_server_that_fails_to_start_is_not_run(ar_ckpt_dir, tmp_pa
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=refuse))
     monkeypatch.setattr(serving, "environment_reason", lambda package: None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # --device cuda passes its check
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     draft = tmp_path / "draft"

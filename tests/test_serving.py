@@ -8,6 +8,7 @@ out by hand below each one.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import types
@@ -291,6 +292,7 @@ def test_the_environment_is_the_first_reason(folders, monkeypatch):
     assert "vllm" not in sys.modules and "sglang" not in sys.modules
     # Where the server could run, a bad draft path is an error naming the file, and the device must be CUDA.
     monkeypatch.setattr(serving, "environment_reason", lambda name: None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(CheckpointError, match="config.json: file not found"):
         build_serving_engine("vllm", folders["ar"], method="eagle3", draft_dir=folders["ar"] / "missing")
     with pytest.raises(InputError, match="serves on CUDA only"):
@@ -305,6 +307,8 @@ def _fake_package(monkeypatch, name: str, **attrs) -> types.ModuleType:
         setattr(module, key, value)
     monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setattr(serving, "environment_reason", lambda package: None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "")  # restored afterwards; the engine sets it
+    monkeypatch.delenv("HF_HUB_OFFLINE")
     return module
 
 
@@ -315,6 +319,7 @@ def test_a_server_that_fails_to_start_is_unavailable_with_its_message(folders, m
     _fake_package(monkeypatch, "vllm", LLM=refuse)
     with pytest.raises(EngineUnavailable, match="vllm cannot serve .*draft_model.*same vocabulary size"):
         build_serving_engine("vllm", folders["ar"], method="draft_model", draft_dir=folders["draft"])
+    assert os.environ["HF_HUB_OFFLINE"] == "1"  # the servers read local folders only
 
 
 def test_sglang_engine_shuts_its_server_down(folders, monkeypatch):
@@ -343,6 +348,6 @@ def test_sglang_engine_shuts_its_server_down(folders, monkeypatch):
         assert info.settings["method"] == "dllm" and info.settings["notes"] == [NO_RESIDUAL]
         assert engine.generate("def f(x):\n", 4).nfe == 0
     assert server.shutdowns == 1
-    assert not __import__("os").path.exists(config_file)
+    assert not os.path.exists(config_file)
     engine.close()  # idempotent
     assert server.shutdowns == 1
