@@ -21,6 +21,7 @@ from orl.engines.serving import SERVING_ENGINES, ServingCall, check_method, read
 from orl.engines.sglang import SGLangEngine, sglang_call
 from orl.engines.vllm import VLLMEngine, vllm_call
 from orl.errors import InputError
+from orl.tokenizer import load_tokenizer
 
 ENGINE_NAMES = ("dlmrt", "dlmrt-eager", "reference", "hf", "hf-assisted", "dflash", "vllm", "sglang")
 
@@ -115,8 +116,6 @@ def build_serving_engine(
     The environment is checked first: without CUDA or the package the row cannot run whatever its
     checkpoints are (the CPU profiles have no EAGLE-3 head at all), and that is the reason to print.
     """
-    from orl.tokenizer import load_tokenizer
-
     reason = serving.environment_reason(name)
     if reason is not None:
         raise EngineUnavailable(reason)
