@@ -10,7 +10,7 @@ EXTRAS ?= dev,eval
 CORES  ?= 2
 PROFILE ?= tiny
 
-.PHONY: venv test reproduce reproduce-all report lint
+.PHONY: venv test reproduce reproduce-all report lint serving-check
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,3 +43,18 @@ report: venv
 
 lint: venv
 	$(VENV)/bin/ruff check .
+
+# The serving baselines' calls (`orl serving-args`, all 9 engine/method pairs) constructed in the real
+# vllm and sglang argument classes (scripts/check_serving_args.py); no GPU needed. vllm and sglang pin
+# different torch builds, so each gets its own environment under SERVING_VENVS (9-11 GB each), built
+# with the version pyproject pins and reused when that version is already there.
+SERVING_VENVS ?= .venv-serving
+
+serving-check: venv
+	@for pkg in vllm sglang; do \
+	  pin=$$(grep -o "\"$$pkg==[^\"]*\"" pyproject.toml | tr -d '"'); env=$(SERVING_VENVS)/$$pkg; \
+	  if $$env/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('$$pkg') != '$${pin#*==}')" \
+	      2>/dev/null; then echo "$$env: $$pin already there"; \
+	  else $(PYTHON) -m venv $$env && $$env/bin/pip install -q "$$pin" || exit 1; fi; \
+	done
+	$(PY) scripts/serving_check.py --venvs $(SERVING_VENVS)

@@ -1,18 +1,27 @@
 """Build an engine by name: the one place that maps a table row's `engine` to code.
 
-GPU engines (vllm, sglang) are imported lazily; when they cannot run here the
-factory raises EngineUnavailable with the reason a table prints as "not run".
+The serving engines (vllm, sglang) import their packages only when built; where they
+cannot run the factory raises EngineUnavailable with the reason a table prints as "not
+run". `serving_call` is the one function that decides what a serving row passes to its
+server: `orl serving-args` prints it and `build_serving_engine` runs it.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import torch
 
 from orl.decoding import Policy
-from orl.engines.base import Engine
+from orl.engines import serving
+from orl.engines.base import Engine, EngineUnavailable
+from orl.engines.serving import SERVING_ENGINES, ServingCall, check_method, read_target_config
+from orl.engines.sglang import SGLangEngine, sglang_call
+from orl.engines.vllm import VLLMEngine, vllm_call
 from orl.errors import InputError
+from orl.tokenizer import load_tokenizer
 
 ENGINE_NAMES = ("dlmrt", "dlmrt-eager", "reference", "hf", "hf-assisted", "dflash", "vllm", "sglang")
 
@@ -20,21 +29,23 @@ ENGINE_NAMES = ("dlmrt", "dlmrt-eager", "reference", "hf", "hf-assisted", "dflas
 def build_engine(
     name: str, ckpt_dir: str | Path, *, policy: Policy | None = None, draft_dir: str | Path | None = None,
     device: str = "cpu", dtype: torch.dtype | None = None, residual: bool = True, log_steps: bool = False,
-    ignore_eos: bool = False,
+    ignore_eos: bool = False, method: str | None = None,
 ) -> Engine:
     """Load the checkpoint and wrap it in the named engine; dtype None keeps the checkpoint's own.
 
     `ignore_eos` (speed runs only, METHOD.md §4) makes every engine generate to the budget.
+    `method` is a serving row's method (vllm / sglang only; engines/serving.py METHODS).
     """
     from orl.model.checkpoint import load_checkpoint
 
     if name not in ENGINE_NAMES:
         raise InputError(f"--engine: unknown engine {name!r}; expected one of {', '.join(ENGINE_NAMES)}")
+    if name in SERVING_ENGINES:
+        return build_serving_engine(name, ckpt_dir, method=method, draft_dir=draft_dir, policy=policy,
+                                    device=device, dtype=dtype, ignore_eos=ignore_eos)
+    if method is not None:
+        raise InputError(f"--method: {method!r} applies to the serving engines ({', '.join(SERVING_ENGINES)}) only")
     policy = policy or Policy("fixed", 1)
-    if name in ("vllm", "sglang"):
-        from orl.engines.serving import build_serving_engine
-
-        return build_serving_engine(name, ckpt_dir, draft_dir=draft_dir, policy=policy)
     if name in ("hf", "hf-assisted"):
         from orl.engines.hf import load_hf_engine
 
@@ -69,3 +80,56 @@ def engine_for_checkpoint(
 
     return DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, log_steps=log_steps,
                        ignore_eos=ignore_eos)
+
+
+# --------------------------------------------------------------------------------------
+# Serving rows (vLLM, SGLang)
+# --------------------------------------------------------------------------------------
+
+
+def serving_call(
+    name: str, method: str | None, ckpt_dir: str | Path, *, eos_ids, draft_dir: str | Path | None = None,
+    policy: Policy | None = None, dtype="auto", num_speculative_tokens: int | None = None, ignore_eos: bool = False,
+    dllm_config_path: str | Path | None = None,
+) -> ServingCall:
+    """What a serving row passes to its server, checked against its checkpoints (no package imported)."""
+    config = read_target_config(ckpt_dir)
+    method = check_method(name, method, config, draft_dir)
+    # Absolute paths of folders checked to exist: a server takes a path it cannot find for a hub model
+    # name to download, which must never happen here.
+    ckpt_dir = Path(ckpt_dir).resolve()
+    draft_dir = Path(draft_dir).resolve() if draft_dir is not None else None
+    common = {"eos_ids": eos_ids, "draft_dir": draft_dir, "dtype": dtype,
+              "num_speculative_tokens": num_speculative_tokens, "ignore_eos": ignore_eos}
+    if name == "vllm":
+        return vllm_call(ckpt_dir, method, **common)
+    return sglang_call(ckpt_dir, method, config=config, policy=policy, dllm_config_path=dllm_config_path, **common)
+
+
+def build_serving_engine(
+    name: str, ckpt_dir: str | Path, *, method: str | None = None, draft_dir: str | Path | None = None,
+    policy: Policy | None = None, device: str = "cuda", dtype=None, ignore_eos: bool = False,
+    num_speculative_tokens: int | None = None,
+) -> Engine:
+    """The vllm / sglang engine of a row, or EngineUnavailable with the reason it cannot run here.
+
+    The environment is checked first: without CUDA or the package the row cannot run whatever its
+    checkpoints are (the CPU profiles have no EAGLE-3 head at all), and that is the reason to print.
+    """
+    reason = serving.environment_reason(name)
+    if reason is not None:
+        raise EngineUnavailable(reason)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the servers read local folders only: nothing is downloaded
+    if not str(device).startswith("cuda"):
+        raise InputError(f"--device {device}: {name} serves on CUDA only; pass --device cuda")
+    config = read_target_config(ckpt_dir)
+    tokenizer = load_tokenizer(ckpt_dir)
+    # SGLang reads its dLLM settings from a file; the engine removes it when closed (or the
+    # TemporaryDirectory's finalizer does, should building the call fail).
+    workdir = tempfile.TemporaryDirectory(prefix="orl-sglang-") if name == "sglang" else None
+    call = serving_call(name, method, ckpt_dir, eos_ids=tokenizer.eos_ids, draft_dir=draft_dir, policy=policy,
+                        dtype=dtype, num_speculative_tokens=num_speculative_tokens, ignore_eos=ignore_eos,
+                        dllm_config_path=Path(workdir.name) / "dllm_algorithm.yaml" if workdir else None)
+    if name == "vllm":
+        return VLLMEngine(call, config, tokenizer)
+    return SGLangEngine(call, config, tokenizer, policy=policy, workdir=workdir)

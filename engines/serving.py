@@ -1,57 +1,58 @@
-"""vLLM and SGLang behind the Engine interface (GPU rows of Tables 2 and 3).
+"""What vLLM and SGLang rows share: the methods each server runs, whether it can run here, the call.
 
-Neither package is imported at module level: they need CUDA and take seconds
-to import. Everything that can be decided without them is a pure function
-here and is what the tests cover:
+The servers themselves live in engines/vllm.py and engines/sglang.py; neither package is
+imported until an engine is built (they need CUDA and take seconds to import). This module
+imports nothing heavy, so orl/rows.py can check its rows against METHODS.
 
-- which method a row runs (`serving_method`): plain AR, draft-model speculative,
-  EAGLE3, or SGLang's dLLM backend;
-- the constructor arguments (`vllm_llm_kwargs`, `sglang_engine_kwargs`) and the
-  per-request sampling arguments (greedy, stop at <eos>, token ids in and out);
-- parsing what comes back into Generation fields (`parse_vllm_spec_counters`,
-  `generation_from_vllm`, `generation_from_sglang`).
+A row's *method* is data of the row (orl/rows.py `Row.method`), passed as `--method`: it is
+never guessed from the names in a checkpoint's config (many EAGLE-3 heads ship as
+`LlamaForCausalLM`, DFlash drafters as `DFlashDraftModel`).
 
-Prompts are tokenized by our tokenizer and passed as token ids (both servers
-run with `skip_tokenizer_init`), so every engine sees exactly the same tokens.
-
-How forwards are counted (the convention of engines/reference.py and hf.py:
-the forward that processes the prompt also yields the first token and counts):
-- AR: nfe = generated tokens.
-- vLLM speculative: vLLM counts, per verification step, one draft
-  (`vllm:spec_decode_num_drafts`), the drafted tokens and the accepted ones; the
-  request's target forwards are its prefill plus one per verification step, so
-  nfe = 1 + Δnum_drafts, and vLLM's own mean acceptance length
-  1 + Δaccepted / Δdrafts goes to `extra["acceptance_length"]`.
-- SGLang speculative: `meta_info["spec_verify_ct"]` verification forwards, nfe = 1 + that.
-- SGLang dLLM: its per-request output carries no forward count, so nfe is left at 0
-  and `extra["nfe_unavailable"]` says why; bench-latency then omits TPF rather
-  than printing a made-up one.
-
-`build_serving_engine` raises EngineUnavailable with the precise reason (no CUDA,
-package missing, architecture the server cannot load); bench-latency turns that
-into a "not run: <reason>" record.
+One acceptance-length definition for every speculative row (METHOD.md §4): tokens per
+verifying target forward, the bonus token included, prefill excluded. A generation says
+how many of its target forwards verified a draft in `extra["verify_forwards"]`; the other
+target forwards (vLLM's and SGLang's prefill) yielded one token each and are left out of
+both sides of the ratio (orl/commands/bench_latency.py `acceptance_length`). Engines
+that verify in their first forward (hf-assisted, our dflash) leave the key out: all their
+forwards verify. Each server's own figure is kept beside it as `server_acceptance_length`
+(vLLM: 1 + accepted / verify steps, prefill excluded; SGLang: completion tokens / verify
+steps, which counts the prefill's token).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
-import tempfile
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
+import yaml
 
-from orl.decoding import Policy, plan_request
-from orl.engines.base import EngineInfo, EngineUnavailable, Generation
 from orl.errors import CheckpointError, InputError
+from orl.io import atomic_write_text
 
 SERVING_ENGINES = ("vllm", "sglang")
-# Rows each server can run: vLLM serves the AR model alone or with speculation;
-# SGLang serves it alone, with EAGLE3, or (Table 3) a dLLM through its dLLM backend.
-METHODS = {"vllm": ("ar", "draft_model", "eagle3"), "sglang": ("ar", "eagle3", "dllm")}
-DEFAULT_SPECULATIVE_TOKENS = 5
+# The rows each server runs (Tables 2 and 3). draft_model / standalone: a separate small AR draft
+# model; eagle3: an EAGLE-3 head on the target's hidden states; dflash: the public DFlash
+# block-diffusion drafter (DFlashDraftModel, conditioned on the target's hidden states);
+# dllm: SGLang's diffusion-LLM backend serving a block-diffusion model itself.
+METHODS = {
+    "vllm": ("ar", "draft_model", "eagle3", "dflash"),
+    "sglang": ("ar", "standalone", "eagle3", "dflash", "dllm"),
+}
+SPECULATIVE_METHODS = ("draft_model", "standalone", "eagle3", "dflash")
+# Block-diffusion architectures of a target (ours and those SGLang's dLLM backend loads): such a
+# target runs `dllm`, never an AR method.
+DIFFUSION_ARCHS = ("OrlBlockDiffusionLM", "SDARForCausalLM", "SDARMoeForCausalLM", "LLaDA2MoeModelLM",
+                   "DiffusionGemmaForBlockDiffusion")
+# Drafted tokens per verification. DFlash drafts one block of 16 (z-lab/Qwen3-4B-DFlash-b16): the
+# anchor token and 15 drafts. The others start at 5; Table 2's matched-accuracy point may move them.
+DEFAULT_SPECULATIVE_TOKENS = {"draft_model": 5, "standalone": 5, "eagle3": 5, "dflash": 15}
+# The versions whose APIs this code was checked against (pyproject's vllm / sglang extras pin them;
+# `make serving-check` constructs every call in them).
+CHECKED_VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23"}
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 # --------------------------------------------------------------------------------------
@@ -64,374 +65,142 @@ def unavailable_reason(package: str, *, cuda: bool, installed: bool) -> str | No
     if not cuda and not installed:
         return f"needs CUDA and {package}"
     if not installed:
-        return f"needs {package} (not installed; pip install 'orl-harness[gpu]')"
+        return f"needs {package} (not installed; pip install 'orl-harness[{package}]' in its own environment)"
     if not cuda:
         return f"needs CUDA ({package} is installed but torch sees no GPU)"
     return None
 
 
-def _environment_reason(package: str) -> str | None:
-    import torch
+def environment_reason(package: str) -> str | None:
+    """Why `package` cannot serve on this machine (no CUDA, not installed), None when it can."""
+    import torch  # lazily, as orl.model below: this module stays light for orl/rows.py
 
     installed = importlib.util.find_spec(package) is not None
     return unavailable_reason(package, cuda=torch.cuda.is_available(), installed=installed)
 
 
+def package_version(package: str) -> str | None:
+    """The installed version (package metadata: importing vllm or sglang would initialise CUDA)."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 # --------------------------------------------------------------------------------------
-# Configuration (pure)
+# The row's method, checked against the checkpoints (pure)
 # --------------------------------------------------------------------------------------
 
 
-def serving_method(engine: str, config: dict, draft_config: dict | None, method: str | None = None) -> str:
-    """Which row this is, from the checkpoint configs (or `method` when given explicitly).
+def read_target_config(ckpt_dir: str | Path) -> dict:
+    """config.json of a served target, any architecture the server may load (ours, Qwen3, SDAR...)."""
+    from orl.model.checkpoint import read_json_config  # orl.model imports torch
 
-    A block-diffusion target means SGLang's dLLM backend; a draft whose architecture
-    names EAGLE3 means EAGLE3; any other draft is draft-model speculation.
-    """
+    path = Path(ckpt_dir) / "config.json"
+    config = read_json_config(path, "a served checkpoint needs config.json")
+    archs = config.get("architectures")
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        raise CheckpointError(f"{path}: architectures: expected a non-empty list of names, got {archs!r}")
+    return config
+
+
+def check_method(engine: str, method: str | None, config: dict, draft_dir: str | Path | None) -> str:
+    """The method a row runs, checked; None means plain AR (an AR target) or dllm (a diffusion target)."""
     if engine not in SERVING_ENGINES:
         raise InputError(f"--engine: {engine!r} is not a serving engine ({', '.join(SERVING_ENGINES)})")
-    diffusion = config["architectures"][0] == "OrlBlockDiffusionLM"
+    arch = config["architectures"][0]
+    diffusion = arch in DIFFUSION_ARCHS
     if method is None:
-        if diffusion:
-            method = "dllm"
-        elif draft_config is None:
-            method = "ar"
-        else:
-            archs = " ".join(str(a) for a in draft_config.get("architectures") or [])
-            method = "eagle3" if "eagle3" in archs.lower() else "draft_model"
+        if draft_dir is not None:
+            raise InputError(f"--method: {engine} with --draft needs the row's method "
+                             f"({', '.join(m for m in METHODS[engine] if m in SPECULATIVE_METHODS)})")
+        method = "dllm" if diffusion else "ar"
     if method not in METHODS[engine]:
-        raise InputError(f"{engine}: cannot run {method!r}; it runs {', '.join(METHODS[engine])}")
+        raise InputError(f"--method: {engine} runs {', '.join(METHODS[engine])}; got {method!r}")
     if diffusion != (method == "dllm"):
-        what = "a block-diffusion checkpoint" if diffusion else "an AR checkpoint"
+        what = f"a block-diffusion checkpoint ({arch})" if diffusion else f"an AR checkpoint ({arch})"
         raise CheckpointError(f"--ckpt: {engine} method {method!r} does not apply to {what}")
-    if method in ("draft_model", "eagle3") and draft_config is None:
-        raise InputError(f"--draft: {engine} method {method!r} needs a draft checkpoint")
+    if (method in SPECULATIVE_METHODS) != (draft_dir is not None):
+        need = "needs a draft checkpoint (--draft)" if method in SPECULATIVE_METHODS else "takes no --draft"
+        raise InputError(f"--draft: {engine} method {method!r} {need}")
+    if draft_dir is not None and not (Path(draft_dir) / "config.json").is_file():
+        raise CheckpointError(f"{Path(draft_dir) / 'config.json'}: file not found (the --draft checkpoint of "
+                              f"{engine} {method})")
     return method
 
 
-def read_draft_config(draft_dir: str | Path) -> dict:
-    """A draft's config.json, any architecture (an EAGLE3 head is not one of our checkpoints)."""
-    from orl.model.checkpoint import read_json_config
-
-    return read_json_config(Path(draft_dir) / "config.json", "the draft checkpoint needs a config.json")
-
-
-def vllm_llm_kwargs(
-    ckpt_dir: str | Path, *, method: str = "ar", draft_dir: str | Path | None = None,
-    num_speculative_tokens: int = DEFAULT_SPECULATIVE_TOKENS, max_model_len: int | None = None,
-    dtype: str = "auto", seed: int = 0, gpu_memory_utilization: float = 0.8, enforce_eager: bool = False,
-) -> dict[str, Any]:
-    """Keyword arguments of `vllm.LLM(...)` for one Table 2 row, batch-1 latency settings."""
-    if method not in METHODS["vllm"]:
-        raise InputError(f"vllm: unknown method {method!r}; expected one of {', '.join(METHODS['vllm'])}")
-    kwargs: dict[str, Any] = {
-        "model": str(ckpt_dir),
-        "skip_tokenizer_init": True,  # token ids in and out: our tokenizer, as for every engine
-        "dtype": dtype,
-        "seed": seed,
-        "max_num_seqs": 1,  # batch 1: the latency protocol of METHOD.md §4
-        "enable_prefix_caching": False,  # every request pays its prefill, as in the other engines
-        "disable_log_stats": False,  # LLM.get_metrics() (spec-decode counters) needs stats on
-        "gpu_memory_utilization": gpu_memory_utilization,
-        "enforce_eager": enforce_eager,
-    }
-    if max_model_len is not None:
-        kwargs["max_model_len"] = max_model_len
-    if method != "ar":
-        if draft_dir is None:
-            raise InputError(f"--draft: vllm method {method!r} needs a draft checkpoint")
-        if num_speculative_tokens < 1:
-            raise InputError(f"num_speculative_tokens: expected a positive integer, got {num_speculative_tokens}")
-        kwargs["speculative_config"] = {
-            "method": method,
-            "model": str(draft_dir),
-            "num_speculative_tokens": num_speculative_tokens,
-        }
-    return kwargs
+def speculative_tokens(method: str, value: int | None) -> int:
+    """Drafted tokens per verification for a speculative method (its default when None)."""
+    value = DEFAULT_SPECULATIVE_TOKENS[method] if value is None else value
+    if not isinstance(value, int) or value < 1:
+        raise InputError(f"--num-speculative-tokens: expected a positive integer, got {value!r}")
+    return value
 
 
-def vllm_sampling_kwargs(max_new_tokens: int, eos_id: int) -> dict[str, Any]:
-    """Keyword arguments of `vllm.SamplingParams(...)`: greedy, stop at <eos>, no detokenization."""
-    return {"temperature": 0.0, "max_tokens": max_new_tokens, "stop_token_ids": [eos_id], "detokenize": False}
-
-
-def sglang_dllm_algorithm_config(policy: Policy, block_size: int) -> dict[str, Any]:
-    """SGLang's LowConfidence dLLM settings matching our policy (the YAML of --dllm-algorithm-config).
-
-    LowConfidence commits every masked position whose confidence clears a threshold
-    (at least one per step): our `threshold:τ` policy. Other policies have no
-    SGLang equivalent, and Table 3 compares identical settings only.
-    """
-    if policy.name != "threshold":
-        raise InputError(f"--policy: sglang's dLLM backend (LowConfidence) runs threshold:<τ> only, got {policy}")
-    return {"threshold": float(policy.value), "block_size": int(block_size)}
-
-
-def sglang_engine_kwargs(
-    ckpt_dir: str | Path, *, method: str = "ar", draft_dir: str | Path | None = None,
-    num_speculative_tokens: int = DEFAULT_SPECULATIVE_TOKENS, dllm_config_path: str | Path | None = None,
-    dtype: str = "auto", seed: int = 0,
-) -> dict[str, Any]:
-    """Keyword arguments of `sglang.Engine(...)` for one Table 2/3 row."""
-    if method not in METHODS["sglang"]:
-        raise InputError(f"sglang: unknown method {method!r}; expected one of {', '.join(METHODS['sglang'])}")
-    kwargs: dict[str, Any] = {
-        "model_path": str(ckpt_dir),
-        "skip_tokenizer_init": True,
-        "dtype": dtype,
-        "random_seed": seed,
-        "max_running_requests": 1,
-        "disable_radix_cache": True,  # no prefix reuse between the suite's requests
-    }
-    if method == "eagle3":
-        if draft_dir is None:
-            raise InputError("--draft: sglang method 'eagle3' needs a draft checkpoint")
-        kwargs.update(
-            speculative_algorithm="EAGLE3", speculative_draft_model_path=str(draft_dir),
-            speculative_num_steps=num_speculative_tokens, speculative_eagle_topk=1,  # a chain, as greedy verification
-            speculative_num_draft_tokens=num_speculative_tokens + 1,
-        )
-    elif method == "dllm":
-        if dllm_config_path is None:
-            raise InputError("sglang method 'dllm' needs the LowConfidence config file (dllm_config_path)")
-        kwargs.update(dllm_algorithm="LowConfidence", dllm_algorithm_config=str(dllm_config_path))
-    return kwargs
-
-
-def sglang_sampling_params(max_new_tokens: int, eos_id: int) -> dict[str, Any]:
-    return {"temperature": 0.0, "max_new_tokens": max_new_tokens, "stop_token_ids": [eos_id]}
+def serving_dtype(dtype) -> str:
+    """The server's dtype argument for our --dtype (a name, or a torch dtype; None: 'auto')."""
+    name = "auto" if dtype is None else str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise InputError(f"--dtype: {name!r}: the servers take one of {', '.join(DTYPES)}")
+    return name
 
 
 # --------------------------------------------------------------------------------------
-# Parsing what comes back (pure)
+# The call: what `orl serving-args` prints and what the engine runs
 # --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class SpecCounters:
-    """vLLM's cumulative speculative-decoding counters."""
+class ServingCall:
+    """The constructor call and per-request sampling arguments of one serving row."""
 
-    num_drafts: int = 0
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
+    engine: str  # "vllm" / "sglang"
+    method: str
+    constructor: str  # what `kwargs` are passed to: "vllm.LLM" / "sglang.Engine"
+    kwargs: dict[str, Any]
+    sampling: dict[str, Any]  # per request, without the budget
+    budget_key: str  # the sampling argument that takes max_new_tokens
+    dllm_config: dict[str, Any] | None = None  # YAML written to kwargs["dllm_algorithm_config"] (sglang dllm)
+    notes: tuple[str, ...] = field(default=())  # what this row cannot match of our settings
 
-    def __sub__(self, other: SpecCounters) -> SpecCounters:
-        return SpecCounters(self.num_drafts - other.num_drafts, self.num_draft_tokens - other.num_draft_tokens,
-                            self.num_accepted_tokens - other.num_accepted_tokens)
+    def sampling_for(self, max_new_tokens: int) -> dict[str, Any]:
+        return {**self.sampling, self.budget_key: int(max_new_tokens)}
 
-    @property
-    def acceptance_length(self) -> float | None:
-        """Mean tokens per verification step, the bonus token included (vLLM's definition)."""
-        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
-
-
-VLLM_SPEC_METRICS = {
-    "vllm:spec_decode_num_drafts": "num_drafts",
-    "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
-}
+    def to_json(self, max_new_tokens: int) -> dict[str, Any]:
+        return {"engine": self.engine, "method": self.method, "constructor": self.constructor,
+                "checked_version": CHECKED_VERSIONS[self.engine], "kwargs": self.kwargs,
+                "sampling_params": self.sampling_for(max_new_tokens), "dllm_algorithm_config": self.dllm_config,
+                "notes": list(self.notes)}
 
 
-def parse_vllm_spec_counters(metrics) -> SpecCounters:
-    """Sum vLLM's spec-decode counters from `LLM.get_metrics()` (objects or dicts with name and value).
-
-    A counter can appear once per engine / label set, so values of one name are summed.
-    """
-    totals = dict.fromkeys(VLLM_SPEC_METRICS.values(), 0)
-    for metric in metrics:
-        name = metric.get("name") if isinstance(metric, dict) else getattr(metric, "name", None)
-        if name not in VLLM_SPEC_METRICS:
-            continue
-        value = metric.get("value") if isinstance(metric, dict) else getattr(metric, "value", None)
-        if not isinstance(value, (int, float)) or value < 0:
-            raise InputError(f"vllm metrics: {name}: expected a non-negative counter value, got {value!r}")
-        totals[VLLM_SPEC_METRICS[name]] += int(value)
-    return SpecCounters(**totals)
+def write_dllm_config(call: ServingCall) -> None:
+    """Write the dLLM YAML where the call's kwargs say SGLang will read it."""
+    if call.dllm_config is None:
+        raise InputError(f"{call.engine} {call.method}: this call has no dLLM config to write")
+    atomic_write_text(call.kwargs["dllm_algorithm_config"], yaml.safe_dump(call.dllm_config, sort_keys=True))
 
 
-def _cut_at_eos(token_ids: list[int], eos_id: int, stopped_on_eos: bool) -> list[int]:
-    """Tokens up to and including the first <eos>; servers that drop the stop token get it back."""
+# --------------------------------------------------------------------------------------
+# What comes back (pure)
+# --------------------------------------------------------------------------------------
+
+
+def cut_at_eos(token_ids, eos_ids, stopped_on_eos: bool) -> list[int]:
+    """Tokens up to and including the first <eos>; a server that dropped the stop token gets it back."""
     token_ids = list(token_ids)
-    if eos_id in token_ids:
-        return token_ids[: token_ids.index(eos_id) + 1]
+    for i, token in enumerate(token_ids):
+        if token in eos_ids:
+            return token_ids[: i + 1]
     if stopped_on_eos:
-        token_ids.append(eos_id)
+        token_ids.append(eos_ids[0])
     return token_ids
 
 
-def generation_from_vllm(
-    token_ids: list[int], *, finish_reason: str | None, stop_reason, eos_id: int, decode, wall_s: float,
-    spec: SpecCounters | None,
-) -> Generation:
-    """A Generation from one vLLM CompletionOutput's fields and the request's counter deltas (None for AR)."""
-    tokens = _cut_at_eos(token_ids, eos_id, finish_reason == "stop" and stop_reason == eos_id)
-    extra: dict[str, Any] = {"finish_reason": finish_reason}
-    if spec is None:
-        nfe = len(tokens)
-    else:
-        nfe = 1 + spec.num_drafts if tokens else 0
-        extra.update(spec_num_drafts=spec.num_drafts, spec_num_draft_tokens=spec.num_draft_tokens,
-                     spec_num_accepted_tokens=spec.num_accepted_tokens, acceptance_length=spec.acceptance_length)
-    return Generation(token_ids=tokens, text=decode(tokens), nfe=nfe, prefill_forwards=1 if tokens else 0,
-                      wall_time_s=wall_s, extra=extra)
-
-
-def generation_from_sglang(output: dict, *, method: str, eos_id: int, decode, wall_s: float) -> Generation:
-    """A Generation from one `sglang.Engine.generate` result ({"output_ids", "meta_info"})."""
-    if not isinstance(output, dict) or "output_ids" not in output or "meta_info" not in output:
-        raise InputError(f"sglang output: expected a dict with output_ids and meta_info, got {str(output)[:200]}")
-    meta = output["meta_info"]
-    finish = meta.get("finish_reason") or {}
-    stopped_on_eos = isinstance(finish, dict) and finish.get("type") == "stop" and finish.get("matched") == eos_id
-    tokens = _cut_at_eos(output["output_ids"], eos_id, stopped_on_eos)
-    extra: dict[str, Any] = {"finish_reason": finish, "server_latency_s": meta.get("e2e_latency")}
-    if method == "ar":
-        nfe = len(tokens)
-    elif method == "dllm":
-        nfe = 0
-        extra["nfe_unavailable"] = "sglang's dLLM backend reports no per-request forward count"
-    else:
-        verify = meta.get("spec_verify_ct")
-        if not isinstance(verify, int) or verify < 0:
-            raise InputError(f"sglang output: meta_info.spec_verify_ct: expected a non-negative integer, got {verify!r}")
-        nfe = 1 + verify if tokens else 0
-        completion = meta.get("completion_tokens", len(tokens))
-        extra.update(spec_verify_ct=verify, acceptance_length=completion / verify if verify else None)
-    return Generation(token_ids=tokens, text=decode(tokens), nfe=nfe, prefill_forwards=1 if tokens else 0,
-                      wall_time_s=wall_s, extra=extra)
-
-
-# --------------------------------------------------------------------------------------
-# The engines (need CUDA and the package; never imported by the tests)
-# --------------------------------------------------------------------------------------
-
-
-class VLLMEngine:
-    """One vllm.LLM serving one row; batch-1 greedy requests with token ids in and out."""
-
-    name = "vllm"
-
-    def __init__(self, ckpt_dir: Path, config: dict, *, method: str, draft_dir: Path | None, **llm_options):
-        from vllm import LLM
-
-        from orl.tokenizer import load_tokenizer
-
-        self.method, self.device = method, torch.device("cuda")
-        self.ckpt_dir, self.config = ckpt_dir, config
-        self.tokenizer = load_tokenizer(ckpt_dir)
-        self.max_positions = int(config["max_position_embeddings"])
-        self.precision = str(config.get("dtype") or config.get("torch_dtype") or "auto")
-        self.llm = LLM(**vllm_llm_kwargs(ckpt_dir, method=method, draft_dir=draft_dir, **llm_options))
-
-    def describe(self) -> EngineInfo:
-        policy = None if self.method == "ar" else {"name": f"vllm-{self.method}", "params": {}}
-        return EngineInfo(self.name, self.config.get("orl_model_name") or self.ckpt_dir.name, str(self.ckpt_dir),
-                          self.precision, str(self.device), policy, {"method": self.method})
-
-    def compile_key(self, prompt: str, max_new_tokens: int) -> None:
-        return None  # vLLM captures its own graphs at start-up
-
-    def _counters(self) -> SpecCounters | None:
-        return None if self.method == "ar" else parse_vllm_spec_counters(self.llm.get_metrics())
-
-    def generate(self, prompt: str, max_new_tokens: int) -> Generation:
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        ids = self.tokenizer.encode(prompt)
-        plan_request(len(ids), max_new_tokens, self.max_positions)
-        before = self._counters()
-        start = time.perf_counter()
-        out = self.llm.generate([TokensPrompt(prompt_token_ids=ids)],
-                                SamplingParams(**vllm_sampling_kwargs(max_new_tokens, self.tokenizer.eos_id)),
-                                use_tqdm=False)[0].outputs[0]
-        wall = time.perf_counter() - start
-        after = self._counters()
-        return generation_from_vllm(
-            list(out.token_ids), finish_reason=out.finish_reason, stop_reason=out.stop_reason,
-            eos_id=self.tokenizer.eos_id, decode=self.tokenizer.decode_completion, wall_s=wall,
-            spec=None if before is None else after - before,
-        )
-
-
-class SGLangEngine:
-    """One sglang.Engine serving one row (AR, EAGLE3 or its dLLM backend)."""
-
-    name = "sglang"
-
-    def __init__(self, ckpt_dir: Path, config: dict, *, method: str, draft_dir: Path | None,
-                 policy: Policy | None, **engine_options):
-        import sglang
-
-        from orl.io import atomic_write_text
-        from orl.tokenizer import load_tokenizer
-
-        self.method, self.device = method, torch.device("cuda")
-        self.ckpt_dir, self.config = ckpt_dir, config
-        self.tokenizer = load_tokenizer(ckpt_dir)
-        self.max_positions = int(config["max_position_embeddings"])
-        self.precision = str(config.get("dtype") or config.get("torch_dtype") or "auto")
-        self.policy = policy
-        dllm_path = None
-        if method == "dllm":
-            import yaml
-
-            settings = sglang_dllm_algorithm_config(policy or Policy("threshold", 0.9), int(config["block_size"]))
-            self._tmp = tempfile.TemporaryDirectory(prefix="orl-sglang-")
-            dllm_path = Path(self._tmp.name) / "dllm_algorithm.yaml"
-            atomic_write_text(dllm_path, yaml.safe_dump(settings))
-        kwargs = sglang_engine_kwargs(ckpt_dir, method=method, draft_dir=draft_dir, dllm_config_path=dllm_path,
-                                      **engine_options)
-        try:
-            self.engine = sglang.Engine(**kwargs)
-        except Exception as exc:  # e.g. "Unknown diffusion LLM: OrlBlockDiffusionLM"
-            raise EngineUnavailable(f"sglang cannot serve {ckpt_dir} ({method}): {exc}") from exc
-
-    def describe(self) -> EngineInfo:
-        if self.method == "dllm":
-            policy = (self.policy or Policy("threshold", 0.9)).to_record()
-        else:
-            policy = None if self.method == "ar" else {"name": f"sglang-{self.method}", "params": {}}
-        return EngineInfo(self.name, self.config.get("orl_model_name") or self.ckpt_dir.name, str(self.ckpt_dir),
-                          self.precision, str(self.device), policy, {"method": self.method})
-
-    def compile_key(self, prompt: str, max_new_tokens: int) -> None:
-        return None
-
-    def generate(self, prompt: str, max_new_tokens: int) -> Generation:
-        ids = self.tokenizer.encode(prompt)
-        plan_request(len(ids), max_new_tokens, self.max_positions)
-        start = time.perf_counter()
-        out = self.engine.generate(input_ids=ids,
-                                   sampling_params=sglang_sampling_params(max_new_tokens, self.tokenizer.eos_id))
-        wall = time.perf_counter() - start
-        return generation_from_sglang(out, method=self.method, eos_id=self.tokenizer.eos_id,
-                                      decode=self.tokenizer.decode_completion, wall_s=wall)
-
-
-def build_serving_engine(
-    name: str, ckpt_dir: str | Path, *, draft_dir: str | Path | None = None, policy: Policy | None = None,
-    method: str | None = None, **options,
-):
-    """The vllm / sglang engine for a row, or EngineUnavailable with the reason it cannot run here.
-
-    CUDA and the package are checked first, then the checkpoints, and only then is the
-    package imported.
-    """
-    from orl.model.checkpoint import read_config
-
-    if name not in SERVING_ENGINES:
-        raise InputError(f"--engine: {name!r} is not a serving engine ({', '.join(SERVING_ENGINES)})")
-    # The environment first: on a machine without CUDA or the package the row cannot run whatever
-    # the checkpoints are (the CPU profiles have no EAGLE3 head at all), and that is the reason to print.
-    reason = _environment_reason(name)
-    if reason is not None:
-        raise EngineUnavailable(reason)
-    ckpt_dir = Path(ckpt_dir)
-    config = read_config(ckpt_dir)
-    draft_config = read_draft_config(draft_dir) if draft_dir is not None else None
-    method = serving_method(name, config, draft_config, method)
-    draft = Path(draft_dir) if draft_dir is not None else None
-    if name == "vllm":
-        return VLLMEngine(ckpt_dir, config, method=method, draft_dir=draft, **options)
-    return SGLangEngine(ckpt_dir, config, method=method, draft_dir=draft, policy=policy, **options)
+def speculative_extra(*, verify_forwards: int, drafted: int, accepted: int,
+                      server_acceptance_length: float | None) -> dict[str, Any]:
+    """The Generation.extra keys every speculative serving row fills (module docstring)."""
+    for name, value in (("verify_forwards", verify_forwards), ("drafted", drafted), ("accepted", accepted)):
+        if not isinstance(value, int) or value < 0:
+            raise InputError(f"speculative counters: {name}: expected a non-negative integer, got {value!r}")
+    return {"verify_forwards": verify_forwards, "drafted_tokens": drafted, "accepted_tokens": accepted,
+            "server_acceptance_length": server_acceptance_length}

@@ -12,7 +12,7 @@ A *line* is one appearance of a row in one table. Claims of the paper's ledger
 (results/paper/claims.yaml) are attached to lines by id, never by display name. A line
 reads the record kinds of its table (TABLE_KINDS).
 
-Adding a row (say a vLLM DFlash baseline) is one `Row(...)` entry in ROWS: the DAG then
+Adding a row (say a vLLM n-gram baseline) is one `Row(...)` entry in ROWS: the DAG then
 runs `orl bench-latency` and `orl eval-quality` for it, and Table 2 shows it.
 
 Why a module and not a YAML file: rows are project data reviewed like code, not user
@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from orl.engines.serving import METHODS, SPECULATIVE_METHODS
 
 TABLES = (1, 2, 3, 4, 5)
 
@@ -53,10 +55,12 @@ ROLES: dict[int, tuple[str, ...]] = {
 }
 
 # Checkpoints a row may decode. The smoke and tiny profiles train every one of them except
-# eagle3 (an EAGLE-3 head is never trained here: it is a local path, checkpoints.eagle3);
-# the paper profile reads ar, draft, eagle3, dlm and orl from its config and quantizes
-# orl-nvfp4 itself. Ablation rows decode orl-<ablation>.
-CHECKPOINTS = ("ar", "draft", "dlm", "orl", "orl-nvfp4", "eagle3")
+# eagle3 and dflash (an EAGLE-3 head and the public DFlash drafter are never trained here: they
+# are local paths, checkpoints.eagle3 / checkpoints.dflash); the paper profile reads ar, draft,
+# eagle3, dflash, dlm and orl from its config. Every profile builds orl-nvfp4 (quantized) and
+# orl-sdar (exported in SDAR's layout, what SGLang's dLLM backend loads) from orl itself.
+# Ablation rows decode orl-<ablation>.
+CHECKPOINTS = ("ar", "draft", "dlm", "orl", "orl-nvfp4", "orl-sdar", "eagle3", "dflash")
 
 NEEDS_VLLM = "needs CUDA and vllm"
 NEEDS_SGLANG = "needs CUDA and sglang"
@@ -99,6 +103,7 @@ class Row:
     engine: str  # the `orl ... --engine` it runs on ("dlmrt", "hf", "vllm", ...)
     ckpt: str | None = None  # checkpoint key (CHECKPOINTS or orl-<ablation>): the model, or the AR target
     draft: str | None = None  # checkpoint key of the draft model / drafter / EAGLE-3 head
+    method: str | None = None  # vllm / sglang: the serving method (engines/serving.py METHODS), from the row
     point: str | None = None  # key of the swept row whose operating point (threshold) it decodes at
     policy: str | None = None  # a fixed commit policy instead ("fixed:1")
     sweep: bool = False  # threshold sweep + matched-accuracy operating point; its quality is the chosen point's
@@ -152,14 +157,25 @@ _ABLATIONS = (
 # Declaration order is table order (Table 1 groups its lines by family, then suite).
 ROWS: tuple[Row, ...] = (
     Row("ar_hf", "AR (hf)", "hf", ckpt="ar", lines=(Line(2, role="ar"),)),
-    Row("ar_vllm", "AR (vLLM)", "vllm", ckpt="ar", needs=NEEDS_VLLM, lines=(Line(2, role="ar_vllm"),)),
+    Row("ar_vllm", "AR (vLLM)", "vllm", ckpt="ar", method="ar", needs=NEEDS_VLLM, lines=(Line(2, role="ar_vllm"),)),
+    Row("ar_sglang", "AR (SGLang)", "sglang", ckpt="ar", method="ar", needs=NEEDS_SGLANG, lines=(Line(2),)),
     Row("ar_hf_assisted", "AR + draft (hf assisted)", "hf-assisted", ckpt="ar", draft="draft", lines=(Line(2),)),
-    Row("ar_vllm_draft", "AR + draft (vLLM)", "vllm", ckpt="ar", draft="draft", needs=NEEDS_VLLM,
-        lines=(Line(2),)),
-    Row("ar_vllm_eagle3", "AR + EAGLE3 (vLLM)", "vllm", ckpt="ar", draft="eagle3", needs=NEEDS_VLLM,
+    Row("ar_vllm_draft", "AR + draft (vLLM)", "vllm", ckpt="ar", draft="draft", method="draft_model",
+        needs=NEEDS_VLLM, lines=(Line(2),)),
+    Row("ar_sglang_standalone", "AR + draft (SGLang STANDALONE)", "sglang", ckpt="ar", draft="draft",
+        method="standalone", needs=NEEDS_SGLANG, lines=(Line(2),)),
+    Row("ar_vllm_eagle3", "AR + EAGLE3 (vLLM)", "vllm", ckpt="ar", draft="eagle3", method="eagle3", needs=NEEDS_VLLM,
         lines=(Line(2, claims=("t2-eagle3-vllm-tokens-per-s",), anchor=2),)),
-    Row("ar_dflash", "AR + DFlash-style drafter", "dflash", ckpt="ar", draft="dlm",
+    Row("ar_sglang_eagle3", "AR + EAGLE3 (SGLang)", "sglang", ckpt="ar", draft="eagle3", method="eagle3",
+        needs=NEEDS_SGLANG, lines=(Line(2),)),
+    # The public DFlash drafter (conditioned on the target's hidden states) on the servers: the paper's figure.
+    Row("ar_vllm_dflash", "AR + DFlash (vLLM)", "vllm", ckpt="ar", draft="dflash", method="dflash", needs=NEEDS_VLLM,
         lines=(Line(2, claims=("t2-dflash-vllm-tokens-per-s",), anchor=1),)),
+    Row("ar_sglang_dflash", "AR + DFlash (SGLang)", "sglang", ckpt="ar", draft="dflash", method="dflash",
+        needs=NEEDS_SGLANG, lines=(Line(2),)),
+    # Our dLLM drafting a block without the target's features: a CPU baseline, never set against DFlash's figure.
+    Row("ar_dflash", "AR + block-diffusion drafter (ours, DFlash-style)", "dflash", ckpt="ar", draft="dlm",
+        lines=(Line(2),)),
     Row("dlm", DLLM_BASE, "dlmrt", ckpt="dlm", point="dlm", sweep=True, entropy=True, lines=(
         _table1(TINY, "tinycode", "base"),
         _table1(TINY, "humaneval", "base"),
@@ -188,9 +204,10 @@ ROWS: tuple[Row, ...] = (
                         "t5-llada21mini-train-gpu-hours")),
     )),
     Row("orl_nvfp4", "dLLM + ORL NVFP4", "dlmrt", ckpt="orl-nvfp4", point="orl", lines=(Line(2, precision="nvfp4"),)),
-    # Serving stacks running the same dLLM (Table 3): no command of the harness runs them yet.
-    Row("orl_sglang", DLLM_ORL, "sglang", ckpt="orl", point="orl", dag=False, needs=NEEDS_SGLANG,
-        lines=(Line(3, label="SGLang dLLM", role="serving"),)),
+    # Serving stacks running the same dLLM (Table 3). SGLang serves the SDAR export at the strict variant of
+    # the ORL operating point (LowConfidence's rule, common.smk); no command of the harness runs vLLM's yet.
+    Row("orl_sglang", DLLM_ORL, "sglang", ckpt="orl-sdar", point="orl", method="dllm", needs=NEEDS_SGLANG,
+        lines=(Line(3, label="SGLang dLLM (LowConfidence; no ORL residual)", role="serving"),)),
     Row("orl_vllm", DLLM_ORL, "vllm", ckpt="orl", point="orl", dag=False, needs=NEEDS_VLLM,
         lines=(Line(3, label="vLLM", role="serving"),)),
     *(Row(f"orl-{name}", system, "dlmrt", ckpt=f"orl-{name}", point=f"orl-{name}", sweep=True, ablation=name,
@@ -258,6 +275,13 @@ def _check(rows: tuple[Row, ...]) -> None:
             value = getattr(row, name)
             if value is not None and value not in checkpoints:
                 raise ValueError(f"{where}: {name}: {value!r} is not a checkpoint (expected one of {sorted(checkpoints)})")
+        if row.method is not None and row.method not in METHODS.get(row.engine, ()):
+            raise ValueError(f"{where}: method: {row.method!r} is not a method of engine {row.engine!r} "
+                             f"(expected one of {METHODS.get(row.engine, ())})")
+        if row.dag and row.engine in METHODS and row.method is None:
+            raise ValueError(f"{where}: method: a {row.engine} row the DAG runs names its method ({METHODS[row.engine]})")
+        if row.method is not None and (row.method in SPECULATIVE_METHODS) != (row.draft is not None):
+            raise ValueError(f"{where}: draft: method {row.method!r} {'needs' if row.draft is None else 'takes no'} draft")
         if row.point is not None and not (row.point in by_key and by_key[row.point].sweep):
             raise ValueError(f"{where}: point: {row.point!r} is not a swept row")
         if row.point and row.policy:

@@ -90,9 +90,12 @@ def test_paper_config_runs_every_model_on_cuda(tmp_path):
         assert "gpu=1" in job["resources"], job
         if orl_subcommand(job["command"]) in DECODING_COMMANDS:
             assert "--dtype auto" in job["command"], job["command"]
-    # Local checkpoints are read, never trained; the row without an EAGLE-3 head becomes a "not run" record.
+    # Local checkpoints are read, never trained; the rows without an EAGLE-3 head or a DFlash drafter (vLLM and
+    # SGLang each) become "not run" records, latency and quality.
     assert not any(job["rule"].startswith("train") for job in jobs)
-    assert [job["rule"] for job in jobs].count("not_run") == 2
+    assert [job["rule"] for job in jobs].count("not_run") == 8
+    # A serving row runs the method its row declares.
+    assert any("--engine sglang" in job["command"] and "--method standalone" in job["command"] for job in model_jobs)
     assert f"--ckpt {tmp_path / 'models' / 'orl'}" in run.stdout
 
     # Every rule that runs a model asks Slurm for its GPU partition (its `gpu` resource becomes --gpus).

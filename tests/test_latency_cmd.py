@@ -7,7 +7,7 @@ import re
 import pytest
 
 from orl.cli import main
-from orl.commands.bench_latency import acceptance_rate, speculative_metrics
+from orl.commands.bench_latency import acceptance_length, acceptance_rate, speculative_metrics
 from orl.engines.base import Generation
 from orl.records import load_records
 
@@ -24,15 +24,19 @@ def _gen(tokens: int, nfe: int, draft: int = 0, extra: dict | None = None) -> Ge
                       draft_forwards=draft, extra=extra or {})
 
 
-def test_speculative_metrics():
+def test_speculative_metrics_one_definition():
     assert speculative_metrics("hf", [_gen(4, 4)]) == {}
+    # hf-assisted / dflash: every target forward verifies a draft (the first carries the prompt too).
     spec = speculative_metrics("dflash", [_gen(6, 2, draft=2), _gen(4, 2, draft=1)])
     assert spec == {"draft_forwards_mean": 1.5, "acceptance_length": 2.5}
-    vllm = speculative_metrics("vllm", [_gen(9, 4, extra={"acceptance_length": 3.0}),
-                                        _gen(5, 3, extra={"acceptance_length": 2.0})])
-    assert vllm["acceptance_length"] == 2.5  # the server's own definition, not tokens / nfe
+    # vLLM / SGLang: their prefill forward verified nothing and yielded one token; it is left out of
+    # both sides. 9 tokens in 4 forwards, 3 of them verifying: (9 - 1) / 3; then (5 - 1) / 2.
+    served = [_gen(9, 4, extra={"verify_forwards": 3, "server_acceptance_length": 3.0}),
+              _gen(5, 3, extra={"verify_forwards": 2, "server_acceptance_length": 2.5})]
+    assert speculative_metrics("sglang", served) == {"acceptance_length": (8 + 4) / (3 + 2)}  # no draft forwards
+    assert acceptance_length([_gen(1, 1, extra={"verify_forwards": 0})]) is None
     assert acceptance_rate([_gen(3, 1, extra={"drafted_tokens": 8, "accepted_tokens": 2}),
-                            _gen(3, 1, extra={"spec_num_draft_tokens": 2, "spec_num_accepted_tokens": 1})]) == 0.3
+                            _gen(3, 1, extra={"drafted_tokens": 2, "accepted_tokens": 1})]) == 0.3
     assert acceptance_rate([_gen(3, 3)]) is None
 
 
@@ -74,15 +78,46 @@ def test_bench_latency_vllm_not_run_here(ar_ckpt_dir, tmp_path, capsys, monkeypa
     from orl.engines import serving
 
     # Whatever this machine has, simulate the CPU-only case the table must show.
-    monkeypatch.setattr(serving, "_environment_reason",
+    monkeypatch.setattr(serving, "environment_reason",
                         lambda package: serving.unavailable_reason(package, cuda=False, installed=False))
     out = tmp_path / "vllm.jsonl"
-    code, lines = _run(capsys, "--engine", "vllm", "--ckpt", ar_ckpt_dir, "--limit", 2, "--out", out)
+    code, lines = _run(capsys, "--engine", "vllm", "--method", "ar", "--ckpt", ar_ckpt_dir, "--limit", 2, "--out", out)
     assert code == 0
     assert lines[-1].endswith("not run: needs CUDA and vllm")
     (record,) = load_records(out)
     assert record["status"] == "not run: needs CUDA and vllm" and record["metrics"] == {}
     assert record["engine"] == "vllm" and record["model"]["ckpt"] == str(ar_ckpt_dir)
+    assert record["kind"] == "latency"
+
+
+def test_bench_latency_server_that_fails_to_start_is_not_run(ar_ckpt_dir, tmp_path, capsys, monkeypatch):
+    """vllm.LLM(...) raising (an unsupported method, a vocabulary mismatch) is a "not run" record, exit 0."""
+    import sys
+    import types
+
+    import torch
+
+    from orl.engines import serving
+
+    def refuse(**kwargs):
+        raise NotImplementedError("Speculative decoding with draft model is not supported yet.")
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=refuse))
+    monkeypatch.setattr(serving, "environment_reason", lambda package: None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # --device cuda passes its check
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text('{"architectures": ["Qwen3ForCausalLM"]}')
+    out = tmp_path / "engine.jsonl"
+    code, lines = _run(capsys, "--engine", "vllm", "--method", "draft_model", "--ckpt", ar_ckpt_dir, "--draft", draft,
+                       "--device", "cuda", "--limit", 1, "--kind", "engine_bench", "--out", out)
+    assert code == 0
+    (record,) = load_records(out)
+    assert record["kind"] == "engine_bench" and record["engine"] == "vllm"
+    assert record["status"].startswith("not run: vllm cannot serve") and "NotImplementedError" in record["status"]
+    assert "not supported yet" in lines[-1]
 
 
 def test_bench_latency_bad_input_is_one_line_error(ar_ckpt_dir, tmp_path, capsys):

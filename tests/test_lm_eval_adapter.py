@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import socket
 
@@ -42,6 +43,23 @@ def test_shipped_task_data_matches_the_generator():
     assert len(rows) == 8
     for row, problem in zip(rows, expected, strict=True):
         assert row == {k: problem[k] for k in ("task_id", "prompt", "canonical_solution", "entry_point")}
+
+
+def test_device_defaults_to_cuda_where_there_is_one(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert adapter.default_device() == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert adapter.default_device() == "cpu"
+
+
+def test_the_floor_is_the_version_with_custom_dataset():
+    """The shipped task loads its data with `custom_dataset` (lm-eval 0.4.9): the eval extra says so."""
+    from orl.io import REPO_ROOT
+
+    assert 'eval = ["lm-eval>=0.4.9"]' in (REPO_ROOT / "pyproject.toml").read_text()
+    assert "custom_dataset" in (adapter.TASKS_DIR / "tinycode_gen.yaml").read_text()
+    installed = tuple(int(x) for x in importlib.metadata.version("lm-eval").split(".")[:3])
+    assert installed >= (0, 4, 9)
 
 
 def test_cut_at_stop_and_budget():

@@ -73,13 +73,15 @@ def test_ablations_are_the_trainers():
 
 def test_table_order_and_roles():
     assert [row.key for row, _ in rows.lines(2)] == [
-        "ar_hf", "ar_vllm", "ar_hf_assisted", "ar_vllm_draft", "ar_vllm_eagle3", "ar_dflash", "dlm", "orl", "orl_nvfp4"]
+        "ar_hf", "ar_vllm", "ar_sglang", "ar_hf_assisted", "ar_vllm_draft", "ar_sglang_standalone", "ar_vllm_eagle3",
+        "ar_sglang_eagle3", "ar_vllm_dflash", "ar_sglang_dflash", "ar_dflash", "dlm", "orl", "orl_nvfp4"]
     table1 = rows.lines(1)
     assert [(line.family.label, line.suite, line.label) for _, line in table1[:4]] == [
         ("tiny QwenDLM", "tinycode", "base"), ("tiny QwenDLM", "tinycode", "+ORL"),
         ("tiny QwenDLM", "humaneval", "base"), ("tiny QwenDLM", "humaneval", "+ORL")]
     assert [line.label for _, line in rows.lines(3)] == [
-        "dlmrt (graph-captured)", "dlmrt eager", "reference decoder", "SGLang dLLM", "vLLM"]
+        "dlmrt (graph-captured)", "dlmrt eager", "reference decoder", "SGLang dLLM (LowConfidence; no ORL residual)",
+        "vLLM"]
     assert [row.key for row, _ in rows.with_role(3, "serving")] == ["orl_sglang", "orl_vllm"]
     assert rows.ROW[rows.MATCH_REFERENCE].policy == "fixed:1"
 
@@ -100,6 +102,10 @@ def _broken(**changes) -> tuple[Row, ...]:
         (_broken(lines=(Line(1),)), "a family is given exactly on Table 1 lines"),
         (_broken(lines=(Line(2, role="ar"),)), "expected one line with role 'ar'"),
         (_broken(lines=(Line(2, claims=("T2 Fast",)),)), "expected a lowercase slug"),
+        (_broken(engine="vllm", method="standalone"), "method: 'standalone' is not a method of engine 'vllm'"),
+        (_broken(engine="sglang"), "a sglang row the DAG runs names its method"),
+        (_broken(engine="vllm", method="eagle3"), "method 'eagle3' needs draft"),
+        (_broken(method="ar"), "is not a method of engine 'dlmrt'"),
     ],
 )
 def test_mistakes_stop_the_import_naming_the_row(bad, message):
@@ -111,12 +117,12 @@ def test_mistakes_stop_the_import_naming_the_row(bad, message):
 def test_adding_a_row_is_one_entry(monkeypatch):
     from orl.report.tables import build_table2
 
-    new = Row("ar_vllm_dflash", "AR + DFlash (vLLM)", "vllm", ckpt="ar", draft="draft", needs=rows.NEEDS_VLLM,
+    new = Row("ar_vllm_ngram", "AR + n-gram (vLLM)", "vllm", ckpt="ar", method="ar", needs=rows.NEEDS_VLLM,
               lines=(Line(2, anchor=4),))  # fmt: skip
     extended = (*ROWS, new)
     assert _check(extended) is None
     monkeypatch.setattr(rows, "ROWS", extended)
     frame = build_table2([], load_claims(DEFAULT_CLAIMS_PATH))
-    line = frame[frame["system"] == "AR + DFlash (vLLM)"].iloc[0]
+    line = frame[frame["system"] == "AR + n-gram (vLLM)"].iloc[0]
     assert line["engine"] == "vllm" and line["status"].startswith("not run: no record (expected a record of kind 'latency'")
     assert line["status"].endswith("; needs CUDA and vllm)")

@@ -11,17 +11,20 @@ from orl.commands.common import (
     chat_renderer,
     model_block,
 )
+from orl.engines.serving import SERVING_ENGINES
 
 SPECULATIVE_ENGINES = ("hf-assisted", "dflash")
+RECORD_KINDS = ("latency", "engine_bench")
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "bench-latency", help="batch-1 latency of an engine over a task suite, written as a 'latency' record",
         description="Run W warm-up requests (plus one per compiled shape), then one greedy request per prompt of "
-        "the suite, one at a time (synchronised on GPU); write one 'latency' record with median and p90 latency, "
+        "the suite, one at a time (synchronised on GPU); write one 'latency' record (--kind) with median and p90 latency, "
         "tokens/s, counted TPF and NFE (and acceptance length / draft forwards for speculative rows). A row that "
-        "cannot run here (vllm / sglang without CUDA) gets a 'not run: <reason>' record and exit code 0. Prints "
+        "cannot run here (vllm / sglang without CUDA, or a server that fails to start) gets a 'not run: <reason>' "
+        "record and exit code 0. Prints "
         "'median_s=<x> p90_s=<x> tokens_per_s=<x> tpf=<x>' last.",
     )
     add_engine_args(p, None)
@@ -32,42 +35,50 @@ def register(subparsers) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="speed runs: generate every request to "
                    "--max-new-tokens whatever the model emits (as serving benchmarks do; METHOD.md §4)")
     p.add_argument("--system", default=None, help="table row name stored in the record (default: derived)")
+    p.add_argument("--kind", default="latency", choices=RECORD_KINDS, help="record kind: latency (Tables 1 and 2; "
+                   "default) or engine_bench (a serving stack's line of Table 3, timed by this protocol in its own "
+                   "process)")
     p.add_argument("--out", required=True, help="records file (.jsonl) to write")
     add_progress_flag(p)
     p.set_defaults(func=run_bench_latency)
 
 
-def speculative_metrics(engine_name: str, generations) -> dict[str, float]:
-    """acceptance_length and draft_forwards_mean of a speculative row ({} for other rows).
+def acceptance_length(generations) -> float | None:
+    """Tokens per verifying target forward, the bonus token included, prefill excluded (METHOD.md §4).
 
-    Where the engine reports its own acceptance length (vLLM's 1 + accepted / drafts,
-    SGLang's tokens / verifications) that is used; otherwise it is the counted
-    tokens per target forward, which for greedy verification is the mean number of
-    tokens each verification commits, bonus token included.
+    The one definition of every speculative row. A generation's `extra["verify_forwards"]` says how
+    many of its `nfe` target forwards verified a draft (vLLM, SGLang: engines/serving.py); the others
+    (their prefill) yielded one token each and are left out of both sides. Without the key every
+    target forward verified a draft (hf-assisted, dflash: the first one carries the prompt and the
+    first draft). None when no forward verified anything.
     """
-    reported = [g.extra.get("acceptance_length") for g in generations if g.extra]
-    reported = [value for value in reported if value is not None]
-    speculative = engine_name in SPECULATIVE_ENGINES or bool(reported) or any(g.draft_forwards for g in generations)
+    tokens = verify = 0
+    for g in generations:
+        verified = (g.extra or {}).get("verify_forwards", g.nfe)
+        tokens += g.num_tokens - (g.nfe - verified)
+        verify += verified
+    return tokens / verify if verify else None
+
+
+def speculative_metrics(engine_name: str, generations) -> dict[str, float]:
+    """acceptance_length (and draft_forwards_mean where the engine counts them) of a speculative row; {} otherwise."""
+    speculative = (engine_name in SPECULATIVE_ENGINES or any("verify_forwards" in (g.extra or {}) for g in generations)
+                   or any(g.draft_forwards for g in generations))
     if not speculative or not generations:
         return {}
-    metrics = {"draft_forwards_mean": sum(g.draft_forwards for g in generations) / len(generations)}
-    if engine_name in ("vllm", "sglang"):
-        if reported:
-            metrics["acceptance_length"] = sum(reported) / len(reported)
-        return metrics
-    nfe = sum(g.nfe for g in generations)
-    if nfe:
-        metrics["acceptance_length"] = sum(g.num_tokens for g in generations) / nfe
+    metrics = {}
+    if engine_name not in SERVING_ENGINES:  # the servers do not report their drafter's forwards
+        metrics["draft_forwards_mean"] = sum(g.draft_forwards for g in generations) / len(generations)
+    value = acceptance_length(generations)
+    if value is not None:
+        metrics["acceptance_length"] = value
     return metrics
 
 
 def acceptance_rate(generations) -> float | None:
-    """Accepted / drafted tokens where the engine reports both (dflash, vLLM), else None."""
-    drafted = accepted = 0
-    for g in generations:
-        extra = g.extra or {}
-        drafted += extra.get("drafted_tokens", extra.get("spec_num_draft_tokens", 0)) or 0
-        accepted += extra.get("accepted_tokens", extra.get("spec_num_accepted_tokens", 0)) or 0
+    """Accepted / drafted tokens where the engine reports both (dflash, vLLM, SGLang), else None."""
+    drafted = sum((g.extra or {}).get("drafted_tokens", 0) for g in generations)
+    accepted = sum((g.extra or {}).get("accepted_tokens", 0) for g in generations)
     return accepted / drafted if drafted else None
 
 
@@ -90,7 +101,7 @@ def run_bench_latency(args) -> int:
         model = {"name": config.get("orl_model_name") or Path(args.ckpt).name, "ckpt": str(args.ckpt),
                  "ckpt_sha256": checkpoint_digest(args.ckpt), "precision": "unknown"}
         system = args.system or f"{model['name']} ({args.engine})"
-        record = not_run("latency", system=system, engine=args.engine, reason=str(exc), suite=args.suite,
+        record = not_run(args.kind, system=system, engine=args.engine, reason=str(exc), suite=args.suite,
                          n_problems=len(prompts), extra=extra, model=model)
         write_records(args.out, [record])
         print(f"{system}: not run: {exc}")
@@ -100,8 +111,13 @@ def run_bench_latency(args) -> int:
     model = model_block(info)
     system = args.system or f"{model['name']} ({args.engine})"
     chat = chat_renderer(args)
-    run = measure_latency(engine, [chat(p) for p in prompts] if chat else prompts, args.max_new_tokens,
-                          warmup=args.warmup, progress=not args.no_progress)
+    try:
+        run = measure_latency(engine, [chat(p) for p in prompts] if chat else prompts, args.max_new_tokens,
+                              warmup=args.warmup, progress=not args.no_progress)
+    finally:
+        close = getattr(engine, "close", None)  # the servers' processes and GPU memory
+        if close is not None:
+            close()
     summary = run.summary
     metrics = summary.metrics()
     if summary.nfe == 0:
@@ -116,7 +132,7 @@ def run_bench_latency(args) -> int:
     extra.update(warmup=run.warmup, device=info.device, **info.settings, per_request=timings_as_dicts(run.timings))
     if any(g.extra for g in run.generations):
         extra["engine_extra"] = [g.extra for g in run.generations]
-    record = make_record("latency", system=system, engine=info.name, model=model, metrics=metrics,
+    record = make_record(args.kind, system=system, engine=info.name, model=model, metrics=metrics,
                          policy=info.policy, suite=args.suite, n_problems=len(prompts), extra=extra)
     write_records(args.out, [record])
     parts = [f"{system}: {summary.n_requests} requests after {run.warmup} warm-up, {summary.tokens} tokens, "

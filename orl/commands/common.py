@@ -103,7 +103,11 @@ def add_engine_args(parser, default_engine: str) -> None:
     parser.add_argument("--policy", default="fixed:1", help="dLLM commit policy: fixed:K, threshold:T, "
                         "strict-threshold:T or factor:F, or @FILE.json from `orl operating-point` (default: fixed:1, "
                         "one token per step)")
-    parser.add_argument("--draft", default=None, help="draft / drafter checkpoint for hf-assisted and dflash")
+    parser.add_argument("--draft", default=None, help="draft / drafter checkpoint for hf-assisted, dflash and the "
+                        "speculative vllm / sglang methods")
+    parser.add_argument("--method", default=None, help="vllm / sglang only: the row's method (vllm: ar, draft_model, "
+                        "eagle3, dflash; sglang: ar, standalone, eagle3, dflash, dllm); default ar for an AR "
+                        "checkpoint, dllm for a block-diffusion one")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="generation budget (default: 64)")
     parser.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
     parser.add_argument("--chat", action="store_true", help="send each prompt as one user turn through the "
@@ -118,7 +122,7 @@ def build_from_args(args, log_steps: bool = False):
     return build_engine(args.engine, args.ckpt, policy=parse_policy(args.policy), draft_dir=args.draft,
                         device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device),
                         residual=not args.no_residual,
-                        log_steps=log_steps, ignore_eos=getattr(args, "ignore_eos", False))
+                        log_steps=log_steps, ignore_eos=getattr(args, "ignore_eos", False), method=args.method)
 
 
 def chat_renderer(args):

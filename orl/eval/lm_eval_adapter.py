@@ -5,7 +5,8 @@
                             tasks=["tinycode_gen"], task_manager=TaskManager(include_path=TASKS_DIR))
 
 Any engine of orl.engines.registry works (dlmrt, reference, hf, hf-assisted, dflash,
-vllm, sglang); `draft=DIR` gives the draft / drafter checkpoint.
+vllm, sglang); `draft=DIR` gives the draft / drafter checkpoint and `method=M` a serving
+row's method (orl serving-args). The device defaults to CUDA where torch sees one.
 
 - generate_until: one greedy request per instance through the engine. Engines stop
   at <eos> or the budget only, so the completion is generated to `max_gen_toks`
@@ -35,6 +36,11 @@ DIFFUSION_LOGLIKELIHOOD = (
     "masked-denoising objective only bounds it (an ELBO estimated by sampling masks), and lm-eval's "
     "'is_greedy' has no meaning for parallel decoding. Score dLLMs with generate_until tasks."
 )
+
+
+def default_device() -> str:
+    """CUDA when torch sees a GPU (a GPU runner evaluates on it unless told otherwise), else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def cut_at_stop(text: str, until: list[str]) -> str:
@@ -86,8 +92,8 @@ class OrlLM(LM):
 
     def __init__(
         self, engine: str = "dlmrt", ckpt: str | None = None, draft: str | None = None, policy: str = "fixed:1",
-        device: str | None = None, max_gen_toks: int = 256, residual: bool = True, batch_size=None,
-        max_batch_size=None,
+        device: str | None = None, max_gen_toks: int = 256, residual: bool = True, method: str | None = None,
+        batch_size=None, max_batch_size=None,
     ):
         super().__init__()
         from orl.decoding import Policy
@@ -105,10 +111,10 @@ class OrlLM(LM):
         self.max_positions = int(self.config.get("max_position_embeddings", 0))
         self.tokenizer = load_tokenizer(self.ckpt_dir)
         self.max_gen_toks = int(max_gen_toks)
-        self._device = device or "cpu"
+        self._device = device or default_device()
         self.engine_name = engine
         self.engine = build_engine(engine, self.ckpt_dir, policy=Policy.parse(str(policy)), draft_dir=draft,
-                                   device=self._device, residual=_as_bool(residual))
+                                   device=self._device, residual=_as_bool(residual), method=method)
         self._ar_model = None
 
     # ---- generation ------------------------------------------------------------------

@@ -1,13 +1,17 @@
 # Configuration checks, path helpers, and the rows of orl/rows.py that the other rule files run.
 # Every job that runs a model passes the config's --device (and --dtype where it decodes), requests
 # a GPU where the device is CUDA, and names its row with --system from orl/rows.py.
+import json
 import os
 import re
 import sys
+from pathlib import Path
 
 from snakemake.utils import validate
 
 from orl import rows
+from orl.engines.serving import SERVING_ENGINES
+from orl.io import atomic_write_json
 from orl.records import not_run, write_records
 from orl.report.gate import write_gate
 from orl.rows import ROW
@@ -57,15 +61,17 @@ RUN = {row.key: row for row in rows.ROWS if row.dag and (row.ablation is None or
 # ------------------------------------------------------------------------------------------
 
 GIVEN = config.get("checkpoints") or {}
-BUILT_HERE = {"orl-nvfp4"} if PAPER else {"ar", "draft", "dlm", "orl", "orl-nvfp4", *(f"orl-{a}" for a in ABLATIONS)}
+# orl-nvfp4 (quantized) and orl-sdar (SDAR's layout, for SGLang's dLLM backend) come from orl on every profile.
+DERIVED = {"orl-nvfp4", "orl-sdar"}
+BUILT_HERE = DERIVED if PAPER else {"ar", "draft", "dlm", "orl", *DERIVED, *(f"orl-{a}" for a in ABLATIONS)}
 
 
 def is_checkpoint(path):
     return bool(path) and os.path.isfile(os.path.join(path, "config.json"))
 
 
-# The paper profile runs nothing without its four models; a missing optional one (eagle3) only
-# turns its rows into "not run" records (`missing` below).
+# The paper profile runs nothing without its four models; a missing optional one (eagle3, dflash)
+# only turns its rows into "not run" records (`missing` below).
 for _key in ("ar", "draft", "dlm", "orl") if PAPER else ():
     if not is_checkpoint(GIVEN.get(_key)):
         raise ValueError(
@@ -87,7 +93,11 @@ def ckpt_done(key):
 
 
 def missing(row):
-    """Why this profile cannot run `row` (a checkpoint it neither builds nor is given), or None."""
+    """Why this profile cannot run `row` (a serving stack on a CPU profile, a checkpoint it neither builds
+    nor is given), or None. The device comes first, as in `orl bench-latency`: nothing is built for a row
+    that cannot run here whatever its checkpoints."""
+    if row.engine in SERVING_ENGINES and not config["device"].startswith("cuda"):
+        return row.needs
     for key in (row.ckpt, row.draft):
         if key and ckpt(key) is None:
             if key in GIVEN:
@@ -115,8 +125,19 @@ def sweep_file(row):
     return f"{RESULTS}/sweep/{row.key}.jsonl"
 
 
-def point_file(row):
-    return f"{RESULTS}/oppoint/{row.point}.json"
+def point_file(row, strict=False):
+    """The operating point a row decodes at; strict: its strict-threshold variant (Table 3, rule strict_point)."""
+    return f"{RESULTS}/oppoint/strict/{row.point}.json" if strict else f"{RESULTS}/oppoint/{row.point}.json"
+
+
+def write_strict_point(source, target):
+    """The operating point `source` with its threshold:τ as strict-threshold:τ (SGLang's LowConfidence rule)."""
+    point = json.loads(Path(source).read_text())
+    policy = point.get("policy")
+    if not (isinstance(policy, str) and policy.startswith("threshold:")):
+        raise ValueError(f"{source}: policy: expected threshold:τ for Table 3's strict variant, got {policy!r}")
+    # The commands parse and check the spec when they read it (`--policy @FILE`).
+    atomic_write_json(target, {**point, "policy": f"strict-{policy}", "from": str(source)})
 
 
 def train_file(row):
@@ -124,22 +145,31 @@ def train_file(row):
 
 
 ENGINE_FILE = f"{RESULTS}/engine/bench.jsonl"
+
+
+def serving_bench_file(row):
+    """A serving stack's Table 3 record (rule serving_bench)."""
+    return f"{RESULTS}/engine/{row.key}.jsonl"
+
+
 PACKING_FILE = f"{RESULTS}/train/packing.jsonl"
 
 
-def row_inputs(row):
+def row_inputs(row, strict=False):
     """The checkpoints a row decodes and the operating point it decodes at."""
     inputs = [ckpt_done(key) for key in (row.ckpt, row.draft) if key]
-    return inputs + ([point_file(row)] if row.point else [])
+    return inputs + ([point_file(row, strict)] if row.point else [])
 
 
-def row_flags(row):
-    """The flags that say which system runs: engine, checkpoints, policy and display name."""
+def row_flags(row, strict=False):
+    """The flags that say which system runs: engine, method, checkpoints, policy and display name."""
     flags = [f"--engine {row.engine}", f"--ckpt {ckpt(row.ckpt)}", f"--system '{row.system}'"]
+    if row.method:
+        flags.append(f"--method {row.method}")
     if row.draft:
         flags.append(f"--draft {ckpt(row.draft)}")
     if row.point:
-        flags.append(f"--policy @{point_file(row)}")
+        flags.append(f"--policy @{point_file(row, strict)}")
     elif row.policy:
         flags.append(f"--policy {row.policy}")
     return " ".join(flags)
@@ -159,7 +189,9 @@ LATENCY_ROWS = [row for row in RUN.values() if row.tables & {1, 2}]
 QUALITY_ROWS = [row for row in RUN.values() if not row.sweep and (2 in row.tables or row.key == rows.MATCH_REFERENCE)]
 SWEEP_ROWS = [row for row in RUN.values() if row.sweep]
 ENTROPY_ROWS = [row for row in RUN.values() if row.entropy]
-(ENGINE_ROW,) = [row for row in RUN.values() if 3 in row.tables]  # one `orl bench-engine` run: Table 3
+# Table 3: one `orl bench-engine` run for our engines, one `orl bench-latency --kind engine_bench` per serving stack.
+(ENGINE_ROW,) = [row for row in RUN.values() if 3 in row.tables and row.engine not in SERVING_ENGINES]
+SERVING_BENCH_ROWS = [row for row in RUN.values() if 3 in row.tables and row.engine in SERVING_ENGINES]
 TABLE5_ROWS = [row for row in RUN.values() if 5 in row.tables]
 
 
@@ -172,7 +204,7 @@ def table_inputs(table):
     if table == 2:
         return [latency_file(row) for row in run] + [quality_file(row) for row in run]
     if table == 3:
-        return [ENGINE_FILE]
+        return [ENGINE_FILE] + [serving_bench_file(row) for row in SERVING_BENCH_ROWS]
     if table == 5:
         return ([quality_file(row) for row in run] + [sweep_file(row) for row in run if row.sweep]
                 + [train_file(row) for row in run] + [PACKING_FILE])
@@ -188,6 +220,9 @@ for _row in LATENCY_ROWS + QUALITY_ROWS:
     if missing(_row):
         NOT_RUN[latency_file(_row)] = ("latency", _row, missing(_row))
         NOT_RUN[quality_file(_row)] = ("quality", _row, missing(_row))
+for _row in SERVING_BENCH_ROWS:
+    if missing(_row):
+        NOT_RUN[serving_bench_file(_row)] = ("engine_bench", _row, missing(_row))
 if PAPER:
     _orl = ROW[rows.TRAINED]
     NOT_RUN[train_file(_orl)] = ("train", _orl, f"the paper profile reads checkpoint {_orl.ckpt} from the config "

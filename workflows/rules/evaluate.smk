@@ -47,6 +47,19 @@ rule operating_point:
         "--tolerance {params.match_tolerance} --out {output.point} --quality-out {output.quality} > {log} 2>&1"
 
 
+rule strict_point:
+    # Table 3 compares identical decoding settings with SGLang, whose LowConfidence commits confidence > τ:
+    # its jobs decode at the strict variant of the operating point (strict-threshold:τ, orl/decoding/policy.py).
+    input:
+        f"{RESULTS}/oppoint/{{row}}.json",
+    output:
+        f"{RESULTS}/oppoint/strict/{{row}}.json",
+    wildcard_constraints:
+        row=one_of(row.key for row in SWEEP_ROWS),
+    run:
+        write_strict_point(input[0], output[0])
+
+
 rule quality_row:
     # pass@1 of a row that is not swept: the AR and speculative rows, the quantized model at the
     # +ORL operating point, and the matched-accuracy reference.
@@ -123,7 +136,7 @@ rule bench_engine:
     # graph-captured, dlmrt eager, the reference decoder), in one process, on the same prompts.
     input:
         ckpt=ckpt_done(ENGINE_ROW.ckpt),
-        point=point_file(ENGINE_ROW),
+        point=point_file(ENGINE_ROW, strict=True),
     output:
         ENGINE_FILE,
     params:
@@ -141,3 +154,27 @@ rule bench_engine:
         "{ORL} bench-engine --ckpt {params.ckpt} --policy @{input.point} --engines {params.engines} "
         "--suite {params.suite} --limit {params.bench_limit} --max-new-tokens {params.max_new_tokens} "
         "--system '{params.system}' --device {params.device} --dtype {params.dtype} --out {output} > {log} 2>&1"
+
+
+rule serving_bench:
+    # Table 3: a serving stack running the same dLLM (SGLang's dLLM backend on the SDAR export), batch 1,
+    # at the same strict operating point as bench_engine; an `engine_bench` record, "not run" where it cannot.
+    input:
+        lambda wc: row_inputs(ROW[wc.row], strict=True),
+    output:
+        f"{RESULTS}/engine/{{row}}.jsonl",
+    wildcard_constraints:
+        row=one_of(runnable(SERVING_BENCH_ROWS, serving_bench_file)),
+    params:
+        **DECODE,
+        flags=lambda wc: row_flags(ROW[wc.row], strict=True),
+        bench_limit=config["bench_limit"],
+    log:
+        f"{LOGS}/serving_bench_{{row}}.log",
+    threads: THREADS
+    resources:
+        gpu=GPU,
+    shell:
+        "{ORL} bench-latency {params.flags} --kind engine_bench --suite {params.suite} --limit {params.bench_limit} "
+        "--warmup 2 --max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
+        "--out {output} --no-progress > {log} 2>&1"

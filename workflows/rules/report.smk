@@ -5,7 +5,8 @@
 FIGURE_INPUTS = ([sweep_file(row) for row in SWEEP_ROWS] + [f"{RESULTS}/entropy/{row.key}.jsonl" for row in ENTROPY_ROWS]
                  + table_inputs(2))  # fmt: skip
 # The record files this DAG writes, by kind (for the regression gate).
-RECORD_FILES = {"latency": [latency_file(row) for row in LATENCY_ROWS], "engine_bench": [ENGINE_FILE]}
+RECORD_FILES = {"latency": [latency_file(row) for row in LATENCY_ROWS],
+                "engine_bench": [ENGINE_FILE] + [serving_bench_file(row) for row in SERVING_BENCH_ROWS]}
 FIGURES = ["accuracy_vs_tpf", "tokens_per_s", "entropy_per_step"]
 # The renderer reads whole folders (every record of the profile, contributed hardware results, the
 # paper's claims) rather than single files, so the render rules pass the folders as one set of flags.

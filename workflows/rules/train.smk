@@ -124,3 +124,19 @@ rule quantize_nvfp4:
         f"{LOGS}/quantize.log",
     shell:
         "{ORL} quantize {params.src} --format nvfp4 --out {params.out} > {log} 2>&1"
+
+
+rule export_sdar:
+    # SGLang's dLLM backend loads SDAR / LLaDA2 architectures only (hard-coded mask ids): Table 3's
+    # SGLang row serves the ORL checkpoint exported in SDAR's layout.
+    input:
+        lambda wc: ckpt_done("orl"),
+    output:
+        f"{CKPT}/orl-sdar/config.json",
+    params:
+        src=lambda wc: ckpt("orl"),
+        out=lambda wc, output: os.path.dirname(output[0]),
+    log:
+        f"{LOGS}/export_sdar.log",
+    shell:
+        "{ORL} export {params.src} --format sdar --out {params.out} > {log} 2>&1"
