@@ -82,6 +82,9 @@ class Engine(Protocol):
         """Requests with equal keys reuse one compiled / captured program; None: nothing is compiled
         per shape. The timing protocol warms up once per key (orl/eval/latency.py)."""
 
+    def close(self) -> None:
+        """Release what the engine holds beyond memory (server processes); nothing for in-process engines."""
+
 
 class EngineUnavailable(RuntimeError):
     """Raised when an engine cannot run here (no CUDA, package missing).

@@ -106,6 +106,9 @@ class DFlashEngine:
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
         return None
 
+    def close(self) -> None:
+        pass  # nothing beyond memory
+
     def _draft(self, cache: KVCache, committed: list[int], start: int) -> list[int]:
         """One drafter forward: tokens committed[start:] (not yet cached) + B masks -> B draft tokens."""
         L, B = len(committed), self.block

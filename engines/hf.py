@@ -149,6 +149,9 @@ class HFEngine:
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
         return None
 
+    def close(self) -> None:
+        pass  # nothing beyond memory
+
     def _reset_assistant(self) -> None:
         config = self.draft.generation_config
         config.num_assistant_tokens = self.assist.num_assistant_tokens

@@ -54,6 +54,9 @@ class ReferenceDiffusion:
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
         return None  # eager, nothing compiled
 
+    def close(self) -> None:
+        pass  # nothing beyond memory
+
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:
         tok = self.ckpt.tokenizer
         steps: list[StepLog] = []
@@ -88,6 +91,9 @@ class ReferenceAR:
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
         return None
+
+    def close(self) -> None:
+        pass  # nothing beyond memory
 
     @torch.inference_mode()
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:

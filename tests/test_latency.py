@@ -32,6 +32,9 @@ class FakeEngine:
     def compile_key(self, prompt: str, max_new_tokens: int):
         return self.shapes.get(prompt)
 
+    def close(self) -> None:
+        pass
+
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:
         self.prompts_seen.append(prompt)
         tokens = min(len(prompt), max_new_tokens)

@@ -108,6 +108,9 @@ class DlmrtEngine:
         """The cache length a request runs in: one compiled / captured slot per length."""
         return self.cache_len(len(self.ckpt.tokenizer.encode(prompt)), max_new_tokens)
 
+    def close(self) -> None:
+        pass  # nothing beyond memory
+
     def plan(self, prompt_len: int, max_new_tokens: int):
         """The request's blocks (orl.decoding.layout), validated against the model's context."""
         return plan_blocks(prompt_len, max_new_tokens, self.rule.block, self.rule.layout,

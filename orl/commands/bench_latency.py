@@ -115,9 +115,7 @@ def run_bench_latency(args) -> int:
         run = measure_latency(engine, [chat(p) for p in prompts] if chat else prompts, args.max_new_tokens,
                               warmup=args.warmup, progress=not args.no_progress)
     finally:
-        close = getattr(engine, "close", None)  # the servers' processes and GPU memory
-        if close is not None:
-            close()
+        engine.close()  # a server's processes and GPU memory
     summary = run.summary
     metrics = summary.metrics()
     if summary.nfe == 0:
