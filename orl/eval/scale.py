@@ -67,6 +67,11 @@ def random_model(config: ModelConfig, device: str | torch.device, dtype: torch.d
     """A Transformer of these shapes with random weights, allocated once, straight in `dtype` on `device`."""
     with torch.device("meta"):
         model = Transformer(config).to(dtype)
+    return _materialise(model, config, device, seed)
+
+
+def _materialise(model: torch.nn.Module, config: ModelConfig, device, seed: int) -> torch.nn.Module:
+    """Allocate a meta-device model on `device` and fill it: norms 1, every other weight N(0, 0.02)."""
     model = model.to_empty(device=device)
     if config.tie_word_embeddings:  # to_empty gives every parameter its own storage: tie them again
         model.lm_head.weight = model.model.embed_tokens.weight
@@ -178,14 +183,4 @@ def random_hf_causal_lm(config: ModelConfig, device, dtype: torch.dtype, seed: i
     )
     with torch.device("meta"):
         model = Qwen3ForCausalLM(hf_config).to(dtype)
-    model = model.to_empty(device=device)
-    generator = torch.Generator(device=device).manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.fill_(1.0)
-            else:
-                param.normal_(0.0, 0.02, generator=generator)
-    if config.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
-    return model.eval()
+    return _materialise(model, config, device, seed)
