@@ -22,6 +22,7 @@ CLAIM_COLUMNS = ["claim", "paper", "ratio", "compared", "status", "note"]
 
 # Companion columns (orl/report/stats.py): an interval; over seeds also sd and per-seed values;
 # a paired comparison also its p-value and "resolved" / "unresolved".
+INTEGER_COLUMNS = {"seeds", "n_problems", "aup_dropped", "gpu_count", "submissions"}
 INTERVAL = ("_lo", "_hi")
 SEEDED = ("_sd", "_lo", "_hi", "_per_seed")
 TESTED = ("_lo", "_hi", "_p", "_test")
@@ -143,6 +144,8 @@ def frame(table: int, rows: list[dict], claims: list[Claim], notes: list[str] | 
     columns = TABLE_COLUMNS[table] + CLAIM_COLUMNS
     rows = rows + _unplaced(table, rows, claims, columns)
     out = pd.DataFrame([{c: row.get(c) for c in columns} for row in rows], columns=columns)
+    for column in INTEGER_COLUMNS & set(columns):  # counts stay integers in the CSV where some are missing
+        out[column] = out[column].astype("Int64")
     out.attrs["table"] = table
     out.attrs["title"] = TABLE_TITLES[table]
     out.attrs["companions"] = COMPANIONS[table]

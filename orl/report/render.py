@@ -110,7 +110,7 @@ def table_paths(out_dir: str | Path, table: int) -> dict[str, Path]:
 
 
 def _missing(value) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
 def format_cell(value) -> str:
