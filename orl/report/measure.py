@@ -82,10 +82,8 @@ def measure(records: list[dict], want: Want, suite: str | None, index: dict[str,
     groups = resolve_seeds(records, want, suite, index) if all_seeds else [(None, first_seed(records, want, suite, index))]
     measured = [(seed, res) for seed, res in groups if res.measured]
     first = measured[0][1] if measured else groups[0][1]
-    if not all_seeds and measured:
-        primary = first.primary
-        seed = record_seed(primary, index) if primary else None
-        measured, groups = [(seed, first)], [(seed, first)]
+    if not all_seeds and measured:  # the one seed first_seed resolved (None where none is recorded)
+        measured = [(record_seed(first.primary, index) if first.primary else None, first)]
     chosen = {kind: [res.chosen[kind] for _, res in measured if kind in res.chosen] for kind in want.kinds}
     seeds = [seed for seed, _ in measured] or [None]
     line = Measured(first, seeds, {k: v for k, v in chosen.items() if v})
@@ -96,15 +94,12 @@ def measure(records: list[dict], want: Want, suite: str | None, index: dict[str,
         line.problems = stats.problem_runs(complete["quality"])
     for kind in request_kinds:
         line.requests[kind] = stats.request_runs(complete[kind]) if kind in complete else None
-    line.sweeps = [sweep_records(records, want, res.suite, seed if all_seeds else _seed_filter(seed), index)
-                   for seed, res in measured]
+    # Unseeded lines of one system (all_seeds False) read any sweep, as first_seed reads any record.
+    line.sweeps = [sweep_records(records, want, res.suite, ANY_SEED if seed is None and not all_seeds else seed,
+                                 index) for seed, res in measured]  # fmt: skip
     if all(line.sweeps):
         line.sweep = stats.sweep_runs(line.sweeps)
     return line
-
-
-def _seed_filter(seed):
-    return ANY_SEED if seed is None else seed
 
 
 # ------------------------------------------------------------------------------------------
