@@ -38,16 +38,36 @@ from orl.errors import CheckpointError
 
 @dataclass(frozen=True)
 class AssistConfig:
-    """Assisted-generation knobs, applied afresh to the draft before every request.
+    """The draft strategy of assisted generation, pinned: applied afresh to the draft before every request.
 
-    transformers adapts `num_assistant_tokens` ("heuristic" schedules) and the
-    confidence threshold (when scikit-learn is installed) across calls on the same
-    draft model; resetting them per request keeps every request of a latency suite
-    identical to a cold one, whatever ran before it.
+    transformers' strategy has three moving parts (generation/candidate_generator.py):
+    - `num_assistant_tokens_schedule`: "heuristic" grows / shrinks the draft length after every
+      verification, and keeps it across calls on the same draft model; we pin "constant";
+    - `assistant_confidence_threshold` (transformers' default 0.4): the draft stops early when its
+      token's probability falls below it (ConfidenceCriteria, only when the threshold is > 0);
+    - and when scikit-learn is installed, that threshold is re-tuned *inside each request*: after
+      every verification an ROC curve of (draft probability, accepted?) picks the threshold that
+      minimises false positives + 3 false negatives, so the draft length of later steps depends on
+      earlier ones (AssistedCandidateGenerator.update_candidate_strategy).
+    The default here turns the confidence stop off (threshold None -> 0), which also turns the ROC
+    re-tuning off whether or not scikit-learn is installed: a constant draft of
+    `num_assistant_tokens` tokens per verification, the strategy vLLM's draft_model and SGLang's
+    STANDALONE speculative decoding use. A threshold > 0 is honoured as transformers does it, and
+    the record says whether it was being re-tuned (strategy()).
     """
 
     num_assistant_tokens: int = 5  # draft tokens proposed per target verification
-    confidence_threshold: float = 0.4  # the draft stops early below this probability (transformers' default)
+    confidence_threshold: float | None = None  # None: no early stop, hence no re-tuning either
+
+    def strategy(self) -> dict:
+        """What the record says about the draft strategy transformers ran."""
+        from transformers.utils import is_sklearn_available
+
+        threshold = self.confidence_threshold or 0.0
+        return {"num_assistant_tokens": self.num_assistant_tokens, "schedule": "constant",
+                "confidence_threshold": threshold or None, "confidence_stop": threshold > 0,
+                "threshold_retuned_per_request": threshold > 0 and is_sklearn_available(),
+                "sklearn_installed": is_sklearn_available()}  # fmt: skip
 
 
 class ForwardCounter:
@@ -143,6 +163,8 @@ class HFEngine:
         settings = {"stop_at_eos": not self.ignore_eos}
         if self.draft_dir is not None:
             settings["draft"] = str(self.draft_dir)
+        if self.draft is not None:
+            settings["draft_strategy"] = self.assist.strategy()
         ckpt = str(self.ckpt_dir) if self.ckpt_dir is not None else None
         return EngineInfo(self.name, self.model_name, ckpt, self.precision, str(self.device), policy, settings)
 
@@ -156,7 +178,8 @@ class HFEngine:
         config = self.draft.generation_config
         config.num_assistant_tokens = self.assist.num_assistant_tokens
         config.num_assistant_tokens_schedule = "constant"
-        config.assistant_confidence_threshold = self.assist.confidence_threshold
+        # 0 disables both the confidence stop and its per-request re-tuning (AssistConfig).
+        config.assistant_confidence_threshold = self.assist.confidence_threshold or 0.0
 
     @torch.inference_mode()
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:

@@ -15,6 +15,7 @@ from orl.report.claims import (
     citation_problems,
     claims_for_table,
     load_claims,
+    load_notes,
 )
 from orl.report.tables import TABLE_COLUMNS, build_table
 from orl.rows import lines
@@ -139,3 +140,13 @@ def test_duplicate_ids_and_missing_file_are_rejected(tmp_path):
         load_claims(tmp_path / "absent.yaml")
     with pytest.raises(ConfigError, match="a phrase"):
         load_claims(_write(tmp_path, GOOD.replace("quote: reaches 10 tokens/s", "quote: " + "word " * 60)))
+
+
+def test_the_ledger_notes_prior_art_under_its_tables(tmp_path):
+    (note,) = [n for n in load_notes(DEFAULT_CLAIMS_PATH) if "2601.22954" in n.text]
+    assert note.id == "prior-art-residual-context-diffusion" and 5 in note.tables
+    assert "Residual Context Diffusion" in note.text and "proxy-residual stage" in note.text
+    bad = GOOD + "notes:\n  - {id: x, tables: [9], text: hello}\n"
+    with pytest.raises(ConfigError, match=r"note 'x': tables"):
+        load_notes(_write(tmp_path, bad))
+    assert load_claims(_write(tmp_path, bad))[0].id == "t2-x"  # the claims themselves still load

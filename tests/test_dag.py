@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from orl import rows
+from orl.engines.registry import ENGINE_NAMES
 from orl.records import load_records
 from orl.rows import ROW
 
@@ -90,18 +91,22 @@ def test_paper_config_runs_every_model_on_cuda(tmp_path):
         assert "gpu=1" in job["resources"], job
         if orl_subcommand(job["command"]) in DECODING_COMMANDS:
             assert "--dtype auto" in job["command"], job["command"]
-    # Local checkpoints are read, never trained; the rows without an EAGLE-3 head or a DFlash drafter (vLLM and
-    # SGLang each) become "not run" records, latency and quality.
+    # Local checkpoints are read, never trained; the rows without an EAGLE-3 head or a DFlash drafter become
+    # "not run" records (their latency and their quality), as does a row whose engine this build does not have.
     assert not any(job["rule"].startswith("train") for job in jobs)
-    assert [job["rule"] for job in jobs].count("not_run") == 8
-    # A serving row runs the method its row declares.
-    assert any("--engine sglang" in job["command"] and "--method standalone" in job["command"] for job in model_jobs)
+    lacking = [row for row in rows.in_table(2, dag=True)
+               if row.draft in ("eagle3", "dflash") or row.engine not in ENGINE_NAMES]
+    assert [job["rule"] for job in jobs].count("not_run") == 2 * len(lacking)
     assert f"--ckpt {tmp_path / 'models' / 'orl'}" in run.stdout
 
     # Every rule that runs a model asks Slurm for its GPU partition (its `gpu` resource becomes --gpus).
     slurm = yaml.safe_load((REPO / "workflows" / "profiles" / "slurm" / "config.yaml").read_text())
     gpu_rules = {rule for rule, res in slurm["set-resources"].items() if res.get("slurm_partition") == "gpu"}
     assert {job["rule"] for job in model_jobs} <= gpu_rules
+
+
+def profile_config(profile: str) -> dict:
+    return yaml.safe_load((REPO / "workflows" / "config" / f"{profile}.yaml").read_text())
 
 
 @pytest.mark.parametrize("profile", ["smoke", "tiny", "paper"])
@@ -111,13 +116,30 @@ def test_reproduce_all_plans_on_every_profile(tmp_path, profile):
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     jobs = planned_jobs(run.stdout)
     rules = {job["rule"] for job in jobs}
-    assert {"render_table", "render_figures", "render_index", "reproduce_all", "gate", "bench_engine"} <= rules
+    assert {"render_table", "render_figures", "render_index", "reproduce_all", "gate", "bench_engine",
+            "bench_length"} <= rules  # fmt: skip
     for job in jobs:
         if orl_subcommand(job["command"]) in MODEL_COMMANDS:
             assert f"--device {'cuda' if profile == 'paper' else 'cpu'}" in job["command"], job["command"]
-    # The ablations run where they are trained; the paper profile has none of its own.
-    ablations = [job for job in jobs if job["rule"] == "train_ablation"]
-    assert len(ablations) == (0 if profile == "paper" else len(rows.ABLATIONS))
+    config = profile_config(profile)
+    # ORL and the ablations are trained once per seed where they are trained; the paper profile trains none.
+    seeds = [] if profile == "paper" else config["seeds"]
+    ablations = config.get("ablations", list(rows.ABLATIONS))
+    for rule, count in (("train_ablation", len(ablations) * len(seeds)), ("train_orl", len(seeds))):
+        trainings = [job for job in jobs if job["rule"] == rule]
+        assert len(trainings) == count, rule
+        assert sorted(re.search(r"--seed (\d+)", job["command"]).group(1) for job in trainings) == sorted(
+            str(seed) for seed in seeds for _ in range(count // max(1, len(seeds))))
+    # Every suite of the profile is evaluated (Tables 1-3), with one prompt set: the same --limit everywhere.
+    for suite in config["suites"]:
+        assert any(f"--suite {suite} " in job["command"] for job in jobs if job["rule"] == "latency"), suite
+        assert any(job["rule"] == "bench_engine" and f"--suite {suite} " in job["command"] for job in jobs), suite
+    limits = {re.search(r"--limit (\d+)", job["command"]).group(1) if "--limit" in job["command"] else None
+              for job in jobs if job["rule"] in ("latency", "sweep", "quality_row")}  # fmt: skip
+    assert limits == {str(config["eval_limit"]) if config["eval_limit"] else None}
+    # The speedup-vs-length runs: fixed length, one per configured length.
+    lengths = [job for job in jobs if job["rule"] == "bench_length"]
+    assert len(lengths) == len(config["length_sweep"]) and all("--ignore-eos" in job["command"] for job in lengths)
     if profile == "paper":  # what cannot run there is written as a record, not dropped from the DAG
         assert "bench_packing" not in rules and "not_run" in rules
 
@@ -146,7 +168,9 @@ def test_the_paper_profile_writes_what_it_cannot_measure_as_not_run(tmp_path):
     ("args", "message"),
     [
         (["--config", "profile=smoke", "colour=blue"], "colour"),
-        (["--config", "profile=smoke", "latency_limit=many"], "latency_limit"),
+        (["--config", "profile=smoke", "eval_limit=many"], "eval_limit"),
+        (["--config", "profile=smoke", "extra_suites=[tinycode]"], "extra_suites: 'tinycode' is already in suites"),
+        (["--config", "profile=smoke", "suites=[tinycode-short]"], "suites"),
         (["--config", "profile=smoke", "device=gpu"], "device"),
         (["--config", "profile=smoke", "ablations=[no-gate]"], "ablations: 'no-gate' is not an ablation"),
         (["--config", "profile=paper"], "checkpoints.ar"),
@@ -161,26 +185,37 @@ def test_bad_config_stops_before_any_job(tmp_path, args, message):
 
 @pytest.mark.slow
 def test_smoke_profile_reproduces_everything(tmp_path):
-    run = snakemake("-c2", "reproduce_all", "gate", "--config", "profile=smoke", cwd=tmp_path, timeout=900)
+    # About 15 minutes on two loaded cores (60 jobs, most of them a few seconds of work after startup).
+    run = snakemake("-c2", "reproduce_all", "gate", "--config", "profile=smoke", cwd=tmp_path, timeout=1800)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     reports = tmp_path / "reports" / "smoke"
     for n in range(1, 6):
         for ext in ("md", "tex", "csv"):
-            assert (reports / f"table{n}.{ext}").is_file()
+            assert (reports / f"table{n}.{ext}").is_file() and (reports / f"table3b.{ext}").is_file()
         with open(reports / f"table{n}.csv", newline="") as handle:
             lines = list(csv.DictReader(handle))
         assert lines, f"table {n} has no rows"
         for row in lines:
             assert row["status"] == "measured" or row["status"].startswith("not run: "), row
-    for fig in ("accuracy_vs_tpf", "tokens_per_s", "entropy_per_step"):
+    for fig in ("accuracy_vs_tpf", "tokens_per_s", "entropy_per_step", "speedup_vs_length", "floor"):
         for ext in ("png", "pdf"):
             assert (reports / "figures" / f"{fig}.{ext}").stat().st_size > 0
     assert (reports / "index.md").is_file()
     # Measured rows exist where this machine can measure them: the CPU rows of Table 2.
     with open(reports / "table2.csv", newline="") as handle:
-        statuses = {row["system"]: row["status"] for row in csv.DictReader(handle)}
-    assert statuses["dLLM + ORL"] == "measured" and statuses["AR (hf)"] == "measured"
-    assert statuses["AR + EAGLE3 (vLLM)"].startswith("not run: ")
+        table2 = {row["system"]: row for row in csv.DictReader(handle)}
+    assert table2["dLLM + ORL"]["status"] == "measured" and table2["AR (hf)"]["status"] == "measured"
+    assert table2["AR + EAGLE3 (vLLM)"]["status"].startswith("not run: ")
+    # Every pass@1 and TPF of a measured line has its interval; Table 5's lines are over both seeds.
+    assert table2["dLLM + ORL"]["pass_at_1_lo"] and table2["dLLM + ORL"]["tpf_hi"] and table2["dLLM + ORL"]["matched"]
+    with open(reports / "table5.csv", newline="") as handle:
+        table5 = [row for row in csv.DictReader(handle) if row["status"] == "measured"]
+    assert table5 and all(row["seeds"] == "2" and row["pass_at_1_sd"] != "" for row in table5)
+    assert (tmp_path / "results" / "smoke" / "engine" / "length" / "64.jsonl").is_file()
+    # Every aup record carries d3LLM's AUP, its y_max (percent) and the sweep points it came from.
+    aups = [r for path in (tmp_path / "results" / "smoke" / "sweep").rglob("*.jsonl") for r in load_records(path)
+            if r["kind"] == "aup"]  # fmt: skip
+    assert aups and all(r["metrics"]["y_max"] is not None and r["extra"]["points"] for r in aups)
     # The gate file holds this run's latency and engine records and its reference timing.
     gate = tmp_path / "results" / "gate" / "smoke.jsonl"
     assert {r["kind"] for r in load_records(gate)} == set(rows.GATE_KINDS)

@@ -65,6 +65,22 @@ def _random_checkpoint(tokenizer, out, *, diffusion: bool, seed: int, **override
 # --------------------------------------------------------------------------------------
 
 
+def test_assisted_draft_strategy_is_pinned_and_recorded():
+    from transformers.utils import is_sklearn_available
+
+    from orl.engines.hf import AssistConfig
+
+    # Default: a constant draft of 5 tokens, no confidence stop, so transformers never re-tunes a
+    # threshold inside a request, whether or not scikit-learn is installed.
+    pinned = AssistConfig().strategy()
+    assert pinned == {"num_assistant_tokens": 5, "schedule": "constant", "confidence_threshold": None,
+                      "confidence_stop": False, "threshold_retuned_per_request": False,
+                      "sklearn_installed": is_sklearn_available()}  # fmt: skip
+    # transformers' own default (0.4) is re-tuned per request exactly when scikit-learn is installed.
+    adaptive = AssistConfig(confidence_threshold=0.4).strategy()
+    assert adaptive["confidence_stop"] and adaptive["threshold_retuned_per_request"] == is_sklearn_available()
+
+
 def test_forward_counter_counts_every_call():
     from orl.engines.hf import ForwardCounter
 
@@ -97,6 +113,7 @@ def test_hf_assisted_is_lossless_and_counts_forwards(smoke_models, smoke_draft, 
 
     engine = load_hf_engine(smoke_models[0], draft_dir=smoke_draft)
     assert engine.name == "hf-assisted"
+    assert engine.describe().settings["draft_strategy"]["threshold_retuned_per_request"] is False
     tokens = nfe = drafts = 0
     for prompt, expected in zip(prompts, reference_tokens, strict=True):
         gen = engine.generate(prompt, MAX_NEW)

@@ -1,23 +1,92 @@
+"""Matched accuracy (METHOD.md §4, orl/eval/operating_point.py): tolerance and paired test, the chosen point."""
+
 from __future__ import annotations
 
-from orl.eval.operating_point import choose_operating_point
+import numpy as np
+import pytest
+
+from orl.errors import InputError
+from orl.eval.operating_point import Candidate, choose_operating_point, match
+from orl.eval.uncertainty import Runs, stack_runs
 
 
-def test_fastest_point_within_tolerance_is_chosen():
-    points = [(0.5, 0.60, 6.0), (0.7, 0.70, 4.0), (0.9, 0.75, 2.5), (0.95, 0.76, 2.0)]
-    point = choose_operating_point(points, reference_pass=0.71, tolerance=0.01)
-    assert (point.tau, point.matched, point.policy) == (0.7, True, "threshold:0.7")
+def passes(outcomes: list[int]) -> Runs:
+    return stack_runs([f"T/{i}" for i in range(len(outcomes))], [{"passed": list(outcomes)}])
 
 
-def test_unmatched_sweep_falls_back_to_most_accurate_and_says_so():
-    point = choose_operating_point([(0.5, 0.2, 6.0), (0.9, 0.4, 2.0)], reference_pass=0.8, tolerance=0.01)
-    assert point.tau == 0.9 and not point.matched
+def _candidate(tau, outcomes, tpf):
+    runs = passes(outcomes)
+    return Candidate(tau, float(np.mean(outcomes)), tpf, runs)
 
 
-def test_aup_is_undefined_below_one_token_per_forward():
-    from orl.eval.aup import aup_or_none
+def test_match_needs_the_tolerance_and_no_paired_evidence_of_being_worse():
+    reference = passes([1] * 80 + [0] * 20)
+    same = passes([1] * 80 + [0] * 20)
+    assert match(same, reference, 0.01).matched
+    # One problem fewer: -0.01, within the tolerance; one discordant problem cannot show it worse.
+    one_less = passes([1] * 79 + [0] * 21)
+    assert match(one_less, reference, 0.01).matched
+    # Five fewer with a tolerance of 0.05: within it, but every resample that contains any of the
+    # five discordant problems (all but ~0.6% of them) sees it worse: the paired test rejects it.
+    five_less = passes([1] * 75 + [0] * 25)
+    result = match(five_less, reference, 0.05)
+    assert result.within_tolerance and result.shown_worse and not result.matched
+    assert "shown worse" in result.why
+    # Below the tolerance: not matched, whatever the test says.
+    assert not match(passes([1] * 70 + [0] * 30), reference, 0.05).within_tolerance
 
-    value, why = aup_or_none([(0.7, 0.0), (1.5, 0.2)])
-    assert value is None and "TPF" in why
-    value, why = aup_or_none([(1.0, 0.5), (3.0, 0.5)])
-    assert why is None and abs(value - 1.0) < 1e-12  # 0.5 over a TPF span of 2
+
+def test_operating_point_is_the_fastest_match_and_edges_are_marked():
+    reference = passes([1] * 80 + [0] * 20)
+    sweep = [
+        _candidate(0.3, [1] * 60 + [0] * 40, 8.0),  # fast, far below the reference
+        _candidate(0.5, [1] * 80 + [0] * 20, 6.0),  # matches
+        _candidate(0.7, [1] * 81 + [0] * 19, 4.0),  # matches, slower
+        _candidate(0.9, [1] * 82 + [0] * 18, 2.0),
+    ]
+    point = choose_operating_point(sweep, reference, 0.01)
+    assert (point.policy, point.matched, point.edge) == ("threshold:0.5", True, None)
+    assert point.matching == [0.5, 0.7, 0.9] and point.grid == [0.3, 0.5, 0.7, 0.9]
+    # The lowest τ matching: its TPF is only a lower bound of the matched TPF.
+    edge = choose_operating_point(sweep[1:], reference, 0.01)
+    assert edge.tau == 0.5 and edge.edge == "lowest"
+    # Nothing matches: the most accurate point, at the top of the grid, marked.
+    weak = choose_operating_point([_candidate(0.5, [1] * 50 + [0] * 50, 6.0),
+                                   _candidate(0.9, [1] * 60 + [0] * 40, 2.0)], reference, 0.01)  # fmt: skip
+    assert (weak.tau, weak.matched, weak.edge) == (0.9, False, "highest") and weak.why.startswith("not matched")
+    with pytest.raises(InputError):
+        choose_operating_point([], reference)
+
+
+def _record(kind, passed, *, tau=None, tpf=2.0, system="dLLM + ORL", engine="dlmrt", per_problem=True):
+    from orl.records import make_record
+
+    outcomes = [{"task_id": f"T/{i}", "passed": bool(p), "result": "passed" if p else "failed", "tokens": 10, "nfe": 2}
+                for i, p in enumerate(passed)]  # fmt: skip
+    return make_record(kind, system=system, engine=engine, model={"name": "tiny", "precision": "float32"},
+                       policy={"name": "threshold", "params": {"tau": tau}} if tau is not None else None,
+                       suite="tinycode", n_problems=len(passed), metrics={"pass_at_1": float(np.mean(passed)), "tpf": tpf},
+                       per_problem=outcomes if per_problem else None)  # fmt: skip
+
+
+def test_operating_point_command_writes_the_choice_and_its_record(tmp_path, capsys):
+    from orl.cli import main
+    from orl.commands.common import policy_arg
+    from orl.records import load_records, write_records
+
+    sweep, reference = tmp_path / "sweep.jsonl", tmp_path / "ar.jsonl"
+    write_records(sweep, [_record("sweep", [1] * 80 + [0] * 20, tau=0.3, tpf=9.0),
+                          _record("sweep", [1] * 84 + [0] * 16, tau=0.6, tpf=5.0)])  # fmt: skip
+    write_records(reference, [_record("quality", [1] * 82 + [0] * 18, system="AR (hf)", engine="hf", tpf=1.0)])
+    out, quality = tmp_path / "point.json", tmp_path / "op.jsonl"
+    assert main(["operating-point", "--sweep", str(sweep), "--reference", str(reference), "--out", str(out),
+                 "--quality-out", str(quality)]) == 0  # fmt: skip
+    assert policy_arg(f"@{out}") == "threshold:0.6"  # 0.80 < 0.82 - 0.01: the faster point does not match
+    (record,) = load_records(quality)
+    assert record["extra"]["matched"] is True and record["extra"]["edge"] is None
+    assert record["extra"]["grid"] == [0.3, 0.6] and record["extra"]["reference"]["system"] == "AR (hf)"
+    assert "operating point threshold:0.6" in capsys.readouterr().out
+    # Matched accuracy is a paired test: a sweep without per-problem outcomes is refused, naming the field.
+    write_records(sweep, [_record("sweep", [1] * 10, tau=0.5, per_problem=False)])
+    assert main(["operating-point", "--sweep", str(sweep), "--reference", str(reference), "--out", str(out)]) == 2
+    assert "per_problem" in capsys.readouterr().err

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import csv
+import math
 
 import pandas as pd
 import pytest
 
 from orl.cli import main
 from orl.errors import InputError
-from orl.eval.aup import aup, curve
 from orl.records import load_record_tree, make_record, not_run, validate_record, write_records
 from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
 from orl.report.figures import figure_paths, write_figures
@@ -20,9 +20,10 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 
 def rec(kind, system, engine, metrics, *, model="tiny-qwendlm", precision="float32", suite="tinycode",
-        gpu=None, created=None, policy=None, extra=None):  # fmt: skip
-    record = make_record(kind, system=system, engine=engine, model={"name": model, "precision": precision},
-                         metrics=metrics, suite=suite, policy=policy, extra=extra)  # fmt: skip
+        gpu=None, created=None, policy=None, extra=None, per_problem=None, sha=None, n_problems=None):  # fmt: skip
+    record = make_record(kind, system=system, engine=engine, model={"name": model, "precision": precision,
+                         "ckpt_sha256": sha}, metrics=metrics, suite=suite, policy=policy, extra=extra,
+                         per_problem=per_problem, n_problems=n_problems)  # fmt: skip
     record["env"]["gpu_name"] = gpu
     if created:
         record["created"] = created
@@ -45,29 +46,14 @@ def row(frame, claim=None, **where):
     return selected.iloc[0]
 
 
-# ------------------------------------------------------------------------------------ AUP
-
-
-def test_aup_definition():
-    # Flat 0.8 from TPF 1 to 4: 0.8 * 3.
-    assert aup([(1, 0.8), (2, 0.8), (4, 0.8)]) == pytest.approx(2.4)
-    # The curve starts at TPF 1 at the first point's accuracy: 0.6*(2-1) + (4-2)*(0.6+0.2)/2.
-    assert aup([(4, 0.2), (2, 0.6)]) == pytest.approx(0.6 + 0.8)
-    # Equal TPF points merge to their mean, in any order.
-    assert curve([(2, 0.2), (1.5, 0.5), (2, 0.4)]) == [(1.5, 0.5), (2.0, pytest.approx(0.3))]
-    assert aup([(2, 0.2), (2, 0.4)]) == aup([(2, 0.4), (2, 0.2)]) == pytest.approx(0.3)
-    assert aup([(1, 0.9)]) == 0.0
-    for bad in ([(0.5, 0.5)], [(2, 1.5)], [(float("nan"), 0.5)], []):
-        with pytest.raises(InputError):
-            aup(bad)
-
-
 # ------------------------------------------------------------------------------------ Table 2
 
 
 def table2_records(gpu=None, model="tiny-qwendlm"):
     ar_model = "tiny-ar"
     return [
+        rec("latency", "AR (ours: static cache, compiled)", "ar-compiled", {"tpf": 1.0, "latency_median_s": 1.0,
+            "latency_p90_s": 1.2, "tokens_per_s": 80.0}, model=ar_model, gpu=gpu),
         rec("latency", "AR (hf)", "hf", {"tpf": 1.0, "latency_median_s": 2.0, "latency_p90_s": 2.5, "tokens_per_s": 50.0},
             model=ar_model, gpu=gpu),
         rec("quality", "AR (hf)", "hf", {"pass_at_1": 0.40, "tpf": 1.0}, model=ar_model, gpu=gpu),
@@ -85,16 +71,18 @@ def table2_records(gpu=None, model="tiny-qwendlm"):
 def test_table2_measured_missing_and_not_run_rows(claims):
     frame = build_table2(table2_records(), claims)
     assert list(dict.fromkeys(frame["system"])) == [
-        "AR (hf)", "AR (vLLM)", "AR (SGLang)", "AR + draft (hf assisted)", "AR + draft (vLLM)",
-        "AR + draft (SGLang STANDALONE)", "AR + EAGLE3 (vLLM)", "AR + EAGLE3 (SGLang)", "AR + DFlash (vLLM)",
-        "AR + DFlash (SGLang)", "AR + block-diffusion drafter (ours, DFlash-style)", "dLLM base", "dLLM + ORL",
-        "dLLM + ORL NVFP4",
+        "AR (ours: static cache, compiled)", "AR (hf)", "AR (vLLM)", "AR (SGLang)", "AR + draft (hf assisted)",
+        "AR + draft (vLLM)", "AR + draft (SGLang STANDALONE)", "AR + EAGLE3 (vLLM)", "AR + EAGLE3 (SGLang)",
+        "AR + DFlash (vLLM)", "AR + DFlash (SGLang)", "AR + block-diffusion drafter (ours, DFlash-style)",
+        "dLLM base", "dLLM + ORL", "dLLM + ORL NVFP4",
     ]  # fmt: skip
     ar = row(frame, system="AR (hf)")
-    assert ar["status"] == "measured" and ar["pass_at_1"] == 0.40 and ar["speedup_vs_ar"] == 1.0
+    assert ar["status"] == "measured" and ar["pass_at_1"] == 0.40 and ar["speedup_vs_ar_hf"] == 1.0
+    assert ar["speedup_vs_ar"] == pytest.approx(50 / 80) and ar["matched"].startswith("the reference")
+    assert row(frame, system="AR (ours: static cache, compiled)")["speedup_vs_ar"] == 1.0
     orl = row(frame, system="dLLM + ORL")
-    assert orl["status"] == "measured" and orl["tpf"] == 4.0 and orl["speedup_vs_ar"] == 4.0
-    assert orl["suite"] == "tinycode"
+    assert orl["status"] == "measured" and orl["tpf"] == 4.0 and orl["speedup_vs_ar"] == 200 / 80
+    assert orl["speedup_vs_ar_hf"] == 4.0 and orl["suite"] == "tinycode"
     # A "not run" record keeps its reason; a missing record says what was expected.
     assert row(frame, system="AR (vLLM)")["status"] == "not run: needs CUDA and vllm"
     eagle = row(frame, system="AR + EAGLE3 (vLLM)")
@@ -216,7 +204,7 @@ def test_table4_peaks_and_raw_comparison_on_the_claimed_gpu(claims):
 def test_table5_aup_training_speed_and_missing_ablations(claims):
     sweep = [
         rec("sweep", "dLLM + ORL", "dlmrt", {"tpf": tpf, "pass_at_1": acc}, policy={"name": "threshold", "params": {"tau": tau}})
-        for tau, tpf, acc in ((0.9, 2.0, 0.6), (0.7, 4.0, 0.5))
+        for tau, tpf, acc in ((0.9, 2.0, 0.6), (0.7, 4.0, 0.56))
     ]  # fmt: skip
     records = sweep + [
         rec("quality", "dLLM + ORL", "dlmrt", {"tpf": 4.0, "pass_at_1": 0.5}),
@@ -224,17 +212,19 @@ def test_table5_aup_training_speed_and_missing_ablations(claims):
             "step_tokens_per_s": 8000.0}, suite=None, extra={"packing": True}),
         rec("train", "dLLM + ORL", "torch", {"step_tokens_per_s": 2000.0}, suite=None, extra={"packing": False}),
         rec("quality", "ORL: no AEC", "dlmrt", {"tpf": 2.0, "pass_at_1": 0.45}),
-        rec("aup", "ORL: no AEC", "dlmrt", {"aup": 0.7}),
     ]  # fmt: skip
     frame = build_table5(records, claims)
     orl = row(frame, claim="t5-train-step-speedup", system="dLLM + ORL")
-    assert orl["aup"] == pytest.approx(0.6 * 1 + 2 * (0.6 + 0.5) / 2)
+    # d3LLM's AUP with y_max = 60 (the table's best point): 2 * 60 + 0.5 * (4 - 2) * (56 W(56) + 60 W(60)),
+    # W(56) = exp(-3 (1 - 56/60)) = exp(-0.2), W(60) = 1.
+    assert orl["aup"] == pytest.approx(120 + 56 * math.exp(-0.2) + 60) and orl["aup_dropped"] == 0
     assert orl["train_step_speedup"] == 4.0 and orl["ratio"] == pytest.approx(4.0 / 5.2)
     assert pd.isna(orl["train_gpu_hours"])  # trained on the CPU: no GPU-hours to set against 36 H100-hours
     tokens = row(frame, claim="t5-llada21mini-self-generated-tokens")
     assert tokens["self_generated_tokens"] == 120000 and pd.isna(tokens["ratio"]) and "model differs" in tokens["compared"]
     no_aec = row(frame, system="ORL: no AEC")
-    assert no_aec["aup"] == 0.7 and "no measured 'train' record" in no_aec["note"]
+    assert pd.isna(no_aec["aup"]) and "no sweep records" in no_aec["note"]
+    assert "no measured 'train' record" in no_aec["note"]
     assert row(frame, system="dParallel-style")["status"].startswith("not run: no record")
 
 
@@ -286,12 +276,14 @@ def test_render_command_writes_tables_figures_and_index(tmp_path):
     code = main(["render", "--profile", "smoke", "--results", str(results), "--out", str(out), "--figures",
                  "--hardware", str(tmp_path / "no-hardware")])  # fmt: skip
     assert code == 0
-    for table in range(1, 6):
+    for table in (1, 2, 3, "3b", 4, 5):
         assert all(path.is_file() for path in table_paths(out, table).values())
     index = (out / "index.md").read_text()
     assert "[md](table2.md)" in index and "figures/tokens_per_s.png" in index and "not rendered" not in index
     assert main(["render", "--profile", "smoke", "--results", str(tmp_path / "absent"), "--out", str(out)]) == 2
     assert main(["render", "--profile", "smoke", "--results", str(results), "--tables", "2,9"]) == 2
+    assert main(["render", "--profile", "smoke", "--results", str(results), "--out", str(out), "--tables", "3b",
+                 "--no-index", "--hardware", str(tmp_path / "no-hardware")]) == 0  # fmt: skip
     # A broken record file stops the render, naming the file and line.
     (results / "bench" / "broken.jsonl").write_text('{"kind": "latency"}\n')
     with pytest.raises(InputError, match=r"broken\.jsonl line 1"):

@@ -8,16 +8,17 @@ import argparse
 def register(subparsers) -> None:
     render = subparsers.add_parser(
         "render",
-        help="render Tables 1-5 (md, tex, csv), figures and index.md from record files",
+        help="render Tables 1-5 and 3b (md, tex, csv), figures and index.md from record files",
         description="Read every record under --results (and contributed results under --hardware for "
         "Table 4), set them beside the paper's claims and write reports/<profile>/tableN.{md,tex,csv}, "
-        "figures/*.{png,pdf} (with --figures) and index.md.",
+        "figures/*.{png,pdf} (with --figures) and index.md. Every pass@1, TPF and gain carries its 95% "
+        "interval (CSV columns <column>_lo / <column>_hi).",
     )
     render.add_argument("--profile", required=True, help="profile name (smoke, tiny, paper)")
     render.add_argument("--results", help="folder of record files (default: results/<profile>)")
     render.add_argument("--out", help="report folder (default: reports/<profile>)")
-    render.add_argument("--tables", default="1,2,3,4,5",
-                        help="comma-separated table numbers, or 'none' (default: all)")
+    render.add_argument("--tables", default="1,2,3,3b,4,5",
+                        help="comma-separated tables (1-5, 3b), or 'none' (default: all)")
     render.add_argument("--figures", action="store_true", help="also draw the figures (PNG and PDF)")
     render.add_argument("--no-index", action="store_true", help="do not (re)write index.md")
     render.add_argument("--claims", help="claims ledger (default: results/paper/claims.yaml)")
@@ -25,18 +26,17 @@ def register(subparsers) -> None:
     render.set_defaults(func=run_render)
 
 
-def _tables(text: str) -> tuple[int, ...]:
+def _tables(text: str) -> tuple[int | str, ...]:
     from orl.errors import ConfigError
+    from orl.report.tables import TABLE_IDS
 
     if text.strip() == "none":
         return ()
-    try:
-        tables = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ConfigError(f"--tables {text!r}: expected comma-separated numbers from 1 to 5") from None
-    if not tables or any(t not in (1, 2, 3, 4, 5) for t in tables):
-        raise ConfigError(f"--tables {text!r}: expected comma-separated numbers from 1 to 5")
-    return tables
+    names = {str(table): table for table in TABLE_IDS}
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts or any(part not in names for part in parts):
+        raise ConfigError(f"--tables {text!r}: expected comma-separated tables from {', '.join(names)}, or 'none'")
+    return tuple(names[part] for part in parts)
 
 
 def run_render(args: argparse.Namespace) -> int:

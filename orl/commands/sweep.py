@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device, torch_dtype
+from orl.tasks import SUITES
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "sweep", help="threshold sweep through dlmrt: pass@1 and TPF per τ, plus AUP",
         description="Evaluate threshold(τ) decoding for each τ on a suite; writes one 'sweep' record per τ "
-        "(pass@1, TPF, tokens/s) and one 'aup' record, and prints one line per τ.",
+        "(pass@1, TPF, tokens/s, per-problem outcomes) and one 'aup' record (d3LLM's AUP with this sweep's own "
+        "y_max, its points and how many it dropped; tables recompute it with their y_max), and prints one line "
+        "per τ and aup= last.",
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint")
-    p.add_argument("--suite", default="tinycode", choices=["tinycode", "humaneval"])
-    p.add_argument("--thresholds", default="0.5,0.6,0.7,0.8,0.9,0.95", help="comma-separated τ values")
+    p.add_argument("--suite", default="tinycode", choices=SUITES)
+    p.add_argument("--thresholds", default="0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95", help="comma-separated τ values")
     p.add_argument("--engine", default="dlmrt", choices=["dlmrt", "dlmrt-eager", "reference"])
     p.add_argument("--limit", type=int, default=None, help="only the first N problems")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -52,10 +55,18 @@ def run_sweep(args) -> int:
         per_problem=p.result.per_problem, extra={"device": p.engine.describe().device, **p.engine.describe().settings},
     ) for p in points]
     area, note = aup_or_none([(p.result.tpf, p.result.pass_at_1) for p in points])
-    records.append(make_record("aup", system=system, engine=args.engine, model=model, suite=args.suite,
-                               n_problems=len(problems), metrics={"aup": area},
-                               extra={"points": [{"tau": p.policy.value, "tpf": p.result.tpf,
-                                                  "pass_at_1": p.result.pass_at_1} for p in points], "note": note}))
+    metrics = {"aup": None, "y_max": None, "aup_dropped": None}
+    if area is not None:
+        metrics = {"aup": area.value, "y_max": area.y_max, "aup_dropped": area.dropped}
+    records.append(make_record(
+        "aup", system=system, engine=args.engine, model=model, suite=args.suite, n_problems=len(problems),
+        metrics=metrics,
+        extra={"definition": "d3LLM AUP (orl/eval/aup.py): percent x TPF, alpha 3, points below y1 - 5 dropped",
+               "y_max_of": "this sweep's highest point; a table recomputes AUP with its own y_max",
+               "points": [{"tau": p.policy.value, "tpf": p.result.tpf, "pass_at_1": p.result.pass_at_1} for p in points],
+               "note": note},
+    ))  # fmt: skip
     write_records(args.out, records)
-    print(f"aup={area:.4f}" if area is not None else f"aup=undefined ({note})")
+    print(f"aup={area.value:.4f} (y_max {area.y_max:.4g}%, {area.dropped} dropped)" if area is not None
+          else f"aup=undefined ({note})")
     return 0

@@ -1,64 +1,89 @@
-"""AUP: area under the accuracy-vs-parallelism curve of a threshold sweep (after d3LLM).
+"""AUP (accuracy under parallelism), exactly as d3LLM defines it (its AUP_leaderboard/aup_utils.py).
 
-A threshold sweep gives points (TPF_i, pass@1_i), one per confidence threshold. AUP
-summarises the whole trade-off in one number, so that a method cannot win by picking
-a single favourable operating point:
+A threshold sweep gives points (ρᵢ, yᵢ): tokens per forward and accuracy in percent. Then
 
-    1. Points with equal TPF are merged into one, at their mean pass@1 (so the result
-       does not depend on the order the sweep wrote them in).
-    2. The points are sorted by TPF: (t_1, a_1), ..., (t_n, a_n) with t_1 < ... < t_n.
-    3. The curve starts at TPF = 1 (one token per forward: no parallelism) at the
-       accuracy of the least parallel point, i.e. the point (1, a_1) is prepended when
-       t_1 > 1. Between points the curve is linear.
-    4. AUP = trapezoidal area under that curve from TPF = 1 to TPF = t_n:
+    1. sort the points by ρ (a stable sort: points of equal TPF keep the order they were given in);
+    2. y₁ is the accuracy of the least parallel point; drop every point with y < y₁ − 5, so that a
+       collapse of accuracy at high parallelism is not integrated (how many were dropped is reported);
+    3. AUP = ρ₁ y₁ + Σ_{i≥2} ½ (ρᵢ − ρᵢ₋₁) (yᵢ W(yᵢ) + yᵢ₋₁ W(yᵢ₋₁)),
+       W(y) = min(exp(−α (1 − y / y_max)), 1),  α = 3,
 
-           AUP = a_1 (t_1 - 1) + sum_{i=2..n} (t_i - t_{i-1}) (a_i + a_{i-1}) / 2
+with y_max the highest accuracy (percent) among the sweep points of every system of the same
+table: AUP is therefore computed when a table is built, from the sweep records; a sweep alone
+(the `aup` record of `orl sweep`) uses its own highest point and says so. The first term is the
+rectangle from TPF 0 to ρ₁ at y₁, unweighted; each later segment is a trapezoid of the
+quality-weighted accuracy, so a point far below the best accuracy in the table counts for less
+than its own accuracy. Units: percent × tokens per forward (AR decoding at 80% scores 80).
 
-AUP is in pass@1 x TPF units: a method that keeps pass@1 = 0.8 up to TPF 4 scores
-0.8 x 3 = 2.4; a sweep that never leaves TPF 1 scores 0. Unlike d3LLM's published
-variant this one does not down-weight low-accuracy points; the pass@1 of every point
-is plotted beside it, so an accuracy collapse stays visible.
+d3LLM's script refuses a sweep whose most parallel point lies more than 5 points below y₁ (an
+assertion) and otherwise drops those points; METHOD.md §4 drops them in every case and reports
+the count. Where d3LLM's function returns a value, this one returns the same value.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from orl.errors import InputError
 
-
-def curve(points: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The sorted (TPF, pass@1) curve AUP integrates, with equal-TPF points merged."""
-    merged: dict[float, list[float]] = {}
-    for tpf, acc in points:
-        if tpf is None or acc is None or not (math.isfinite(tpf) and math.isfinite(acc)):
-            raise InputError(f"AUP: point (tpf={tpf}, pass@1={acc}) is not a pair of finite numbers")
-        if tpf < 1:
-            raise InputError(f"AUP: TPF must be >= 1 (one token per forward at least), got {tpf}")
-        if not 0 <= acc <= 1:
-            raise InputError(f"AUP: pass@1 must be in [0, 1], got {acc}")
-        merged.setdefault(float(tpf), []).append(float(acc))
-    return [(tpf, sum(accs) / len(accs)) for tpf, accs in sorted(merged.items())]
+ALPHA = 3.0  # d3LLM's penalty factor for accuracy below y_max
+DROP_BELOW = 5.0  # points more than this many percentage points below y₁ are dropped
 
 
-def aup(points: Iterable[tuple[float, float]]) -> float:
-    """Area under pass@1 over TPF from TPF = 1 to the largest TPF (module docstring)."""
-    pts = curve(points)
-    if not pts:
+@dataclass(frozen=True)
+class AUP:
+    value: float  # percent × TPF
+    y_max: float  # percent: the normalising accuracy W used
+    kept: tuple[tuple[float, float], ...]  # (ρ, y%) integrated, in TPF order
+    dropped: int  # points below y₁ − 5
+
+
+def weight(y: float, y_max: float, alpha: float = ALPHA) -> float:
+    """W(y) = min(exp(−α (1 − y / y_max)), 1); 1 where y_max is 0 (every accuracy is 0 then)."""
+    if y_max == 0:
+        return 1.0
+    return min(math.exp(-alpha * (1 - y / y_max)), 1.0)
+
+
+def _checked(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    out = []
+    for rho, y in points:
+        if rho is None or y is None or not (math.isfinite(rho) and math.isfinite(y)):
+            raise InputError(f"AUP: point (tpf={rho}, accuracy={y}) is not a pair of finite numbers")
+        if rho <= 0:
+            raise InputError(f"AUP: TPF must be positive, got {rho}")
+        if not 0 <= y <= 100:
+            raise InputError(f"AUP: accuracy must be a percentage in [0, 100], got {y}")
+        out.append((float(rho), float(y)))
+    if not out:
         raise InputError("AUP: no sweep points")
-    t_prev, a_prev = 1.0, pts[0][1]
-    area = 0.0
-    for tpf, acc in pts:
-        area += (tpf - t_prev) * (acc + a_prev) / 2
-        t_prev, a_prev = tpf, acc
-    return area
+    return out
 
 
-def aup_or_none(points: Iterable[tuple[float, float]]) -> tuple[float | None, str | None]:
-    """AUP, or (None, why) where it is undefined (no points, or a point below one token per forward,
-    which a model that spends forwards on text after <eos> can produce)."""
+def aup(points: Sequence[tuple[float, float]], y_max: float | None = None, alpha: float = ALPHA) -> AUP:
+    """d3LLM's AUP of (TPF, accuracy in percent) points; y_max (percent) defaults to their own highest."""
+    ordered = sorted(_checked(points), key=lambda point: point[0])
+    top = max(y for _, y in ordered) if y_max is None else float(y_max)
+    if not (math.isfinite(top) and 0 <= top <= 100):
+        raise InputError(f"AUP: y_max must be a percentage in [0, 100], got {y_max}")
+    floor = ordered[0][1] - DROP_BELOW
+    kept = [(rho, y) for rho, y in ordered if y >= floor]
+    value = kept[0][0] * kept[0][1]
+    for (rho_prev, y_prev), (rho, y) in zip(kept, kept[1:], strict=False):
+        value += 0.5 * (rho - rho_prev) * (y * weight(y, top, alpha) + y_prev * weight(y_prev, top, alpha))
+    return AUP(value, top, tuple(kept), len(ordered) - len(kept))
+
+
+def percent_points(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(TPF, pass@1 as a fraction) -> (TPF, percent), the units AUP is defined in."""
+    return [(tpf, 100.0 * acc) for tpf, acc in points]
+
+
+def aup_or_none(points: Sequence[tuple[float, float]], y_max: float | None = None) -> tuple[AUP | None, str | None]:
+    """AUP of (TPF, pass@1 fraction) points, or (None, why) where it is undefined (no points, a bad value)."""
     try:
-        return aup(points), None
+        return aup(percent_points(points), y_max), None
     except InputError as exc:
         return None, str(exc)

@@ -1,9 +1,66 @@
-"""Matched accuracy (METHOD.md §4): a system's operating point is the fastest threshold whose
-pass@1 is within a tolerance of the reference system's pass@1."""
+"""Matched accuracy (METHOD.md §4): which sweep points match a reference system, and the one chosen.
+
+A candidate matches the reference when both hold:
+    1. its pass@1 is within the tolerance: pass@1 >= reference pass@1 - tolerance;
+    2. the paired test does not show it worse at α = 0.05: the 95% paired-bootstrap interval of
+       (candidate - reference) over the problems both solved or failed is not entirely below 0.
+The operating point of a sweep is the fastest matching point (highest TPF; ties: higher pass@1);
+where none matches, the most accurate point (ties: higher TPF), marked unmatched. A chosen point
+at an end of the threshold grid is marked: at the lowest τ a faster point may still match (its
+TPF is a lower bound of the matched TPF); unmatched at the highest τ, a stricter τ might match.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from orl.errors import InputError
+from orl.eval.uncertainty import Estimate, Runs, paired, ratio_of_sums
+
+DEFAULT_TOLERANCE = 0.01  # one point of pass@1: the configs' match_tolerance
+EPSILON = 1e-9  # "exactly reference - tolerance" (e.g. 1 problem in 100) is within it
+
+
+@dataclass(frozen=True)
+class Match:
+    matched: bool
+    within_tolerance: bool
+    shown_worse: bool
+    difference: Estimate  # candidate - reference pass@1, paired over problems
+    why: str  # one line a table can print
+
+
+def match(candidate: Runs, reference: Runs, tolerance: float = DEFAULT_TOLERANCE) -> Match:
+    """Whether `candidate` matches `reference` (module docstring); both need a `passed` array."""
+    ids = [problem for problem in reference.ids if problem in set(candidate.ids)]
+    if not ids:
+        raise InputError("matched accuracy: the candidate and the reference share no problem")
+    cand, ref = candidate.on(ids), reference.on(ids)
+    diff = paired(ratio_of_sums(cand, "passed"), cand.n_seeds, ratio_of_sums(ref, "passed"), ref.n_seeds, len(ids))
+    cand_pass, ref_pass = float(cand.values["passed"].mean()), float(ref.values["passed"].mean())
+    within = cand_pass >= ref_pass - tolerance - EPSILON
+    worse = diff.hi is not None and diff.hi < 0
+    if within and not worse:
+        why = f"matched: {cand_pass:.3f} vs reference {ref_pass:.3f} (tolerance {tolerance:g})"
+    elif not within:
+        why = f"not matched: {cand_pass:.3f} < reference {ref_pass:.3f} - {tolerance:g}"
+    else:
+        why = (f"not matched: shown worse than the reference (difference {diff.value:+.3f}, "
+               f"95% interval {diff.lo:+.3f} to {diff.hi:+.3f})")
+    return Match(within and not worse, within, worse, diff, why)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One sweep point: its threshold, pass@1, TPF and per-problem outcomes."""
+
+    tau: float
+    pass_at_1: float
+    tpf: float
+    runs: Runs  # `passed` at least, over the problems of the sweep
 
 
 @dataclass
@@ -14,20 +71,51 @@ class OperatingPoint:
     tpf: float
     reference_pass_at_1: float
     tolerance: float
-    matched: bool  # False when no point reaches the reference: the most accurate one is used
+    matched: bool  # False when no point matches: the most accurate one is used
+    edge: str | None  # "lowest" / "highest": the chosen τ is an end of the grid (module docstring)
+    difference: float  # chosen - reference pass@1
+    difference_lo: float | None
+    difference_hi: float | None
+    why: str
+    grid: list[float]  # every τ of the sweep
+    matching: list[float]  # the τ that match
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def choose_operating_point(points: list[tuple[float, float, float]], reference_pass: float,
-                           tolerance: float) -> OperatingPoint:
-    """points: (tau, pass@1, tpf). Highest TPF among points with pass@1 >= reference - tolerance;
-    if none qualifies, the most accurate point (ties: higher TPF), marked matched=False."""
-    if not points:
-        raise ValueError("no sweep points to choose from")
-    # A small epsilon so that "exactly reference - tolerance" (e.g. 1 problem in 100) qualifies.
-    eligible = [p for p in points if p[1] >= reference_pass - tolerance - 1e-9]
-    matched = bool(eligible)
-    tau, acc, tpf = max(eligible, key=lambda p: (p[2], p[1])) if matched else max(points, key=lambda p: (p[1], p[2]))
-    return OperatingPoint(f"threshold:{tau:g}", tau, acc, tpf, reference_pass, tolerance, matched)
+def choose_operating_point(candidates: Sequence[Candidate], reference: Runs,
+                           tolerance: float = DEFAULT_TOLERANCE) -> OperatingPoint:
+    """The fastest matching candidate, else the most accurate one (module docstring)."""
+    if not candidates:
+        raise InputError("operating point: no sweep points to choose from")
+    ref_pass = float(np.asarray(reference.values["passed"]).mean())
+    matches = {c.tau: match(c.runs, reference, tolerance) for c in candidates}
+    eligible = [c for c in candidates if matches[c.tau].matched]
+    if eligible:
+        chosen = max(eligible, key=lambda c: (c.tpf, c.pass_at_1))
+    else:
+        chosen = max(candidates, key=lambda c: (c.pass_at_1, c.tpf))
+    grid = sorted(c.tau for c in candidates)
+    edge = None
+    if len(grid) > 1 and chosen.tau == grid[0]:
+        edge = "lowest"
+    elif len(grid) > 1 and chosen.tau == grid[-1] and not eligible:
+        edge = "highest"
+    result = matches[chosen.tau]
+    return OperatingPoint(
+        policy=f"threshold:{chosen.tau:g}", tau=chosen.tau, pass_at_1=chosen.pass_at_1, tpf=chosen.tpf,
+        reference_pass_at_1=ref_pass, tolerance=tolerance, matched=bool(eligible), edge=edge,
+        difference=result.difference.value, difference_lo=result.difference.lo,
+        difference_hi=result.difference.hi, why=result.why, grid=grid, matching=sorted(c.tau for c in eligible),
+    )
+
+
+def edge_note(edge: str | None, grid: Sequence[float]) -> str | None:
+    """What a chosen point at an end of the grid means, in one phrase (None when it is inside)."""
+    span = f"{min(grid):g}-{max(grid):g}" if grid else "?"
+    if edge == "lowest":
+        return f"lowest τ of the grid {span}: the matched TPF may be higher (a lower bound)"
+    if edge == "highest":
+        return f"highest τ of the grid {span}: a stricter τ might match"
+    return None

@@ -20,23 +20,51 @@ from orl.report.select import Resolved
 
 CLAIM_COLUMNS = ["claim", "paper", "ratio", "compared", "status", "note"]
 
-TABLE_COLUMNS = {
-    1: ["model", "variant", "system", "engine", "suite", "tpf", "tokens_per_s", "pass_at_1", "tpf_gain",
-        "throughput_gain"],
-    2: ["system", "engine", "suite", "tpf", "latency_median_s", "latency_p90_s", "tokens_per_s", "pass_at_1",
-        "speedup_vs_ar", "speedup_vs_ar_vllm"],
-    3: ["setup", "system", "engine", "suite", "tokens_per_s", "latency_median_s", "latency_p90_s", "tpf",
-        "same_tpf", "speedup_vs_reference", "speedup_vs_serving"],
+# Companion columns (orl/report/stats.py): an interval; over seeds also sd and per-seed values;
+# a paired comparison also its p-value and "resolved" / "unresolved".
+INTEGER_COLUMNS = {"seeds", "n_problems", "aup_dropped", "gpu_count", "submissions"}
+INTERVAL = ("_lo", "_hi")
+SEEDED = ("_sd", "_lo", "_hi", "_per_seed")
+TESTED = ("_lo", "_hi", "_p", "_test")
+
+_COLUMNS: dict[int, list] = {
+    1: ["model", "variant", "system", "engine", "suite", "seeds", "n_problems", "operating_point",
+        ("tpf", SEEDED), ("tokens_per_s", SEEDED), ("pass_at_1", SEEDED), ("aup", SEEDED), "aup_dropped",
+        ("tpf_gain", TESTED), ("throughput_gain", TESTED), ("pass_at_1_diff", TESTED)],
+    2: ["system", "engine", "suite", "n_problems", ("tpf", INTERVAL), "latency_median_s", "latency_p90_s",
+        ("tokens_per_s", INTERVAL), ("pass_at_1", INTERVAL), ("pass_at_1_diff", TESTED), "matched",
+        ("aup", INTERVAL), "aup_dropped", ("speedup_vs_ar", TESTED), ("speedup_vs_ar_hf", TESTED),
+        ("speedup_vs_ar_vllm", TESTED)],
+    3: ["setup", "system", "engine", "suite", "n_problems", ("tokens_per_s", INTERVAL), "latency_median_s",
+        "latency_p90_s", ("tpf", INTERVAL), "same_tpf", ("speedup_vs_reference", TESTED),
+        ("speedup_vs_serving", TESTED)],
     4: ["gpu", "gpu_count", "model", "precision", "system", "engine", "suite", "tokens_per_s", "tpf",
         "pass_at_1", "latency_median_s", "submissions", "driver", "cuda", "torch", "git_sha", "date"],
-    5: ["system", "engine", "suite", "tpf", "pass_at_1", "aup", "self_generated_tokens", "train_wall_s",
-        "train_gpu_hours", "step_tokens_per_s_packed", "step_tokens_per_s_unpacked", "train_step_speedup"],
+    5: ["system", "engine", "suite", "seeds", "n_problems", "operating_point", ("tpf", SEEDED),
+        ("pass_at_1", SEEDED), ("aup", SEEDED), "aup_dropped", ("tpf_diff", TESTED), ("pass_at_1_diff", TESTED),
+        ("aup_diff", TESTED), "aec_gated_fraction", "self_generated_tokens", "train_wall_s", "train_gpu_hours",
+        "step_tokens_per_s_packed", "step_tokens_per_s_unpacked", "train_step_speedup"],
 }  # fmt: skip
+
+
+def _expand(spec: list) -> tuple[list[str], dict[str, tuple[str, ...]]]:
+    columns, companions = [], {}
+    for item in spec:
+        name, suffixes = (item, ()) if isinstance(item, str) else item
+        columns += [name, *(name + suffix for suffix in suffixes)]
+        if suffixes:
+            companions[name] = suffixes
+    return columns, companions
+
+
+TABLE_COLUMNS = {table: _expand(spec)[0] for table, spec in _COLUMNS.items()}
+COMPANIONS = {table: _expand(spec)[1] for table, spec in _COLUMNS.items()}
 
 TABLE_TITLES = {
     1: "Table 1: ORL main results (base vs +ORL, per model family)",
     2: "Table 2: against speculative decoding at matched accuracy (single GPU, batch 1)",
     3: "Table 3: dlmrt against general serving stacks (same model, same settings)",
+    "3b": "Table 3b: engine against the hardware limit (random weights, speed only)",
     4: "Table 4: hardware peaks (contributed results)",
     5: "Table 5: training (ablations and cost)",
 }
@@ -110,11 +138,16 @@ def _unplaced(table: int, rows: list[dict], claims: list[Claim], columns: list[s
     return out
 
 
-def frame(table: int, rows: list[dict], claims: list[Claim]) -> pd.DataFrame:
-    """The finished table: its columns in order, unplaced claims appended, title in attrs."""
+def frame(table: int, rows: list[dict], claims: list[Claim], notes: list[str] | None = None) -> pd.DataFrame:
+    """The finished table: its columns in order, unplaced claims appended; in attrs its title, its
+    companion columns (for the writers to fold) and the notes its builder derived from the records."""
     columns = TABLE_COLUMNS[table] + CLAIM_COLUMNS
     rows = rows + _unplaced(table, rows, claims, columns)
     out = pd.DataFrame([{c: row.get(c) for c in columns} for row in rows], columns=columns)
+    for column in INTEGER_COLUMNS & set(columns):  # counts stay integers in the CSV where some are missing
+        out[column] = out[column].astype("Int64")
     out.attrs["table"] = table
     out.attrs["title"] = TABLE_TITLES[table]
+    out.attrs["companions"] = COMPANIONS[table]
+    out.attrs["notes"] = list(notes or [])
     return out

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from orl.records import load_record_tree
 from orl.records.submit import DEFAULT_HARDWARE_ROOT
-from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
+from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims, load_notes
 from orl.report.figures import write_figures
 from orl.report.index import write_index
 from orl.report.render import write_table
-from orl.report.tables import build_table, build_table2
+from orl.report.tables import TABLE_IDS, build_table, build_table2
 
-ALL_TABLES = (1, 2, 3, 4, 5)
+ALL_TABLES = TABLE_IDS
 
 
 def render_report(
@@ -25,20 +25,20 @@ def render_report(
     results_dir: str | Path,
     out_dir: str | Path,
     *,
-    tables: tuple[int, ...] = ALL_TABLES,
+    tables: tuple[int | str, ...] = ALL_TABLES,
     figures: bool = False,
     index: bool = True,
     claims_path: str | Path = DEFAULT_CLAIMS_PATH,
     hardware_root: str | Path = DEFAULT_HARDWARE_ROOT,
 ) -> list[Path]:
     """Write the chosen tables (and figures) and the index; return every path written."""
-    claims = load_claims(claims_path)
+    claims, ledger = load_claims(claims_path), load_notes(claims_path)
     records = load_record_tree(results_dir)
     hardware = load_record_tree(hardware_root, missing_ok=True)
     written: list[Path] = []
     for table in tables:
         frame = build_table(table, hardware if table == 4 else records, claims)
-        written += write_table(frame, out_dir, claims)
+        written += write_table(frame, out_dir, claims, ledger)
     if figures:
         written += write_figures(records, build_table2(records, claims), out_dir)
     if index:

@@ -3,7 +3,9 @@
 Nothing in a rendered table is typed in by hand except these numbers, so each one
 carries where it comes from: the seed file and the phrase quoted from it. The
 ledger's header comment documents every field; `load_claims` enforces them and
-names the file, the claim id and the field when something is wrong.
+names the file, the claim id and the field when something is wrong. The ledger's
+`notes` (prior art, how a row relates to other work) are printed under the tables
+they name (`load_notes`).
 """
 
 from __future__ import annotations
@@ -188,8 +190,9 @@ def load_claims(path: str | Path = DEFAULT_CLAIMS_PATH) -> list[Claim]:
         raise ConfigError(f"{path}: no such claims file") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict) or set(data) != {"claims"} or not isinstance(data["claims"], list):
-        raise ConfigError(f"{path}: expected a mapping with one key, claims: a list of claims")
+    if not isinstance(data, dict) or not {"claims"} <= set(data) <= {"claims", "notes"} \
+            or not isinstance(data["claims"], list):
+        raise ConfigError(f"{path}: expected a mapping with claims: a list of claims (and optional notes: a list)")
     claims = [_parse_claim(path, index, entry) for index, entry in enumerate(data["claims"])]
     seen: set[str] = set()
     for claim in claims:
@@ -223,3 +226,37 @@ def citation_problems(claims: list[Claim], seeds_dir: str | Path = DEFAULT_SEEDS
             elif normalise_space(citation.quote) not in text:
                 problems.append(f"claim {claim.id!r}: quote {citation.quote!r} not found in {citation.source}")
     return problems
+
+
+@dataclass(frozen=True)
+class LedgerNote:
+    """A note of the ledger: text printed under the tables it names (e.g. the closest prior art)."""
+
+    id: str
+    tables: tuple[int, ...]
+    text: str
+
+
+def load_notes(path: str | Path = DEFAULT_CLAIMS_PATH) -> list[LedgerNote]:
+    """The ledger's `notes` (id, tables, text); ConfigError names the file, the note and the field."""
+    import yaml
+
+    path = Path(path)
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    entries = (data or {}).get("notes") or []
+    if not isinstance(entries, list):
+        raise ConfigError(f"{path}: notes: expected a list of {{id, tables, text}}")
+    notes = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict) or set(entry) != {"id", "tables", "text"}:
+            raise ConfigError(f"{path}: notes[{index}]: expected a mapping with exactly id, tables and text")
+        where = f"{path}: note {entry['id']!r}"
+        if not isinstance(entry["id"], str) or not _ID_PATTERN.match(entry["id"]):
+            raise ConfigError(f"{path}: notes[{index}]: id: expected a lowercase slug, got {entry['id']!r}")
+        tables = entry["tables"]
+        if not isinstance(tables, list) or not tables or any(isinstance(t, bool) or t not in TABLES for t in tables):
+            raise ConfigError(f"{where}: tables: expected a non-empty list of 1..5, got {tables!r}")
+        if not isinstance(entry["text"], str) or not entry["text"].strip():
+            raise ConfigError(f"{where}: text: expected a non-empty string")
+        notes.append(LedgerNote(entry["id"], tuple(tables), normalise_space(entry["text"])))
+    return notes

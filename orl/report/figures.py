@@ -2,12 +2,20 @@
 
     accuracy_vs_tpf     pass@1 against TPF for every threshold sweep (records of kind
                         "sweep": one per threshold, metrics pass_at_1 and tpf,
-                        policy.params.tau), one curve per system, AUP in the legend
+                        policy.params.tau), one curve per system and training seed,
+                        Wilson 95% intervals, d3LLM's AUP in the legend (y_max: the
+                        highest point of the suite's panel)
     tokens_per_s        tokens/s bars for Table 2's rows (rows that did not run are
                         labelled "not run", never drawn as zero-height bars)
     entropy_per_step    mean entropy of the still-masked positions per denoising step
                         (records of kind "entropy", extra.mean_entropy_per_step) for
                         base vs +ORL: "uncertainty drops faster"
+    speedup_vs_length   dlmrt's tokens/s over the reference decoder's against the generation
+                        length, from fixed-length runs (engine_bench records with
+                        extra.stop_at_eos false, one `orl bench-engine --ignore-eos` per
+                        length), with the paired bootstrap interval over requests
+    floor               time per forward against the hardware floor per model size
+                        (Table 3b's scale_bench records; says so where there are none)
 
 A figure without data is still written, saying which records it found none of, so
 the report never links a missing file. Matplotlib is used through its object API
@@ -23,9 +31,12 @@ from pathlib import Path
 import pandas as pd
 
 from orl.eval.aup import aup_or_none
+from orl.eval.uncertainty import wilson
 from orl.io import atomic_write_bytes
+from orl.report import stats
+from orl.report.table3b import build_table3b
 
-FIGURES = ("accuracy_vs_tpf", "tokens_per_s", "entropy_per_step")
+FIGURES = ("accuracy_vs_tpf", "tokens_per_s", "entropy_per_step", "speedup_vs_length", "floor")
 
 
 def figure_paths(out_dir: str | Path) -> dict[str, list[Path]]:
@@ -56,8 +67,17 @@ def _empty(ax, message: str) -> None:
     ax.set_yticks([])
 
 
-def sweep_curves(records: list[dict]) -> dict[tuple[str, str, str | None], list[tuple[float, float, float | None]]]:
-    """{(system, engine, suite): [(tpf, pass_at_1, tau), ...] sorted by TPF} from measured sweep records."""
+def _interval(record: dict) -> tuple[float, float] | None:
+    """Wilson 95% interval of a sweep point's pass@1, from its per-problem outcomes."""
+    per_problem = record.get("per_problem") or []
+    if not per_problem:
+        return None
+    return wilson(sum(bool(p["passed"]) for p in per_problem), len(per_problem))
+
+
+def sweep_curves(records: list[dict]) -> dict[tuple, list[tuple]]:
+    """{(system, engine, suite, checkpoint digest): [(tpf, pass_at_1, tau, interval), ...] sorted by TPF}
+    from measured sweep records: one curve per system and checkpoint (training seed)."""
     curves: dict[tuple, list] = {}
     for record in records:
         if record["kind"] != "sweep" or record["status"] != "measured":
@@ -66,8 +86,9 @@ def sweep_curves(records: list[dict]) -> dict[tuple[str, str, str | None], list[
         if tpf is None or acc is None:
             continue
         tau = ((record.get("policy") or {}).get("params") or {}).get("tau")
-        curves.setdefault((record["system"], record["engine"], record["suite"]), []).append((tpf, acc, tau))
-    return {key: sorted(points) for key, points in sorted(curves.items(), key=lambda kv: str(kv[0]))}
+        key = (record["system"], record["engine"], record["suite"], record["model"]["ckpt_sha256"])
+        curves.setdefault(key, []).append((tpf, acc, tau, _interval(record)))
+    return {key: sorted(points, key=lambda p: p[:3]) for key, points in sorted(curves.items(), key=lambda kv: str(kv[0]))}
 
 
 def plot_accuracy_vs_tpf(records: list[dict], paths: list[Path]) -> list[Path]:
@@ -78,22 +99,34 @@ def plot_accuracy_vs_tpf(records: list[dict], paths: list[Path]) -> list[Path]:
     if not curves:
         _empty(axes[0], "no measured records of kind 'sweep'")
     for ax, suite in zip(axes, suites, strict=True):
-        for (system, engine, curve_suite), points in curves.items():
-            if (curve_suite or "") != suite:
-                continue
+        panel = {key: points for key, points in curves.items() if (key[2] or "") == suite}
+        y_max = 100 * max((p[1] for points in panel.values() for p in points), default=0.0)
+        # One colour per system; its training seeds (checkpoints) share it, one legend entry with their AUPs.
+        systems = list(dict.fromkeys((key[0], key[1]) for key in panel))
+        for (system, engine, _, _), points in panel.items():
+            index = systems.index((system, engine))
             xs, ys = [p[0] for p in points], [p[1] for p in points]
-            area, _ = aup_or_none([(x, y) for x, y in zip(xs, ys, strict=True)])
-            label = f"AUP {area:.3g}" if area is not None else "AUP undefined: TPF < 1"
-            ax.plot(xs, ys, marker="o", label=f"{system} [{engine}] ({label})")
-            for x, y, tau in points:
+            bars = [(y - p[3][0], p[3][1] - y) if p[3] else (0.0, 0.0) for y, p in zip(ys, points, strict=True)]
+            ax.errorbar(xs, ys, yerr=list(zip(*bars, strict=True)), marker="o", capsize=2, color=f"C{index % 10}",
+                        alpha=0.8, linewidth=1)
+            for x, y, tau, _ in points:
                 if tau is not None:
-                    ax.annotate(f"{tau:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
+                    ax.annotate(f"{tau:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=5)
+        for index, (system, engine) in enumerate(systems):
+            areas = []
+            for key, points in panel.items():
+                if (key[0], key[1]) == (system, engine):
+                    area, _ = aup_or_none([(p[0], p[1]) for p in points], y_max)
+                    areas.append("undefined" if area is None else f"{area.value:.4g}")
+            seeds = f", {len(areas)} checkpoints" if len(areas) > 1 else ""
+            ax.plot([], [], marker="o", color=f"C{index % 10}", label=f"{system} [{engine}] (AUP {' / '.join(areas)}{seeds})")
         if curves:
             ax.set_xlabel("tokens per forward (TPF)")
             ax.set_ylabel("pass@1")
-            ax.set_title(f"accuracy vs TPF{f' ({suite})' if suite else ''}; labels: threshold tau")
+            ax.set_title(f"accuracy vs TPF{f' ({suite})' if suite else ''}; labels: threshold tau; "
+                         f"AUP y_max {y_max:.3g}%", fontsize=8)
             ax.set_ylim(-0.02, 1.02)
-            ax.set_xlim(left=0.9)  # AUP integrates from TPF = 1
+            ax.set_xlim(left=0)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
     return _save(fig, paths)
@@ -159,10 +192,103 @@ def plot_entropy(records: list[dict], paths: list[Path]) -> list[Path]:
     return _save(fig, paths)
 
 
+def length_curves(records: list[dict]) -> dict[tuple, list[tuple]]:
+    """{(system, suite, engine): [(max_new_tokens, speedup over the reference, lo, hi), ...]} from the
+    fixed-length engine_bench runs (extra.stop_at_eos false), the latest record per engine and length."""
+    latest: dict[tuple, dict] = {}
+    for record in records:
+        extra = record.get("extra") or {}
+        if record["kind"] != "engine_bench" or record["status"] != "measured" or extra.get("stop_at_eos") is not False:
+            continue
+        key = (record["system"], record["suite"], extra.get("max_new_tokens"), record["engine"])
+        if key[2] is not None and (key not in latest or record["created"] > latest[key]["created"]):
+            latest[key] = record
+    curves: dict[tuple, list] = {}
+    for (system, suite, length, engine), record in sorted(latest.items(), key=lambda kv: str(kv[0])):
+        reference = latest.get((system, suite, length, "reference"))
+        if engine == "reference" or reference is None:
+            continue
+        estimate = stats.compare(stats.request_runs([record]), stats.request_runs([reference]), stats.tokens_per_s_of,
+                                 ratio=True)  # fmt: skip
+        value = record["metrics"]["tokens_per_s"] / reference["metrics"]["tokens_per_s"]
+        lo, hi = (estimate.lo, estimate.hi) if estimate is not None else (None, None)
+        curves.setdefault((system, suite, engine), []).append((int(length), value, lo, hi))
+    return {key: sorted(points) for key, points in curves.items()}
+
+
+def plot_speedup_vs_length(records: list[dict], paths: list[Path]) -> list[Path]:
+    curves = length_curves(records)
+    fig = _new_figure()
+    ax = fig.subplots()
+    if not curves:
+        _empty(ax, "no fixed-length engine_bench records (orl bench-engine --ignore-eos --max-new-tokens N, "
+                   "dlmrt and the reference decoder)")
+        return _save(fig, paths)
+    for (system, suite, engine), points in curves.items():
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        bars = [(y - p[2], p[3] - y) if p[2] is not None else (0.0, 0.0) for y, p in zip(ys, points, strict=True)]
+        ax.errorbar(xs, ys, yerr=list(zip(*bars, strict=True)), marker="o", capsize=3,
+                    label=f"{engine} / reference ({system}, {suite})")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({p[0] for points in curves.values() for p in points}),
+                  [str(n) for n in sorted({p[0] for points in curves.values() for p in points})])
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xlabel("generated tokens per request (fixed length, end token ignored)")
+    ax.set_ylabel("tokens/s over the reference decoder")
+    ax.set_title("dlmrt's speedup over the reference decoder against generation length; 95% paired intervals",
+                 fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, paths)
+
+
+def floor_points(records: list[dict]) -> dict[tuple, list[tuple]]:
+    """{(engine, precision, device): [(weight GB read per forward, time per forward s, floor s, arch), ...]}
+    from the latest measured scale_bench record of each (arch, block, engine, precision, device)."""
+    table = build_table3b(records)
+    series: dict[tuple, list] = {}
+    for line in table[table["status"] == "measured"].to_dict("records"):
+        if line["weight_bytes_read"] is None or line["time_per_forward_s"] is None:
+            continue
+        key = (line["engine"], line["precision"], line["device"])
+        arch = f"{line['arch']} b{line['block']}" if line["block"] else str(line["arch"])
+        series.setdefault(key, []).append((line["weight_bytes_read"] / 1e9, line["time_per_forward_s"],
+                                           line["floor_s"], arch))  # fmt: skip
+    return {key: sorted(points) for key, points in sorted(series.items(), key=str)}
+
+
+def plot_floor(records: list[dict], paths: list[Path]) -> list[Path]:
+    series = floor_points(records)
+    fig = _new_figure()
+    ax = fig.subplots()
+    if not series:
+        _empty(ax, "no scale_bench records (orl bench-scale --arch ...; the DAG does not run it by default)")
+        return _save(fig, paths)
+    floors = {}
+    for (engine, precision, device), points in series.items():
+        ax.plot([p[0] for p in points], [1e3 * p[1] for p in points], marker="o", label=f"{engine} ({precision}, {device})")
+        for x, _, floor, arch in points:
+            floors[(x, arch, precision, device)] = floor
+    for (x, arch, _, _), floor in sorted(floors.items(), key=str):
+        ax.plot([x], [1e3 * floor], marker="_", markersize=18, color="black")
+        ax.annotate(arch, (x, 1e3 * floor), textcoords="offset points", xytext=(4, -10), fontsize=6)
+    ax.plot([], [], marker="_", markersize=12, color="black", linestyle="none", label="hardware floor (bytes / bandwidth)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("weight bytes read per forward (GB)")
+    ax.set_ylabel("time per forward (ms)")
+    ax.set_title("Table 3b: time per forward against the hardware floor (random weights, speed only)", fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    return _save(fig, paths)
+
+
 def write_figures(records: list[dict], table2: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """All three figures as PNG + PDF under <out_dir>/figures/; returns the paths written."""
+    """Every figure as PNG + PDF under <out_dir>/figures/; returns the paths written."""
     paths = figure_paths(out_dir)
     written = plot_accuracy_vs_tpf(records, paths["accuracy_vs_tpf"])
     written += plot_tokens_per_s(table2, paths["tokens_per_s"])
     written += plot_entropy(records, paths["entropy_per_step"])
+    written += plot_speedup_vs_length(records, paths["speedup_vs_length"])
+    written += plot_floor(records, paths["floor"])
     return written

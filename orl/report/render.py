@@ -5,6 +5,10 @@ Files (all written atomically through orl.io):
     <out>/table<N>.tex   the same as a LaTeX table (needs no LaTeX packages)
     <out>/table<N>.csv   the raw values, full precision, with the `status` column
 
+In the CSV every interval, sd, per-seed list and test is a column of its own (`<column>_lo`,
+`_hi`, `_sd`, `_per_seed`, `_p`, `_test`); Markdown and LaTeX fold them into the value's cell:
+"0.89 ± 0.01 [0.84, 0.93] (s0: 0.88; s1: 0.9)", "+0.06 [0.02, 0.11] resolved (p=0.004)".
+
 The Markdown and LaTeX writers are small and local on purpose: pandas' writers need
 optional packages (tabulate, jinja2) that the harness does not depend on.
 """
@@ -18,7 +22,8 @@ import pandas as pd
 
 from orl import rows
 from orl.io import atomic_write_text
-from orl.report.claims import Claim, claims_for_table
+from orl.report.claims import Claim, LedgerNote, claims_for_table
+from orl.report.notes import RUN_TO_RUN
 
 GENERAL_CAVEATS = (
     "All paper throughput figures are single-request (batch size 1) peaks on specific benchmarks, "
@@ -28,18 +33,34 @@ GENERAL_CAVEATS = (
     "Rows that could not run here say `not run: <reason>`; none are dropped or filled in.",
 )
 
-_AR, _AR_VLLM = (rows.with_role(2, role)[0][0].system for role in ("ar", "ar_vllm"))
+_AR, _AR_HF, _AR_VLLM = (rows.with_role(2, role)[0][0].system for role in ("ar", "ar_hf", "ar_vllm"))
+_REFERENCE = rows.ROW[rows.MATCH_REFERENCE].system
+_ORL = rows.ROW[rows.TRAINED].system
 
 TABLE_CAVEATS = {
     1: (
-        "TPF gain and throughput gain are +ORL over base: same model family, suite and engine, same run.",
+        "TPF gain and throughput gain are +ORL over base: same model family, suite and engine, same run; "
+        "`pass_at_1_diff` is +ORL − base. +ORL is a training result: its values are means over the training "
+        "seeds of the records (`seeds`), with sd and per-seed values.",
+        f"Operating points are matched to the AR target ({_REFERENCE}, greedy); `operating_point` gives each "
+        "seed's threshold and says where one sits at an end of its sweep grid.",
+        "AUP is d3LLM's (orl/eval/aup.py): y_max is the highest pass@1 among the sweep points of this table's "
+        "lines on the same suite; `aup_dropped` counts the points below y1 − 5 it leaves out.",
         "At tiny scale HumanEval pass@1 is expected near zero; it is reported as measured.",
+        RUN_TO_RUN,
     ),
     2: (
         "An end-to-end system comparison, as in the paper: ORL runs on dlmrt, the paper's speculative "
         "baselines on vLLM (DFlash and EAGLE3 under relaxed verification, at comparable measured accuracy).",
         "`tpf` is tokens per target forward (the mean acceptance length for speculative rows). "
-        f"`speedup_vs_ar` is tokens/s over {_AR}, `speedup_vs_ar_vllm` over {_AR_VLLM}, both from this run.",
+        f"`speedup_vs_ar` is tokens/s over {_AR} (our own AR loop: static KV cache, compiled step, so the "
+        f"dLLM-vs-AR ratio is not framework overhead), `speedup_vs_ar_hf` over {_AR_HF} (transformers' "
+        f"generate), `speedup_vs_ar_vllm` over {_AR_VLLM}; all from this run, paired over the same requests.",
+        f"Matched accuracy: every line is matched to the AR target's greedy pass@1 ({_REFERENCE}): within the "
+        "tolerance and not shown worse by the paired test (α = 0.05); `matched` says which lines cannot reach it "
+        "and why, `pass_at_1_diff` is the line's pass@1 minus the AR target's.",
+        "Each system decodes its lowest training seed's checkpoint here (Table 1 and 5 show all seeds).",
+        RUN_TO_RUN,
         "Where the GPU differs from the paper's H100, each claimed row is compared through its tokens/s "
         "relative to another claimed row (e.g. ORL over DFlash), never through raw tokens/s.",
     ),
@@ -49,16 +70,30 @@ TABLE_CAVEATS = {
         "`speedup_vs_serving` is against the faster of SGLang dLLM / vLLM measured here; the paper reports "
         "1.2-1.6x on a single H100.",
     ),
+    "3b": (
+        "Random-weight models with real checkpoints' shapes (`orl bench-scale`, orl/eval/scale.py): speed only, "
+        "never beside accuracy. floor = (weight bytes + KV bytes read per forward) / copy bandwidth measured in "
+        "the same run; `floor_ratio` = time per forward / floor (1 is the limit). dlmrt's time per forward is one "
+        "decoding step of its compiled / captured chunk at the generation's end; the other engines' is wall time "
+        "over every forward, prefill included. `kernels_per_step`: CUDA kernels (GPU) or CPU operators per dlmrt "
+        "step, where the run was profiled.",
+    ),
     4: (
         "Filled from contributed results (results/hardware/<gpu>/*.jsonl, filed by `orl submit`): one row per "
         "GPU, GPU count, model, precision and system, at its peak tokens/s; environment columns are the "
         "submitter's.",
     ),
     5: (
-        "TPF and pass@1 at each system's chosen operating point; AUP is the area under pass@1 over TPF of "
-        "its threshold sweep, from TPF = 1 (orl/eval/aup.py).",
+        "TPF and pass@1 at each system's chosen operating point (matched to the AR target); AUP is d3LLM's "
+        "accuracy under parallelism of its threshold sweep (orl/eval/aup.py), `aup_dropped` the points below "
+        "y1 − 5 it leaves out. Every line is a mean over its training seeds (`seeds`), with sd, per-seed values "
+        "and the interval.",
+        f"`tpf_diff`, `pass_at_1_diff`, `aup_diff`: the line minus {_ORL}, paired over the same problems; "
+        "an effect whose interval includes 0 is labelled unresolved and stays in the table. "
+        "`aec_gated_fraction`: the mean fraction of AEC positions the gate leaves out per replay batch.",
         "The paper's training-step speedup combines residual state capture, attention kernels and packing; "
         "`train_step_speedup` here is training tokens/s with packing over without.",
+        RUN_TO_RUN,
     ),
 }
 
@@ -75,7 +110,7 @@ def table_paths(out_dir: str | Path, table: int) -> dict[str, Path]:
 
 
 def _missing(value) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
 def format_cell(value) -> str:
@@ -89,6 +124,42 @@ def format_cell(value) -> str:
             return f"{value:,.0f}"
         return f"{value:.4g}"
     return " ".join(str(value).split())
+
+
+def _number(value, signed: bool = False) -> str:
+    text = format_cell(value)
+    return f"+{text}" if signed and not _missing(value) and value > 0 else text
+
+
+def folded_cell(row: dict, name: str, suffixes: tuple[str, ...]) -> str:
+    """A value with its companions in one cell: 'v ± sd [lo, hi] label (p=..) (s0: ..; s1: ..)'."""
+    value = row.get(name)
+    if _missing(value):
+        return format_cell(value)
+    tested = "_test" in suffixes
+    parts = [_number(value, signed=tested and name.endswith("_diff"))]
+    if not _missing(row.get(f"{name}_sd")):
+        parts.append(f"± {format_cell(row[f'{name}_sd'])}")
+    if not _missing(row.get(f"{name}_lo")) and not _missing(row.get(f"{name}_hi")):
+        parts.append(f"[{format_cell(row[f'{name}_lo'])}, {format_cell(row[f'{name}_hi'])}]")
+    if tested and not _missing(row.get(f"{name}_test")):
+        p = row.get(f"{name}_p")
+        parts.append(str(row[f"{name}_test"]) + ("" if _missing(p) else " (p<0.001)" if p == 0 else f" (p={p:.2g})"))
+    if not _missing(row.get(f"{name}_per_seed")):
+        parts.append(f"({row[f'{name}_per_seed']})")
+    return " ".join(parts)
+
+
+def display_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame as Markdown and LaTeX show it: companion columns folded into their value's cell."""
+    companions: dict[str, tuple[str, ...]] = frame.attrs.get("companions") or {}
+    if not companions:
+        return frame
+    dropped = {name + suffix for name, suffixes in companions.items() for suffix in suffixes}
+    columns = [c for c in frame.columns if c not in dropped]
+    records = frame.to_dict("records")
+    cells = [{c: folded_cell(r, c, companions[c]) if c in companions else r[c] for c in columns} for r in records]
+    return pd.DataFrame(cells, columns=columns)
 
 
 def to_markdown(frame: pd.DataFrame) -> str:
@@ -105,6 +176,7 @@ _LATEX_SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
     "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "×": r"$\times$", "–": "--",
     "—": "---", "≥": r"$\geq$", "≤": r"$\leq$", "<": r"\textless{}", ">": r"\textgreater{}",
+    "±": r"$\pm$", "−": "-", "τ": r"$\tau$", "α": r"$\alpha$", "ρ": r"$\rho$",
 }  # fmt: skip
 
 
@@ -156,22 +228,30 @@ def claim_lines(claims: list[Claim]) -> list[str]:
 # ------------------------------------------------------------------------------------------
 
 
-def write_table(frame: pd.DataFrame, out_dir: str | Path, claims: list[Claim]) -> list[Path]:
-    """Write a table built by orl.report.tables in Markdown, LaTeX and CSV; return the paths."""
+def write_table(frame: pd.DataFrame, out_dir: str | Path, claims: list[Claim],
+                ledger: list[LedgerNote] | tuple = ()) -> list[Path]:
+    """Write a table built by orl.report.tables in Markdown, LaTeX and CSV (with the ledger's notes
+    about this table); return the paths."""
     table = frame.attrs["table"]
     title = frame.attrs["title"]
     paths = table_paths(out_dir, table)
-    caveats = [*GENERAL_CAVEATS, *TABLE_CAVEATS[table]]
+    caveats = [*GENERAL_CAVEATS, *TABLE_CAVEATS[table], *frame.attrs.get("notes", [])]
     named = claim_lines(claims_for_table(claims, table))
+    ledger = [note.text for note in ledger if table in note.tables]
+    shown = display_frame(frame)
 
     n_measured = int((frame["status"] == "measured").sum())
     counts = f"{n_measured} of {len(frame)} lines measured; the rest not run (reasons in `status`)."
-    md = [f"# {title}", "", to_markdown(frame), counts, "", "**Caveats**", ""]
+    md = [f"# {title}", "", to_markdown(shown), counts, "", "**Caveats**", ""]
     md += [f"- {line}" for line in caveats]
+    if ledger:
+        md += ["", "**Notes of the claims ledger** (results/paper/claims.yaml)", ""]
+        md += [f"- {line}" for line in ledger]
     md += ["", "**Paper claims named by this table** (results/paper/claims.yaml)", ""]
     md += [f"- {line}" for line in named] or ["- none"]
     atomic_write_text(paths["md"], "\n".join(md) + "\n")
 
-    atomic_write_text(paths["tex"], to_latex(frame, title, [*caveats, *(f"Claim {line}" for line in named)]))
+    tex_notes = [*caveats, *ledger, *(f"Claim {line}" for line in named)]
+    atomic_write_text(paths["tex"], to_latex(shown, title, tex_notes))
     atomic_write_text(paths["csv"], frame.to_csv(index=False))
     return list(paths.values())

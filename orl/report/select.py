@@ -6,6 +6,13 @@ model, precision and suite. Among the records that match, the latest measured on
 record is missing is still shown, with status "not run: no record (<what was expected>)";
 a line whose record says "not run: <reason>" carries that reason. Nothing is dropped and
 nothing is filled in.
+
+Training seeds. A checkpoint trained by `orl train-orl --seed N` has a `train` record whose
+extra.seed is N; every record decoding that checkpoint names it by model.ckpt_sha256, so a
+record's seed is found through that digest (seed_index) without any other command knowing
+about seeds. Lines over several seeds (Tables 1 and 5) resolve once per seed (resolve_seeds);
+lines about one system (Tables 2 and 3) read the lowest seed (first_seed). Records whose
+checkpoint has no seeded train record have seed None ("not recorded").
 """
 
 from __future__ import annotations
@@ -57,9 +64,31 @@ class Want:
         return f"{text}; {self.needs}" if self.needs else text
 
 
+ANY_SEED = "any"  # resolve(): no seed filter
+
+
+def seed_index(records: list[dict]) -> dict[str, int]:
+    """model.ckpt_sha256 -> training seed, from measured train records that say their seed (extra.seed)."""
+    index = {}
+    for record in records:
+        seed = (record.get("extra") or {}).get("seed")
+        sha = record["model"]["ckpt_sha256"]
+        if record["kind"] == "train" and record["status"] == "measured" and isinstance(seed, int) and sha:
+            index[sha] = seed
+    return index
+
+
+def record_seed(record: dict, index: dict[str, int]) -> int | None:
+    """The training seed of the checkpoint a record is about (None: not recorded)."""
+    sha = record["model"]["ckpt_sha256"]
+    return index.get(sha) if sha else None
+
+
 def matches(record: dict, want: Want, kind: str, suite: str | None) -> bool:
     if record["kind"] != kind or record["system"] != want.system:
         return False
+    if kind == "engine_bench" and (record.get("extra") or {}).get("stop_at_eos") is False:
+        return False  # a fixed-length speed run (--ignore-eos): the speedup-vs-length figure's, not Table 3's
     if want.engine and kind not in ENGINE_FREE_KINDS and record["engine"] != want.engine:
         return False
     if want.model and not model_matches(want.model, record["model"]["name"]):
@@ -100,19 +129,22 @@ class Resolved:
         return None
 
 
-def resolve(records: list[dict], want: Want, suite: str | None = None) -> Resolved:
+def resolve(records: list[dict], want: Want, suite: str | None = None, seed: int | None | str = ANY_SEED,
+            index: dict[str, int] | None = None) -> Resolved:
+    """The latest measured record of each kind a line reads (of one training seed, unless ANY_SEED)."""
     suite = want.suite or suite
     chosen: dict[str, dict] = {}
     notes: list[str] = []
     status = None
-    for index, kind in enumerate(want.kinds):
-        candidates = [r for r in records if matches(r, want, kind, suite)]
+    for position, kind in enumerate(want.kinds):
+        candidates = [r for r in records if matches(r, want, kind, suite)
+                      and (seed == ANY_SEED or record_seed(r, index or {}) == seed)]
         measured = [r for r in candidates if r["status"] == "measured"]
         if measured:
             chosen[kind] = max(measured, key=lambda r: r["created"])
             if len(measured) > 1:
                 notes.append(f"{len(measured)} measured {kind!r} records; the latest is shown")
-        elif index == 0:
+        elif position == 0:
             if candidates:
                 status = max(candidates, key=lambda r: r["created"])["status"]
             else:
@@ -120,6 +152,47 @@ def resolve(records: list[dict], want: Want, suite: str | None = None) -> Resolv
         elif want.kinds[0] in chosen:
             notes.append(f"no measured {kind!r} record")
     return Resolved(want, suite, chosen, status or "measured", notes)
+
+
+def measured_seeds(records: list[dict], want: Want, suite: str | None, index: dict[str, int]) -> list[int | None]:
+    """The training seeds of a line's measured records of its first kind, lowest first; [None] when
+    none is recorded (or nothing is measured). Unseeded records beside seeded ones are left out."""
+    suite = want.suite or suite
+    seeds = {record_seed(r, index) for r in records
+             if r["status"] == "measured" and matches(r, want, want.kinds[0], suite)}
+    recorded = sorted(seed for seed in seeds if seed is not None)
+    return recorded or [None]
+
+
+def resolve_seeds(records: list[dict], want: Want, suite: str | None,
+                  index: dict[str, int]) -> list[tuple[int | None, Resolved]]:
+    """One Resolved per training seed of the line (measured_seeds); a line with nothing measured
+    resolves once, with its "not run" status."""
+    return [(seed, resolve(records, want, suite, seed=seed, index=index))
+            for seed in measured_seeds(records, want, suite, index)]
+
+
+def first_seed(records: list[dict], want: Want, suite: str | None, index: dict[str, int]) -> Resolved:
+    """The line resolved on its lowest training seed (any record where no seed is recorded)."""
+    seed = measured_seeds(records, want, suite, index)[0]
+    return resolve(records, want, suite, seed=ANY_SEED if seed is None else seed, index=index)
+
+
+# Suites in the order tables show them; others follow alphabetically.
+SUITE_ORDER = ("tinycode", "tinycode-long", "humaneval")
+
+
+def ordered_suites(suites) -> list[str]:
+    known = [suite for suite in SUITE_ORDER if suite in suites]
+    return known + sorted(set(suites) - set(known))
+
+
+def table_suites(records: list[dict], wants: list[Want]) -> list[str | None]:
+    """Every suite with a measured record of the table's lines (of their first kind: what decides a
+    line's status), in SUITE_ORDER; [None] if none."""
+    found = {record["suite"] for want in wants for record in records
+             if record["status"] == "measured" and record["suite"] and matches(record, want, want.kinds[0], None)}
+    return ordered_suites(found) or [None]
 
 
 def pick_suite(records: list[dict], wants: list[Want]) -> str | None:

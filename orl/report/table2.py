@@ -1,42 +1,89 @@
 """Table 2: against speculative decoding at matched accuracy (single GPU, batch 1).
 
-Lines: orl.rows.lines(2), one per system, all on one suite (the suite with most measured
-lines). `speedup_vs_ar` is over the line with role "ar", `speedup_vs_ar_vllm` over the one
-with role "ar_vllm". Where the hardware differs from the paper's, a claimed tokens/s is
-compared through its ratio to another claimed line measured here: the anchors, tried in
-their declared rank (orl.report.compare rule 3).
+Lines: orl.rows.lines(2), one per system, repeated for every suite with measured records
+(tinycode, tinycode-long on the tiny profile; humaneval on the paper profile). A system's
+latency and quality records come from its lowest training seed. Every line is matched to the
+AR target's greedy pass@1 (orl.rows.MATCH_REFERENCE; orl/report/matching.py), and `matched`
+says which lines cannot reach it. `speedup_vs_ar` is over the line with role "ar" (our own
+static-cache compiled AR loop), `speedup_vs_ar_hf` over transformers' generate, and
+`speedup_vs_ar_vllm` over vLLM's AR, each paired over the same requests. Where the hardware
+differs from the paper's, a claimed tokens/s is compared through its ratio to another claimed
+line measured here: the anchors, tried in their declared rank (orl.report.compare rule 3).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from orl import rows
+from orl.report import stats
 from orl.report.attach import base_row, frame, with_claims
 from orl.report.claims import Claim
 from orl.report.compare import Anchor
-from orl.report.select import ratio, resolve, table_lines
+from orl.report.matching import matched_columns, operating_point_text, reference_runs, tolerance_of
+from orl.report.measure import aup_columns, measure, pass_columns, tokens_per_s_columns, tpf_columns, y_max_of
+from orl.report.notes import prompt_sets, uncertainty_note
+from orl.report.select import Want, ratio, seed_index, table_suites
+
+SPEEDUPS = {"ar": "speedup_vs_ar", "ar_hf": "speedup_vs_ar_hf", "ar_vllm": "speedup_vs_ar_vllm"}
 
 
 def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
     by_id = {claim.id: claim for claim in claims}
-    pairs, suite = table_lines(records, 2)
-    values = []
-    for _, want in pairs:
-        res = resolve(records, want, suite)
-        values.append({**base_row(res), "tpf": res.metric("tpf", "acceptance_length"),
-                       "latency_median_s": res.metric("latency_median_s"), "latency_p90_s": res.metric("latency_p90_s"),
-                       "tokens_per_s": res.metric("tokens_per_s"), "pass_at_1": res.metric("pass_at_1")})  # fmt: skip
+    index = seed_index(records)
+    tolerance = tolerance_of(records)
+    lines = [(row, line, Want.of(row, line)) for row, line in rows.lines(2)]
+    swept = [want for row, _, want in lines if row.sweep]
+    out, measured_lines = [], []
+    for suite in table_suites(records, [want for _, _, want in lines]):
+        reference = reference_runs(records, suite)
+        y_max = y_max_of(records, swept, suite)
+        block = []
+        for row, line, want in lines:
+            m = measure(records, want, suite, index, all_seeds=False, request_kinds=("latency",))
+            value = {**base_row(m.resolved), "n_problems": m.n_problems("latency"), **tpf_columns(m, "latency"),
+                     "latency_median_s": m.resolved.metric("latency_median_s"),
+                     "latency_p90_s": m.resolved.metric("latency_p90_s"), **tokens_per_s_columns(m, "latency"),
+                     **pass_columns(m), **matched_columns(m, reference, tolerance,
+                                                          is_reference=row.key == rows.MATCH_REFERENCE)}  # fmt: skip
+            notes = [value["note"]] if value["note"] else []
+            if m.measured and row.sweep:
+                aup, aup_note = aup_columns(m, y_max)
+                value.update(aup)
+                notes.append(aup_note)
+                point = operating_point_text(m)
+                if point and "grid" in point:
+                    notes.append(point)
+            value["note"] = "; ".join(filter(None, notes)) or None
+            block.append((line, want, m, value))
+            measured_lines.append(m)
+        _speedups(block)
+        out.extend(_with_claims(block, by_id))
+    notes = [*prompt_sets(measured_lines, ("latency", "quality")), uncertainty_note()]
+    return frame(2, out, claims, notes)
 
-    def of_role(role: str) -> dict:
-        return next(v for (line, _), v in zip(pairs, values, strict=True) if line.role == role)
 
-    ar, ar_vllm = of_role("ar"), of_role("ar_vllm")
-    for value in values:
-        value["speedup_vs_ar"] = ratio(value["tokens_per_s"], ar["tokens_per_s"])
-        value["speedup_vs_ar_vllm"] = ratio(value["tokens_per_s"], ar_vllm["tokens_per_s"])
+def _speedups(block) -> None:
+    """tokens/s of every line over each AR line (role), paired over the same requests."""
+    for role, column in SPEEDUPS.items():
+        denominator = next(((m, v) for line, _, m, v in block if line.role == role), None)
+        for _, _, m, value in block:
+            if denominator is None or denominator[0] is m:  # no denominator, or the line itself (1 by definition)
+                value.update(stats.comparison_columns(column, None))
+                if denominator is not None and value["tokens_per_s"] is not None:
+                    value[column] = 1.0
+                continue
+            dm, dv = denominator
+            estimate = stats.compare(m.requests.get("latency"), dm.requests.get("latency"), stats.tokens_per_s_of,
+                                     ratio=True)  # fmt: skip
+            value.update(stats.comparison_columns(column, estimate))
+            if estimate is None:
+                value[column] = ratio(value["tokens_per_s"], dv["tokens_per_s"])
 
-    anchors = sorted(((line.anchor, line, want, value) for (line, want), value in zip(pairs, values, strict=True)
-                      if line.anchor is not None), key=lambda item: item[0])  # fmt: skip
+
+def _with_claims(block, by_id: dict) -> list[dict]:
+    anchors = sorted(((line.anchor, line, want, value) for line, want, _, value in block if line.anchor is not None),
+                     key=lambda item: item[0])  # fmt: skip
 
     def anchor_for(value: dict, claim: Claim) -> Anchor | None:
         for _, line, want, other in anchors:
@@ -46,6 +93,6 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
         return None
 
     out = []
-    for (line, _), value in zip(pairs, values, strict=True):
+    for line, _, _, value in block:
         out.extend(with_claims(value, line.claims, by_id, anchor_for))
-    return frame(2, out, claims)
+    return out

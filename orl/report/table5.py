@@ -1,75 +1,130 @@
-"""Table 5: training (ablations and cost).
+"""Table 5: training (ablations and cost), over the training seeds found in the records.
 
-Lines: orl.rows.lines(5), one per trained system, on one suite. TPF and pass@1 come from
-the `quality` record of the chosen operating point; AUP from the line's `sweep` records
-(one per threshold; else from an `aup` record's metrics.aup); cost from its `train`
-records: extra.packing absent or true gives self_generated_tokens, train_wall_s and
-step_tokens_per_s with packing; extra.packing false gives step_tokens_per_s without.
+Lines: orl.rows.lines(5), one per trained system, on one suite (the one with most measured
+records). Each line is a mean over its seeds (`seeds`: how many; sd, per-seed values and the
+crossed bootstrap interval beside it): TPF and pass@1 of each seed's chosen operating point
+(its `quality` record), AUP of each seed's sweep (d3LLM's, at the table's y_max). Every
+ablation is compared with ORL itself (orl.rows.TRAINED), paired over the same problems:
+`tpf_diff`, `pass_at_1_diff` and `aup_diff` are ablation − ORL, labelled "resolved" where the
+interval excludes 0 and "unresolved" otherwise. Cost comes from the `train` records of each
+seed (extra.packing absent or true): self-generated tokens, training wall time and the gated
+fraction of AEC (extra.gated_fraction, per replay batch); the step-speed benchmark's records
+(extra.packing true / false) give the train-step speed with and without packing.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from statistics import mean
 
 import pandas as pd
 
-from orl.eval.aup import aup_or_none
+from orl import rows
 from orl.records import gpu_count
+from orl.report import stats
 from orl.report.attach import base_row, frame, with_claims
 from orl.report.claims import Claim
-from orl.report.select import Want, latest_train_record, ratio, resolve, sweep_points, table_lines
+from orl.report.matching import matched_columns, operating_point_text, reference_runs, tolerance_of
+from orl.report.measure import aup_columns, measure, pass_columns, tpf_columns, y_max_of
+from orl.report.notes import prompt_sets, uncertainty_note
+from orl.report.select import latest_train_record, ratio, record_seed, seed_index, table_lines
+
+ORL = rows.ROW[rows.TRAINED].system
 
 
-def _aup(records: list[dict], want: Want, suite: str | None) -> tuple[float | None, str]:
-    """AUP of a line and the note saying where it came from."""
-    points = sweep_points(records, want.system, want.engine, suite)
-    if points:
-        area, why = aup_or_none(points)
-        return area, f"AUP over {len(points)} sweep points" if why is None else f"AUP undefined: {why}"
-    record = resolve(records, replace(want, kinds=("aup",)), suite).primary
-    area = record["metrics"].get("aup") if record else None
-    return area, "AUP from an 'aup' record" if area is not None else "no sweep records: no AUP"
+def _train_records(records: list[dict], system: str, seeds: list[int | None], index: dict[str, int]) -> list[dict]:
+    """The latest measured training-run record of `system` for each of the line's seeds."""
+    runs = [r for r in records if r["kind"] == "train" and r["system"] == system and r["status"] == "measured"
+            and r["metrics"].get("self_generated_tokens") is not None
+            and (r.get("extra") or {}).get("packing") is not False]  # fmt: skip
+    out = []
+    for seed in seeds:
+        mine = [r for r in runs if seed is None or record_seed(r, index) == seed]
+        if mine:
+            out.append(max(mine, key=lambda r: r["created"]))
+    return out
 
 
-def _cost(records: list[dict], system: str) -> tuple[dict, list[str]]:
-    """Training cost and step-speed columns of a line, and its notes."""
-    packed = latest_train_record(records, system, packing=True, metric="self_generated_tokens")
-    packed_speed = latest_train_record(records, system, packing=True, metric="step_tokens_per_s")
-    unpacked = latest_train_record(records, system, packing=False, metric="step_tokens_per_s")
+def _gated_fraction(record: dict) -> float | None:
+    value = (record.get("extra") or {}).get("gated_fraction")
+    if isinstance(value, list):
+        present = [float(v) for v in value if v is not None]
+        return mean(present) if present else None
+    return None if value is None else float(value)
+
+
+def _cost(records: list[dict], system: str, seeds: list[int | None], index: dict[str, int]) -> tuple[dict, list[str]]:
+    """Training cost (mean over seeds), the gated fraction, and the step-speed columns of a line."""
+    trained = _train_records(records, system, seeds, index)
     values: dict = {}
     notes = []
-    if packed_speed is not None:
-        values["step_tokens_per_s_packed"] = packed_speed["metrics"]["step_tokens_per_s"]
-    if packed is not None:
-        metrics = packed["metrics"]
-        values["self_generated_tokens"] = metrics.get("self_generated_tokens")
-        values["train_wall_s"] = metrics.get("train_wall_s")
-        if packed["env"]["gpu_name"] and metrics.get("train_wall_s") is not None:
-            values["train_gpu_hours"] = metrics["train_wall_s"] / 3600 * gpu_count(packed)
+    if trained:
+        first = trained[0]
+        values["self_generated_tokens"] = mean(r["metrics"]["self_generated_tokens"] for r in trained)
+        walls = [r["metrics"]["train_wall_s"] for r in trained if r["metrics"].get("train_wall_s") is not None]
+        values["train_wall_s"] = mean(walls) if walls else None
+        if first["env"]["gpu_name"] and values["train_wall_s"] is not None:
+            values["train_gpu_hours"] = values["train_wall_s"] / 3600 * gpu_count(first)
+        gated = [g for g in (_gated_fraction(r) for r in trained) if g is not None]
+        values["aec_gated_fraction"] = mean(gated) if gated else None
         # The training run is what the cost claims are about, so compare on its machine and model.
-        values.update({"_gpu": packed["env"]["gpu_name"], "_gpu_count": gpu_count(packed),
-                       "_model": packed["model"]["name"], "_precision": packed["model"]["precision"]})  # fmt: skip
+        values.update({"_gpu": first["env"]["gpu_name"], "_gpu_count": gpu_count(first),
+                       "_model": first["model"]["name"], "_precision": first["model"]["precision"]})  # fmt: skip
+        if len(trained) < len(seeds):
+            notes.append(f"train records of {len(trained)} of {len(seeds)} seeds")
     else:
         notes.append("no measured 'train' record")
+    packed = latest_train_record(records, system, packing=True, metric="step_tokens_per_s")
+    unpacked = latest_train_record(records, system, packing=False, metric="step_tokens_per_s")
+    if packed is not None:
+        values["step_tokens_per_s_packed"] = packed["metrics"]["step_tokens_per_s"]
     if unpacked is not None:
-        values["step_tokens_per_s_unpacked"] = unpacked["metrics"].get("step_tokens_per_s")
+        values["step_tokens_per_s_unpacked"] = unpacked["metrics"]["step_tokens_per_s"]
     return values, notes
 
 
 def build_table5(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
     by_id = {claim.id: claim for claim in claims}
+    index = seed_index(records)
     pairs, suite = table_lines(records, 5)
-    out = []
-    for line, want in pairs:
-        res = resolve(records, want, suite)
-        value = {**base_row(res), "tpf": res.metric("tpf"), "pass_at_1": res.metric("pass_at_1")}
+    y_max = y_max_of(records, [want for _, want in pairs], suite)
+    reference, tolerance = reference_runs(records, suite), tolerance_of(records)
+    built = []
+    for _, want in pairs:
+        m = measure(records, want, suite, index, all_seeds=True)
+        value = {**base_row(m.resolved), "seeds": len(m.recorded_seeds) or None, "n_problems": m.n_problems("quality"),
+                 **tpf_columns(m, "quality"), **pass_columns(m)}  # fmt: skip
         notes = [value["note"]] if value["note"] else []
-        if res.measured:
-            value["aup"], where = _aup(records, want, res.suite)
-            cost, cost_notes = _cost(records, want.system)
+        if m.measured:
+            aup, aup_note = aup_columns(m, y_max)
+            value.update(aup)
+            matched = matched_columns(m, reference, tolerance)["matched"]
+            value["operating_point"] = "; ".join(filter(None, [operating_point_text(m), matched and f"AR target: {matched}"]))
+            cost, cost_notes = _cost(records, want.system, m.seeds, index)
             value.update(cost)
-            notes += [where, *cost_notes]
+            notes += [aup_note, *cost_notes]
+            if not m.recorded_seeds:
+                notes.append("training seed not recorded (a train record with extra.seed): one run, no sd")
         value["train_step_speedup"] = ratio(value.get("step_tokens_per_s_packed"), value.get("step_tokens_per_s_unpacked"))
-        value["note"] = "; ".join(notes) or None
+        value["note"] = "; ".join(filter(None, notes)) or None
+        built.append((want, m, value))
+    orl = next(((m, v) for want, m, v in built if want.system == ORL), None)
+    out = []
+    for (line, _), (want, m, value) in zip(pairs, built, strict=True):
+        if want.system != ORL and orl is not None and m.measured:
+            value.update(_against_orl(m, orl[0], y_max))
         out.extend(with_claims(value, line.claims, by_id))
-    return frame(5, out, claims)
+    notes = [*prompt_sets([m for _, m, _ in built], ("quality",)), uncertainty_note()]
+    if y_max is not None:
+        notes.append(f"AUP: d3LLM's definition (orl/eval/aup.py) with y_max = {y_max:.4g}%, the highest pass@1 "
+                     "among this table's sweep points.")
+    return frame(5, out, claims, notes)
+
+
+def _against_orl(line, orl, y_max: float | None) -> dict:
+    """Ablation − ORL for TPF, pass@1 and AUP, paired over the problems both measured."""
+    out = {**stats.comparison_columns("tpf_diff", stats.compare(line.problems, orl.problems, stats.tpf_of, ratio=False)),
+           **stats.comparison_columns("pass_at_1_diff",
+                                      stats.compare(line.problems, orl.problems, stats.pass_of, ratio=False))}
+    if y_max is not None:
+        out.update(stats.comparison_columns("aup_diff", stats.compare_aup(line.sweep, orl.sweep, y_max)))
+    return out

@@ -1,6 +1,12 @@
 # Configuration checks, path helpers, and the rows of orl/rows.py that the other rule files run.
 # Every job that runs a model passes the config's --device (and --dtype where it decodes), requests
 # a GPU where the device is CUDA, and names its row with --system from orl/rows.py.
+#
+# A *run* is one row decoding one checkpoint: the row's key, or `<key>_seed<N>` for a row whose
+# checkpoint this DAG trains once per training seed (ORL and its ablations; config `seeds`). Every
+# per-row file is named by its run and lies in a folder of its suite (config `suites`: Tables 1-3
+# show each suite; the first is the main one, that of Tables 4-5, the entropy figure and the
+# speed-vs-length runs), so one prompt set (`eval_limit` problems) serves every job of a suite.
 import json
 import os
 import re
@@ -10,6 +16,7 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from orl import rows
+from orl.engines.registry import ENGINE_NAMES
 from orl.engines.serving import SERVING_ENGINES
 from orl.io import atomic_write_json
 from orl.records import not_run, write_records
@@ -41,8 +48,14 @@ GPU = 1 if config["device"].startswith("cuda") else 0  # per model-running job (
 # The config values a job's command uses go in as params (`params: **DECODE`), never read from config in
 # the shell string: a changed value then reruns the jobs it affects (Snakemake's params rerun trigger).
 TRAIN = {"preset": config.get("preset"), "device": config["device"]}  # training jobs
-DECODE = {"suite": config["suite"], "max_new_tokens": config["max_new_tokens"], "device": config["device"],
-          "dtype": config["dtype"]}  # jobs that decode: every flag they share
+DECODE = {"max_new_tokens": config["max_new_tokens"], "device": config["device"], "dtype": config["dtype"]}
+
+SUITES = list(config["suites"])
+MAIN = SUITES[0]
+EXTRA_SUITES = list(config["extra_suites"])
+for _suite in EXTRA_SUITES:
+    if _suite in SUITES:
+        raise ValueError(f"{CONFIG_FILES}: extra_suites: {_suite!r} is already in suites (each suite once)")
 
 ABLATIONS = config.get("ablations", list(rows.ABLATIONS))  # default: every ablation row
 for _name in ABLATIONS:
@@ -57,13 +70,45 @@ RUN = {row.key: row for row in rows.ROWS if row.dag and (row.ablation is None or
 
 
 # ------------------------------------------------------------------------------------------
+# Training seeds and runs
+# ------------------------------------------------------------------------------------------
+
+# The paper profile reads its checkpoints from the config: it trains nothing, so it has no seeds.
+SEEDS = [None] if PAPER else list(config["seeds"])
+PRIMARY = SEEDS[0]  # the seed whose checkpoint Tables 2 and 3, NVFP4 and the figures decode
+
+
+def trained(row):
+    """Whether this DAG trains the row's checkpoint (once per seed): ORL itself and its ablations."""
+    return not PAPER and (row.key == rows.TRAINED or row.ablation is not None)
+
+
+def seeds_of(row):
+    return SEEDS if trained(row) else [None]
+
+
+def run_id(row, seed):
+    return row.key if seed is None else f"{row.key}_seed{seed}"
+
+
+# run id -> (row, seed) for every row this profile runs
+RUNS = {run_id(row, seed): (row, seed) for row in RUN.values() for seed in seeds_of(row)}
+
+
+def runs_of(rows_, primary_only=False):
+    """(row, seed) of every run of `rows_` (of their primary seed only, with primary_only)."""
+    return [(row, seed) for row in rows_ for seed in (seeds_of(row)[:1] if primary_only else seeds_of(row))]
+
+
+# ------------------------------------------------------------------------------------------
 # Checkpoints: trained or quantized here, or local directories named by the config (paper)
 # ------------------------------------------------------------------------------------------
 
 GIVEN = config.get("checkpoints") or {}
+TRAINED_KEYS = set() if PAPER else {ROW[rows.TRAINED].ckpt, *(f"orl-{a}" for a in ABLATIONS)}
 # orl-nvfp4 (quantized) and orl-sdar (SDAR's layout, for SGLang's dLLM backend) come from orl on every profile.
 DERIVED = {"orl-nvfp4", "orl-sdar"}
-BUILT_HERE = DERIVED if PAPER else {"ar", "draft", "dlm", "orl", *DERIVED, *(f"orl-{a}" for a in ABLATIONS)}
+BUILT_HERE = DERIVED | TRAINED_KEYS | (set() if PAPER else {"ar", "draft", "dlm"})
 
 
 def is_checkpoint(path):
@@ -80,22 +125,27 @@ for _key in ("ar", "draft", "dlm", "orl") if PAPER else ():
         )
 
 
-def ckpt(key):
-    """Directory of checkpoint `key`: built here, or the local path the config gives; None: neither."""
+def ckpt(key, seed=None):
+    """Directory of checkpoint `key` (of training seed `seed`; default the primary seed's), built here or
+    the local path the config gives; None: neither."""
+    if key in TRAINED_KEYS:
+        return f"{CKPT}/{key}_seed{PRIMARY if seed is None else seed}"
     if key in BUILT_HERE:
         return f"{CKPT}/{key}"
     return GIVEN[key] if is_checkpoint(GIVEN.get(key)) else None
 
 
-def ckpt_done(key):
+def ckpt_done(key, seed=None):
     """The file whose presence means a checkpoint is complete (config.json is written last)."""
-    return f"{ckpt(key)}/config.json"
+    return f"{ckpt(key, seed)}/config.json"
 
 
 def missing(row):
-    """Why this profile cannot run `row` (a serving stack on a CPU profile, a checkpoint it neither builds
-    nor is given), or None. The device comes first, as in `orl bench-latency`: nothing is built for a row
-    that cannot run here whatever its checkpoints."""
+    """Why this profile cannot run `row` (an engine this build lacks, a serving stack on a CPU profile, a
+    checkpoint it neither builds nor is given), or None. The device comes before the checkpoints, as in
+    `orl bench-latency`: nothing is built for a row that cannot run here whatever its checkpoints."""
+    if row.engine not in ENGINE_NAMES:
+        return f"engine {row.engine!r} is not in this build (orl.engines.registry.ENGINE_NAMES)"
     if row.engine in SERVING_ENGINES and not config["device"].startswith("cuda"):
         return row.needs
     for key in (row.ckpt, row.draft):
@@ -108,26 +158,39 @@ def missing(row):
 
 
 # ------------------------------------------------------------------------------------------
-# Rows: their files, inputs and flags
+# Runs: their files, inputs and flags
 # ------------------------------------------------------------------------------------------
 
 
-def latency_file(row):
-    return f"{RESULTS}/latency/{row.key}.jsonl"
+def latency_file(row, seed, suite):
+    return f"{RESULTS}/latency/{suite}/{run_id(row, seed)}.jsonl"
 
 
-def quality_file(row):
+def quality_file(row, seed, suite):
     """A swept row's pass@1 is its chosen operating point's (operating_point); the others are measured."""
-    return f"{RESULTS}/quality/op_{row.key}.jsonl" if row.sweep else f"{RESULTS}/quality/row_{row.key}.jsonl"
+    prefix = "op" if row.sweep else "row"
+    return f"{RESULTS}/quality/{suite}/{prefix}_{run_id(row, seed)}.jsonl"
 
 
-def sweep_file(row):
-    return f"{RESULTS}/sweep/{row.key}.jsonl"
+def extra_quality_file(row, seed, suite):
+    """Table 1 on an extra suite (HumanEval): at the operating point of the main suite."""
+    return f"{RESULTS}/quality/{suite}/row_{run_id(row, seed)}.jsonl"
 
 
-def point_file(row, strict=False):
-    """The operating point a row decodes at; strict: its strict-threshold variant (Table 3, rule strict_point)."""
-    return f"{RESULTS}/oppoint/strict/{row.point}.json" if strict else f"{RESULTS}/oppoint/{row.point}.json"
+def sweep_file(row, seed, suite):
+    return f"{RESULTS}/sweep/{suite}/{run_id(row, seed)}.jsonl"
+
+
+def point_run(row, seed):
+    """The run whose operating point `row` decodes at: its `point` row, on the same training seed."""
+    point = ROW[row.point]
+    return point, ((PRIMARY if seed is None else seed) if trained(point) else None)
+
+
+def point_file(row, seed, suite, strict=False):
+    """The operating point a run decodes at; strict: its strict-threshold variant (Table 3, rule strict_point)."""
+    point, point_seed = point_run(row, seed)
+    return f"{RESULTS}/oppoint/{'strict/' if strict else ''}{suite}/{run_id(point, point_seed)}.json"
 
 
 def write_strict_point(source, target):
@@ -140,36 +203,51 @@ def write_strict_point(source, target):
     atomic_write_json(target, {**point, "policy": f"strict-{policy}", "from": str(source)})
 
 
-def train_file(row):
-    return f"{RESULTS}/train/{row.ablation or row.key}.jsonl"
+def train_file(row, seed):
+    return f"{RESULTS}/train/{row.ablation or row.key}{'' if seed is None else f'_seed{seed}'}.jsonl"
 
 
-ENGINE_FILE = f"{RESULTS}/engine/bench.jsonl"
+def engine_file(suite):
+    return f"{RESULTS}/engine/{suite}/bench.jsonl"
 
 
-def serving_bench_file(row):
+def serving_bench_file(row, suite):
     """A serving stack's Table 3 record (rule serving_bench)."""
-    return f"{RESULTS}/engine/{row.key}.jsonl"
+    return f"{RESULTS}/engine/{suite}/{row.key}.jsonl"
+
+
+def length_file(tokens):
+    return f"{RESULTS}/engine/length/{tokens}.jsonl"
+
+
+def entropy_file(row):
+    return f"{RESULTS}/entropy/{run_id(row, seeds_of(row)[0])}.jsonl"
 
 
 PACKING_FILE = f"{RESULTS}/train/packing.jsonl"
 
 
-def row_inputs(row, strict=False):
-    """The checkpoints a row decodes and the operating point it decodes at."""
-    inputs = [ckpt_done(key) for key in (row.ckpt, row.draft) if key]
-    return inputs + ([point_file(row, strict)] if row.point else [])
+def ckpt_of(row, seed):
+    """The checkpoint key and seed a run decodes: its own training seed where the checkpoint is trained."""
+    return row.ckpt, (seed if row.ckpt in TRAINED_KEYS else None)
 
 
-def row_flags(row, strict=False):
+def row_inputs(row, seed, suite, strict=False):
+    """The checkpoints a run decodes and the operating point it decodes at (of `suite`)."""
+    key, key_seed = ckpt_of(row, seed)
+    inputs = [ckpt_done(key, key_seed)] + ([ckpt_done(row.draft)] if row.draft else [])
+    return inputs + ([point_file(row, seed, suite, strict)] if row.point else [])
+
+
+def row_flags(row, seed, suite, strict=False):
     """The flags that say which system runs: engine, method, checkpoints, policy and display name."""
-    flags = [f"--engine {row.engine}", f"--ckpt {ckpt(row.ckpt)}", f"--system '{row.system}'"]
+    flags = [f"--engine {row.engine}", f"--ckpt {ckpt(*ckpt_of(row, seed))}", f"--system '{row.system}'"]
     if row.method:
         flags.append(f"--method {row.method}")
     if row.draft:
         flags.append(f"--draft {ckpt(row.draft)}")
     if row.point:
-        flags.append(f"--policy @{point_file(row, strict)}")
+        flags.append(f"--policy @{point_file(row, seed, suite, strict)}")
     elif row.policy:
         flags.append(f"--policy {row.policy}")
     return " ".join(flags)
@@ -177,7 +255,7 @@ def row_flags(row, strict=False):
 
 def one_of(keys):
     """A wildcard constraint matching exactly these keys (nothing when there are none)."""
-    keys = list(keys)
+    keys = [str(key) for key in keys]
     return "|".join(re.escape(key) for key in keys) if keys else "(?!)"
 
 
@@ -186,57 +264,78 @@ def limit_flag(limit):
 
 
 LATENCY_ROWS = [row for row in RUN.values() if row.tables & {1, 2}]
-QUALITY_ROWS = [row for row in RUN.values() if not row.sweep and (2 in row.tables or row.key == rows.MATCH_REFERENCE)]
+QUALITY_ROWS = [row for row in RUN.values() if not row.sweep and 2 in row.tables]
 SWEEP_ROWS = [row for row in RUN.values() if row.sweep]
 ENTROPY_ROWS = [row for row in RUN.values() if row.entropy]
-# Table 3: one `orl bench-engine` run for our engines, one `orl bench-latency --kind engine_bench` per serving stack.
+# Table 3: one `orl bench-engine` run per suite for our engines, one `orl bench-latency --kind engine_bench`
+# per serving stack and suite.
 (ENGINE_ROW,) = [row for row in RUN.values() if 3 in row.tables and row.engine not in SERVING_ENGINES]
 SERVING_BENCH_ROWS = [row for row in RUN.values() if 3 in row.tables and row.engine in SERVING_ENGINES]
 TABLE5_ROWS = [row for row in RUN.values() if 5 in row.tables]
+TABLE1_SWEPT = [row for row in SWEEP_ROWS if 1 in row.tables]
+
+
+def sweep_suites(row):
+    """Rows of Tables 1 and 2 are swept on every suite; the others (Table 5) on the main one."""
+    return SUITES if row.tables & {1, 2} else [MAIN]
+
+
+SWEEP_JOBS = [(row, seed, suite) for row, seed in runs_of(SWEEP_ROWS) for suite in sweep_suites(row)]
+LATENCY_JOBS = [(row, seed, suite) for row, seed in runs_of(LATENCY_ROWS) for suite in SUITES]
+QUALITY_JOBS = [(row, seed, suite) for row, seed in runs_of(QUALITY_ROWS) for suite in SUITES]
+EXTRA_JOBS = [(row, seed, suite) for row, seed in runs_of(TABLE1_SWEPT) for suite in EXTRA_SUITES]
 
 
 def table_inputs(table):
     """The record files the DAG writes for a table's rows (the renderer reads the whole folder)."""
     run = [row for row in RUN.values() if table in row.tables]
-    if table == 1:
-        return ([latency_file(row) for row in run] + [quality_file(row) for row in run]
-                + [f"{RESULTS}/quality/{suite}_{row.key}.jsonl" for suite in config["extra_suites"] for row in run])
-    if table == 2:
-        return [latency_file(row) for row in run] + [quality_file(row) for row in run]
+    if table in (1, 2):
+        # Table 2 shows each system on its primary seed only (so `make reproduce` trains ORL once).
+        wanted = {(r, s) for r, s in runs_of(run, primary_only=table == 2)}
+        files = [latency_file(r, s, x) for r, s, x in LATENCY_JOBS if (r, s) in wanted]
+        files += [quality_file(r, s, x) for r, s, x in LATENCY_JOBS + QUALITY_JOBS
+                  if (r, s) in wanted and (r.sweep or r in QUALITY_ROWS)]  # fmt: skip
+        files += [sweep_file(r, s, x) for r, s, x in SWEEP_JOBS if (r, s) in wanted and x in SUITES]
+        if table == 2:  # matched to the AR target: its quality record on every suite
+            files += [quality_file(ROW[rows.MATCH_REFERENCE], None, x) for x in SUITES]
+        if table == 1:
+            files += [extra_quality_file(r, s, x) for r, s, x in EXTRA_JOBS]
+        return sorted(set(files))
     if table == 3:
-        return [ENGINE_FILE] + [serving_bench_file(row) for row in SERVING_BENCH_ROWS]
+        return [engine_file(suite) for suite in SUITES] + [serving_bench_file(r, x) for r in SERVING_BENCH_ROWS
+                                                          for x in SUITES]
     if table == 5:
-        return ([quality_file(row) for row in run] + [sweep_file(row) for row in run if row.sweep]
-                + [train_file(row) for row in run] + [PACKING_FILE])
-    return []  # Table 4: contributed hardware results (results/hardware/) only
+        files = [quality_file(r, s, MAIN) for r, s in runs_of(run)] + [sweep_file(r, s, MAIN) for r, s in runs_of(run)]
+        return files + [train_file(r, s) for r, s in runs_of(run)] + [PACKING_FILE]
+    return []  # Table 4: contributed hardware results (results/hardware/); Table 3b: records already there
 
 
 # ------------------------------------------------------------------------------------------
 # Outputs this profile cannot measure: rule not_run (Snakefile) writes them as "not run" records
 # ------------------------------------------------------------------------------------------
 
-NOT_RUN = {}  # output file -> (record kind, row, reason)
-for _row in LATENCY_ROWS + QUALITY_ROWS:
+NOT_RUN = {}  # output file -> (record kind, row, reason, suite)
+for _row, _seed, _suite in LATENCY_JOBS + QUALITY_JOBS:
     if missing(_row):
-        NOT_RUN[latency_file(_row)] = ("latency", _row, missing(_row))
-        NOT_RUN[quality_file(_row)] = ("quality", _row, missing(_row))
+        NOT_RUN[latency_file(_row, _seed, _suite)] = ("latency", _row, missing(_row), _suite)
+        NOT_RUN[quality_file(_row, _seed, _suite)] = ("quality", _row, missing(_row), _suite)
 for _row in SERVING_BENCH_ROWS:
-    if missing(_row):
-        NOT_RUN[serving_bench_file(_row)] = ("engine_bench", _row, missing(_row))
+    for _suite in SUITES:
+        if missing(_row):
+            NOT_RUN[serving_bench_file(_row, _suite)] = ("engine_bench", _row, missing(_row), _suite)
 if PAPER:
     _orl = ROW[rows.TRAINED]
-    NOT_RUN[train_file(_orl)] = ("train", _orl, f"the paper profile reads checkpoint {_orl.ckpt} from the config "
-                                 "(this DAG did not train it)")  # fmt: skip
+    NOT_RUN[train_file(_orl, None)] = ("train", _orl, f"the paper profile reads checkpoint {_orl.ckpt} from the "
+                                       "config (this DAG did not train it)", None)  # fmt: skip
     NOT_RUN[PACKING_FILE] = ("train", ROW[rows.PACKING], "the replay train-step benchmark needs a training preset "
-                             "(preset: null on the paper profile)")  # fmt: skip
+                             "(preset: null on the paper profile)", None)  # fmt: skip
 
 
-def runnable(rows_, file_of):
-    """Keys of the rows whose `file_of` output this profile measures."""
-    return [row.key for row in rows_ if file_of(row) not in NOT_RUN]
+def runnable(jobs, file_of):
+    """The run ids of the jobs whose `file_of` output this profile measures."""
+    return sorted({run_id(row, seed) for row, seed, suite in jobs if file_of(row, seed, suite) not in NOT_RUN})
 
 
 def write_not_run(path):
-    kind, row, reason = NOT_RUN[path]
-    suite = None if kind == "train" else config["suite"]
+    kind, row, reason, suite = NOT_RUN[path]
     write_records(path, [not_run(kind, system=row.system, engine=row.engine, reason=reason, suite=suite)])

@@ -1,105 +1,97 @@
-# Quality: threshold sweeps and their matched-accuracy operating points, pass@1 of every other row
-# (the matched-accuracy reference included), Table 1's extra suites, entropy per step, and the engine
-# benchmark of Table 3. Which rows each rule runs comes from orl/rows.py (common.smk).
+# Quality: threshold sweeps and their matched-accuracy operating points, pass@1 of every other row of
+# Table 2 (the AR target, the matched-accuracy reference, included), Table 1's extra suites, entropy per
+# step, and the engine benchmarks of Table 3 and of the speedup-vs-length figure. Which rows each rule
+# runs comes from orl/rows.py (common.smk); {run} is a run id (row key, with _seed<N> where trained).
 
 
 rule sweep:
     input:
-        lambda wc: ckpt_done(ROW[wc.row].ckpt),
+        lambda wc: ckpt_done(*ckpt_of(*RUNS[wc.run])),
     output:
-        f"{RESULTS}/sweep/{{row}}.jsonl",
+        f"{RESULTS}/sweep/{{suite}}/{{run}}.jsonl",
     wildcard_constraints:
-        row=one_of(row.key for row in SWEEP_ROWS),
+        suite=one_of(SUITES),
+        run=one_of(run_id(row, seed) for row, seed, _ in SWEEP_JOBS),
     params:
         **DECODE,
-        ckpt=lambda wc: ckpt(ROW[wc.row].ckpt),
-        system=lambda wc: ROW[wc.row].system,
+        ckpt=lambda wc: ckpt(*ckpt_of(*RUNS[wc.run])),
+        system=lambda wc: RUNS[wc.run][0].system,
         taus=",".join(str(t) for t in config["sweep_thresholds"]),
         limit=limit_flag(config["eval_limit"]),
     log:
-        f"{LOGS}/sweep_{{row}}.log",
+        f"{LOGS}/sweep_{{suite}}_{{run}}.log",
     threads: THREADS
     resources:
         gpu=GPU,
     shell:
-        "{ORL} sweep --ckpt {params.ckpt} --suite {params.suite} --thresholds {params.taus} {params.limit} "
+        "{ORL} sweep --ckpt {params.ckpt} --suite {wildcards.suite} --thresholds {params.taus} {params.limit} "
         "--max-new-tokens {params.max_new_tokens} --system '{params.system}' --device {params.device} "
         "--dtype {params.dtype} --out {output} --no-progress > {log} 2>&1"
 
 
 rule operating_point:
     # Matched accuracy (METHOD.md §4): the fastest threshold whose pass@1 is within the tolerance of the
-    # reference row (orl.rows.MATCH_REFERENCE). Writes the choice and a quality record of that sweep point.
+    # AR target's (orl.rows.MATCH_REFERENCE) on the same suite and not shown worse by the paired test.
+    # Writes the choice and a quality record of that sweep point.
     input:
-        sweep=f"{RESULTS}/sweep/{{row}}.jsonl",
-        reference=quality_file(ROW[rows.MATCH_REFERENCE]),
+        sweep=f"{RESULTS}/sweep/{{suite}}/{{run}}.jsonl",
+        reference=lambda wc: quality_file(ROW[rows.MATCH_REFERENCE], None, wc.suite),
     output:
-        point=f"{RESULTS}/oppoint/{{row}}.json",
-        quality=f"{RESULTS}/quality/op_{{row}}.jsonl",
+        point=f"{RESULTS}/oppoint/{{suite}}/{{run}}.json",
+        quality=f"{RESULTS}/quality/{{suite}}/op_{{run}}.jsonl",
     wildcard_constraints:
-        row=one_of(row.key for row in SWEEP_ROWS),
+        suite=one_of(SUITES),
+        run=one_of(run_id(row, seed) for row, seed, _ in SWEEP_JOBS),
     params:
         match_tolerance=config["match_tolerance"],
     log:
-        f"{LOGS}/oppoint_{{row}}.log",
+        f"{LOGS}/oppoint_{{suite}}_{{run}}.log",
     shell:
         "{ORL} operating-point --sweep {input.sweep} --reference {input.reference} "
         "--tolerance {params.match_tolerance} --out {output.point} --quality-out {output.quality} > {log} 2>&1"
 
 
-rule strict_point:
-    # Table 3 compares identical decoding settings with SGLang, whose LowConfidence commits confidence > τ:
-    # its jobs decode at the strict variant of the operating point (strict-threshold:τ, orl/decoding/policy.py).
-    input:
-        f"{RESULTS}/oppoint/{{row}}.json",
-    output:
-        f"{RESULTS}/oppoint/strict/{{row}}.json",
-    wildcard_constraints:
-        row=one_of(row.key for row in SWEEP_ROWS),
-    run:
-        write_strict_point(input[0], output[0])
-
-
 rule quality_row:
-    # pass@1 of a row that is not swept: the AR and speculative rows, the quantized model at the
-    # +ORL operating point, and the matched-accuracy reference.
+    # pass@1 of a Table 2 row that is not swept: the AR rows (the AR target among them), the speculative
+    # rows, and the quantized model at the +ORL operating point.
     input:
-        lambda wc: row_inputs(ROW[wc.row]),
+        lambda wc: row_inputs(*RUNS[wc.run], wc.suite),
     output:
-        f"{RESULTS}/quality/row_{{row}}.jsonl",
+        f"{RESULTS}/quality/{{suite}}/row_{{run}}.jsonl",
     wildcard_constraints:
-        row=one_of(runnable(QUALITY_ROWS, quality_file)),
+        suite=one_of(SUITES),
+        run=one_of(runnable(QUALITY_JOBS, quality_file)),
     params:
         **DECODE,
-        flags=lambda wc: row_flags(ROW[wc.row]),
+        flags=lambda wc: row_flags(*RUNS[wc.run], wc.suite),
         limit=limit_flag(config["eval_limit"]),
     log:
-        f"{LOGS}/quality_row_{{row}}.log",
+        f"{LOGS}/quality_row_{{suite}}_{{run}}.log",
     threads: THREADS
     resources:
         gpu=GPU,
     shell:
-        "{ORL} eval-quality {params.flags} --suite {params.suite} {params.limit} "
+        "{ORL} eval-quality {params.flags} --suite {wildcards.suite} {params.limit} "
         "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
         "--out {output} --no-progress > {log} 2>&1"
 
 
-if config["extra_suites"]:
+if EXTRA_SUITES:
 
     rule quality_extra_suite:
-        # Table 1 on other suites (HumanEval): pass@1 of its rows at their own operating points.
+        # Table 1 on other suites (HumanEval): pass@1 of its rows at their main-suite operating points.
         input:
-            lambda wc: row_inputs(ROW[wc.row]),
+            lambda wc: row_inputs(*RUNS[wc.run], MAIN),
         output:
-            f"{RESULTS}/quality/{{suite}}_{{row}}.jsonl",
+            f"{RESULTS}/quality/{{suite}}/row_{{run}}.jsonl",
         wildcard_constraints:
-            suite=one_of(config["extra_suites"]),
-            row=one_of(row.key for row in SWEEP_ROWS if 1 in row.tables),
+            suite=one_of(EXTRA_SUITES),
+            run=one_of(run_id(row, seed) for row, seed, _ in EXTRA_JOBS),
         params:
             **DECODE,
-            flags=lambda wc: row_flags(ROW[wc.row]),
+            flags=lambda wc: row_flags(*RUNS[wc.run], MAIN),
         log:
-            f"{LOGS}/quality_{{suite}}_{{row}}.log",
+            f"{LOGS}/quality_{{suite}}_{{run}}.log",
         threads: THREADS
         resources:
             gpu=GPU,
@@ -110,18 +102,19 @@ if config["extra_suites"]:
 
 rule entropy_profile:
     input:
-        lambda wc: ckpt_done(ROW[wc.row].ckpt),
+        lambda wc: ckpt_done(*ckpt_of(*RUNS[wc.run])),
     output:
-        f"{RESULTS}/entropy/{{row}}.jsonl",
+        f"{RESULTS}/entropy/{{run}}.jsonl",
     wildcard_constraints:
-        row=one_of(row.key for row in ENTROPY_ROWS),
+        run=one_of(run_id(row, seeds_of(row)[0]) for row in ENTROPY_ROWS),
     params:
         **DECODE,
-        ckpt=lambda wc: ckpt(ROW[wc.row].ckpt),
-        system=lambda wc: ROW[wc.row].system,
+        suite=MAIN,
+        ckpt=lambda wc: ckpt(*ckpt_of(*RUNS[wc.run])),
+        system=lambda wc: RUNS[wc.run][0].system,
         limit=limit_flag(config["bench_limit"]),
     log:
-        f"{LOGS}/entropy_{{row}}.log",
+        f"{LOGS}/entropy_{{run}}.log",
     threads: THREADS
     resources:
         gpu=GPU,
@@ -131,50 +124,105 @@ rule entropy_profile:
         "--dtype {params.dtype} --out {output} --no-progress > {log} 2>&1"
 
 
+ENGINE_SEED = seeds_of(ENGINE_ROW)[0]
+ENGINE_CKPT = ckpt_done(*ckpt_of(ENGINE_ROW, ENGINE_SEED))
+TABLE3_ENGINES = [ENGINE_ROW.engine_of(line) for line in ENGINE_ROW.lines if line.table == 3]
+# The speedup-vs-length figure: dlmrt against the reference decoder only (the line roles of Table 3).
+LENGTH_ENGINES = [ENGINE_ROW.engine_of(line) for line in ENGINE_ROW.lines
+                  if line.table == 3 and line.role in ("subject", "reference")]  # fmt: skip
+
+
 rule bench_engine:
     # Table 3: the same model and policy on every engine of the row's Table 3 lines (dlmrt compiled or
     # graph-captured, dlmrt eager, the reference decoder), in one process, on the same prompts.
     input:
-        ckpt=ckpt_done(ENGINE_ROW.ckpt),
-        point=point_file(ENGINE_ROW, strict=True),
+        ckpt=ENGINE_CKPT,
+        point=lambda wc: point_file(ENGINE_ROW, ENGINE_SEED, wc.suite, strict=True),
     output:
-        ENGINE_FILE,
+        f"{RESULTS}/engine/{{suite}}/bench.jsonl",
+    wildcard_constraints:
+        suite=one_of(SUITES),
     params:
         **DECODE,
         ckpt=lambda wc, input: os.path.dirname(input.ckpt),
         bench_limit=config["bench_limit"],
         system=ENGINE_ROW.system,
-        engines=",".join(ENGINE_ROW.engine_of(line) for line in ENGINE_ROW.lines if line.table == 3),
+        engines=",".join(TABLE3_ENGINES),
     log:
-        f"{LOGS}/bench_engine.log",
+        f"{LOGS}/bench_engine_{{suite}}.log",
     threads: THREADS
     resources:
         gpu=GPU,
     shell:
         "{ORL} bench-engine --ckpt {params.ckpt} --policy @{input.point} --engines {params.engines} "
-        "--suite {params.suite} --limit {params.bench_limit} --max-new-tokens {params.max_new_tokens} "
+        "--suite {wildcards.suite} --limit {params.bench_limit} --max-new-tokens {params.max_new_tokens} "
         "--system '{params.system}' --device {params.device} --dtype {params.dtype} --out {output} > {log} 2>&1"
+
+
+rule strict_point:
+    # Table 3 compares identical decoding settings with SGLang, whose LowConfidence commits confidence > τ:
+    # its jobs decode at the strict variant of the operating point (strict-threshold:τ, orl/decoding/policy.py).
+    input:
+        f"{RESULTS}/oppoint/{{suite}}/{{run}}.json",
+    output:
+        f"{RESULTS}/oppoint/strict/{{suite}}/{{run}}.json",
+    wildcard_constraints:
+        suite=one_of(SUITES),
+        run=one_of(run_id(row, seed) for row, seed in runs_of(SWEEP_ROWS)),
+    run:
+        write_strict_point(input[0], output[0])
 
 
 rule serving_bench:
     # Table 3: a serving stack running the same dLLM (SGLang's dLLM backend on the SDAR export), batch 1,
     # at the same strict operating point as bench_engine; an `engine_bench` record, "not run" where it cannot.
     input:
-        lambda wc: row_inputs(ROW[wc.row], strict=True),
+        lambda wc: row_inputs(ROW[wc.row], ENGINE_SEED, wc.suite, strict=True),
     output:
-        f"{RESULTS}/engine/{{row}}.jsonl",
+        f"{RESULTS}/engine/{{suite}}/{{row}}.jsonl",
     wildcard_constraints:
-        row=one_of(runnable(SERVING_BENCH_ROWS, serving_bench_file)),
+        suite=one_of(SUITES),
+        row=one_of(row.key for row in SERVING_BENCH_ROWS if not missing(row)),
     params:
         **DECODE,
-        flags=lambda wc: row_flags(ROW[wc.row], strict=True),
+        flags=lambda wc: row_flags(ROW[wc.row], ENGINE_SEED, wc.suite, strict=True),
         bench_limit=config["bench_limit"],
     log:
-        f"{LOGS}/serving_bench_{{row}}.log",
+        f"{LOGS}/serving_bench_{{row}}_{{suite}}.log",
     threads: THREADS
     resources:
         gpu=GPU,
     shell:
-        "{ORL} bench-latency {params.flags} --kind engine_bench --suite {params.suite} --limit {params.bench_limit} "
+        "{ORL} bench-latency {params.flags} --kind engine_bench --suite {wildcards.suite} --limit {params.bench_limit} "
         "--warmup 2 --max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
         "--out {output} --no-progress > {log} 2>&1"
+
+
+rule bench_length:
+    # The speedup-vs-length figure: fixed-length runs (--ignore-eos: every prompt decoded to N tokens,
+    # METHOD.md §4) of dlmrt and the reference decoder on a handful of prompts, one per length.
+    input:
+        ckpt=ENGINE_CKPT,
+        point=point_file(ENGINE_ROW, ENGINE_SEED, MAIN),
+    output:
+        f"{RESULTS}/engine/length/{{tokens}}.jsonl",
+    wildcard_constraints:
+        tokens=one_of(config["length_sweep"]),
+    params:
+        device=config["device"],
+        dtype=config["dtype"],
+        suite=MAIN,
+        ckpt=lambda wc, input: os.path.dirname(input.ckpt),
+        prompts=config["length_prompts"],
+        system=ENGINE_ROW.system,
+        engines=",".join(LENGTH_ENGINES),
+    log:
+        f"{LOGS}/bench_length_{{tokens}}.log",
+    threads: THREADS
+    resources:
+        gpu=GPU,
+    shell:
+        "{ORL} bench-engine --ckpt {params.ckpt} --policy @{input.point} --engines {params.engines} "
+        "--suite {params.suite} --limit {params.prompts} --max-new-tokens {wildcards.tokens} --ignore-eos "
+        "--warmup 1 --system '{params.system}' --device {params.device} --dtype {params.dtype} --out {output} "
+        "> {log} 2>&1"

@@ -2,12 +2,16 @@
 # replay packing benchmark of Table 5; the regression gate's file. What each table reads follows
 # from the rows of orl/rows.py (common.smk: table_inputs).
 
-FIGURE_INPUTS = ([sweep_file(row) for row in SWEEP_ROWS] + [f"{RESULTS}/entropy/{row.key}.jsonl" for row in ENTROPY_ROWS]
-                 + table_inputs(2))  # fmt: skip
-# The record files this DAG writes, by kind (for the regression gate).
-RECORD_FILES = {"latency": [latency_file(row) for row in LATENCY_ROWS],
-                "engine_bench": [ENGINE_FILE] + [serving_bench_file(row) for row in SERVING_BENCH_ROWS]}
-FIGURES = ["accuracy_vs_tpf", "tokens_per_s", "entropy_per_step"]
+LENGTH_FILES = [length_file(tokens) for tokens in config["length_sweep"]]
+FIGURE_INPUTS = sorted(set([sweep_file(*job) for job in SWEEP_JOBS] + [entropy_file(row) for row in ENTROPY_ROWS]
+                           + table_inputs(2) + LENGTH_FILES))  # fmt: skip
+# The record files this DAG writes, by kind (for the regression gate). The gate pairs records by kind,
+# system, engine, policy and suite, so it takes the primary seed's only (the others would share keys).
+RECORD_FILES = {"latency": [latency_file(r, s, x) for r, s, x in LATENCY_JOBS if s in (None, PRIMARY)],
+                "engine_bench": [engine_file(suite) for suite in SUITES]
+                + [serving_bench_file(r, x) for r in SERVING_BENCH_ROWS for x in SUITES]}  # fmt: skip
+FIGURES = ["accuracy_vs_tpf", "tokens_per_s", "entropy_per_step", "speedup_vs_length", "floor"]
+TABLES = ["1", "2", "3", "3b", "4", "5"]
 # The renderer reads whole folders (every record of the profile, contributed hardware results, the
 # paper's claims) rather than single files, so the render rules pass the folders as one set of flags.
 RENDER_FLAGS = f"--profile {PROFILE} --results {RESULTS} --out {REPORTS} --claims {CLAIMS} --hardware {HARDWARE}"
@@ -37,14 +41,14 @@ if not PAPER:
 
 rule render_table:
     input:
-        lambda wc: table_inputs(int(wc.n)),
+        lambda wc: table_inputs(int(wc.n)) if wc.n.isdigit() else [],
     output:
         md=f"{REPORTS}/table{{n}}.md",
         tex=f"{REPORTS}/table{{n}}.tex",
         # The CSV goes into `snakemake --report`, which renders it as a sortable table.
         csv=report(f"{REPORTS}/table{{n}}.csv", caption="../report/tables.rst", category="Tables"),
     wildcard_constraints:
-        n="[1-5]",
+        n=one_of(TABLES),
     log:
         f"{LOGS}/render_table{{n}}.log",
     shell:
@@ -68,7 +72,7 @@ rule render_figures:
 
 rule render_index:
     input:
-        expand(f"{REPORTS}/table{{n}}.md", n=[1, 2, 3, 4, 5]),
+        expand(f"{REPORTS}/table{{n}}.md", n=TABLES),
         expand(f"{REPORTS}/figures/{{fig}}.png", fig=FIGURES),
     output:
         f"{REPORTS}/index.md",

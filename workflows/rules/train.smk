@@ -1,8 +1,9 @@
 # Training (smoke and tiny profiles; the paper profile reads its checkpoints from the config):
-# tokenizer + AR model, draft model, AR -> diffusion conversion, ORL and its ablations. Each rule
-# resumes from its last checkpoint when rerun after an interruption. Checkpoint folders are taken
+# tokenizer + AR model, draft model, AR -> diffusion conversion, ORL and its ablations, the last two
+# once per training seed (config `seeds`: `orl train-orl --seed N`; checkpoints <key>_seed<N>). Each
+# rule resumes from its last checkpoint when rerun after an interruption. Checkpoint folders are taken
 # from the rule's own config.json input/output, so the command names exactly the files snakemake
-# tracks. NVFP4 quantization runs on every profile.
+# tracks. NVFP4 quantization (of the primary seed's ORL checkpoint) runs on every profile.
 
 if not PAPER:
 
@@ -63,26 +64,28 @@ if not PAPER:
             "--device {params.device} > {log} 2>&1"
 
     rule train_orl:
-        # The ORL row itself (orl.rows.TRAINED).
+        # The ORL row itself (orl.rows.TRAINED), once per training seed.
         input:
             f"{CKPT}/dlm/config.json",
         output:
-            ckpt=f"{CKPT}/{ROW[rows.TRAINED].ckpt}/config.json",
-            record=train_file(ROW[rows.TRAINED]),
+            ckpt=f"{CKPT}/{ROW[rows.TRAINED].ckpt}_seed{{seed}}/config.json",
+            record=f"{RESULTS}/train/{rows.TRAINED}_seed{{seed}}.jsonl",
+        wildcard_constraints:
+            seed=one_of(SEEDS),
         params:
             **TRAIN,
             init=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output.ckpt),
             system=ROW[rows.TRAINED].system,
         log:
-            f"{LOGS}/train_orl.log",
+            f"{LOGS}/train_orl_seed{{seed}}.log",
         benchmark:
-            f"{RESULTS}/benchmarks/train_orl.tsv"
+            f"{RESULTS}/benchmarks/train_orl_seed{{seed}}.tsv"
         threads: THREADS
         resources:
             gpu=GPU,
         shell:
-            "{ORL} train-orl --preset {params.preset} --init {params.init} --out {params.out} "
+            "{ORL} train-orl --preset {params.preset} --init {params.init} --out {params.out} --seed {wildcards.seed} "
             "--record {output.record} --system '{params.system}' --device {params.device} > {log} 2>&1"
 
     rule train_ablation:
@@ -90,35 +93,36 @@ if not PAPER:
         input:
             f"{CKPT}/dlm/config.json",
         output:
-            ckpt=f"{CKPT}/orl-{{ablation}}/config.json",
-            record=f"{RESULTS}/train/{{ablation}}.jsonl",
+            ckpt=f"{CKPT}/orl-{{ablation}}_seed{{seed}}/config.json",
+            record=f"{RESULTS}/train/{{ablation}}_seed{{seed}}.jsonl",
         wildcard_constraints:
             ablation=one_of(ABLATIONS),
+            seed=one_of(SEEDS),
         params:
             **TRAIN,
             init=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output.ckpt),
             system=lambda wc: rows.ABLATIONS[wc.ablation].system,
         log:
-            f"{LOGS}/train_{{ablation}}.log",
+            f"{LOGS}/train_{{ablation}}_seed{{seed}}.log",
         benchmark:
-            f"{RESULTS}/benchmarks/train_{{ablation}}.tsv"
+            f"{RESULTS}/benchmarks/train_{{ablation}}_seed{{seed}}.tsv"
         threads: THREADS
         resources:
             gpu=GPU,
         shell:
             "{ORL} train-orl --preset {params.preset} --init {params.init} --out {params.out} "
-            "--ablation {wildcards.ablation} --record {output.record} --system '{params.system}' "
-            "--device {params.device} > {log} 2>&1"
+            "--ablation {wildcards.ablation} --seed {wildcards.seed} --record {output.record} "
+            "--system '{params.system}' --device {params.device} > {log} 2>&1"
 
 
 rule quantize_nvfp4:
     input:
-        lambda wc: ckpt_done("orl"),
+        ckpt_done(ROW[rows.TRAINED].ckpt),
     output:
         f"{CKPT}/orl-nvfp4/config.json",
     params:
-        src=lambda wc: ckpt("orl"),
+        src=ckpt(ROW[rows.TRAINED].ckpt),
         out=lambda wc, output: os.path.dirname(output[0]),
     log:
         f"{LOGS}/quantize.log",

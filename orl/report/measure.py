@@ -1,0 +1,164 @@
+"""One table line over its training seeds: the records it reads, their per-problem data, its values.
+
+Tables 1 and 5 show training results over seeds (mean, sd, per-seed values, interval); Tables 2
+and 3 show one system, on its lowest seed. Either way a line is measured the same way:
+
+    records ──resolve per seed──► quality / latency / engine_bench records, one per seed
+            ──sweep records──────► one sweep (a record per τ) per seed
+    per-problem data ────────────► Runs (orl/report/stats.py) ─► values with intervals
+
+AUP (orl/eval/aup.py) needs y_max, the highest accuracy among the sweep points of every system
+in the same table and suite (y_max_of), so a table computes it before its lines' AUPs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from orl.eval.aup import aup_or_none
+from orl.eval.uncertainty import Runs, spread
+from orl.report import stats
+from orl.report.select import ANY_SEED, Resolved, Want, first_seed, matches, record_seed, resolve_seeds
+
+
+@dataclass
+class Measured:
+    """A line's records (per measured seed) and the per-problem data built from them."""
+
+    resolved: Resolved  # the first seed's: status, notes and the records base_row shows
+    seeds: list[int | None]  # one per measured seed; [None] when no seed is recorded
+    records: dict[str, list[dict]]  # kind -> the chosen record of each measured seed (in `seeds` order)
+    sweeps: list[list[dict]] = field(default_factory=list)  # per seed: its sweep records, one per τ
+    problems: Runs | None = None  # quality per_problem over seeds
+    requests: dict[str, Runs | None] = field(default_factory=dict)  # kind -> extra.per_request over seeds
+    sweep: list[tuple[float, Runs]] | None = None  # (τ, Runs over seeds) for AUP
+
+    @property
+    def measured(self) -> bool:
+        return self.resolved.measured
+
+    @property
+    def recorded_seeds(self) -> list[int]:
+        return [seed for seed in self.seeds if seed is not None]
+
+    def metric(self, kind: str, name: str) -> list[float | None]:
+        """`name` of each seed's record of `kind` (None where it has none)."""
+        return [None if r["metrics"].get(name) is None else float(r["metrics"][name]) for r in self.records.get(kind, [])]
+
+    def n_problems(self, kind: str) -> int | None:
+        found = self.records.get(kind) or []
+        return found[0]["n_problems"] if found else None
+
+
+def sweep_records(records: list[dict], want: Want, suite: str | None, seed, index: dict[str, int]) -> list[dict]:
+    """The latest measured sweep record of each τ of a line (of one seed, unless ANY_SEED)."""
+    latest: dict = {}
+    sweep_want = Want(want.system, want.engine, ("sweep",), model=want.model, precision=want.precision)
+    for record in records:
+        if record["status"] != "measured" or not matches(record, sweep_want, "sweep", suite or want.suite):
+            continue
+        if seed != ANY_SEED and record_seed(record, index) != seed:
+            continue
+        tau = ((record.get("policy") or {}).get("params") or {}).get("tau")
+        if tau not in latest or record["created"] > latest[tau]["created"]:
+            latest[tau] = record
+    return [latest[tau] for tau in sorted(latest, key=lambda t: (t is None, t))]
+
+
+def y_max_of(records: list[dict], wants: list[Want], suite: str | None) -> float | None:
+    """The highest pass@1, in percent, among the measured sweep points of these lines on `suite`."""
+    best = None
+    for want in wants:
+        for record in sweep_records(records, want, suite, ANY_SEED, {}):
+            acc = record["metrics"].get("pass_at_1")
+            if acc is not None:
+                best = max(best or 0.0, 100.0 * float(acc))
+    return best
+
+
+def measure(records: list[dict], want: Want, suite: str | None, index: dict[str, int], *, all_seeds: bool,
+            request_kinds: tuple[str, ...] = ()) -> Measured:
+    """Resolve a line per seed (all_seeds) or on its first seed, and build its per-problem data."""
+    groups = resolve_seeds(records, want, suite, index) if all_seeds else [(None, first_seed(records, want, suite, index))]
+    measured = [(seed, res) for seed, res in groups if res.measured]
+    first = measured[0][1] if measured else groups[0][1]
+    if not all_seeds and measured:  # the one seed first_seed resolved (None where none is recorded)
+        measured = [(record_seed(first.primary, index) if first.primary else None, first)]
+    chosen = {kind: [res.chosen[kind] for _, res in measured if kind in res.chosen] for kind in want.kinds}
+    seeds = [seed for seed, _ in measured] or [None]
+    line = Measured(first, seeds, {k: v for k, v in chosen.items() if v})
+    if not measured:
+        return line
+    complete = {k: v for k, v in line.records.items() if len(v) == len(measured)}  # every seed has it
+    if "quality" in complete:
+        line.problems = stats.problem_runs(complete["quality"])
+    for kind in request_kinds:
+        line.requests[kind] = stats.request_runs(complete[kind]) if kind in complete else None
+    # Unseeded lines of one system (all_seeds False) read any sweep, as first_seed reads any record.
+    line.sweeps = [sweep_records(records, want, res.suite, ANY_SEED if seed is None and not all_seeds else seed,
+                                 index) for seed, res in measured]  # fmt: skip
+    if all(line.sweeps):
+        line.sweep = stats.sweep_runs(line.sweeps)
+    return line
+
+
+# ------------------------------------------------------------------------------------------
+# Values with intervals
+# ------------------------------------------------------------------------------------------
+
+
+def _fallback(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return spread(present)[0] if present else None
+
+
+def tpf_columns(line: Measured, kind: str) -> dict:
+    """TPF from the per-problem (quality) or per-request (latency, engine_bench) data of `kind`."""
+    runs = line.problems if kind == "quality" else line.requests.get(kind)
+    estimate = stats.ratio_estimate(runs, stats.tpf_of)
+    per_seed = stats.per_seed_values(runs, stats.tpf_of) or line.metric(kind, "tpf")
+    fallback = _fallback(line.metric(kind, "tpf"))
+    if fallback is None:
+        fallback = _fallback(line.metric(kind, "acceptance_length"))
+    return stats.value_columns("tpf", estimate, line.seeds, per_seed if len(line.seeds) > 1 else [], fallback)
+
+
+def tokens_per_s_columns(line: Measured, kind: str) -> dict:
+    runs = line.requests.get(kind)
+    estimate = stats.ratio_estimate(runs, stats.tokens_per_s_of)
+    values = line.metric(kind, "tokens_per_s")
+    per_seed = stats.per_seed_values(runs, stats.tokens_per_s_of) or values
+    return stats.value_columns("tokens_per_s", estimate, line.seeds, per_seed if len(line.seeds) > 1 else [],
+                               _fallback(values))
+
+
+def pass_columns(line: Measured) -> dict:
+    estimate = stats.pass_estimate(line.problems)
+    values = line.metric("quality", "pass_at_1")
+    per_seed = stats.per_seed_values(line.problems, stats.pass_of) or values
+    return stats.value_columns("pass_at_1", estimate, line.seeds, per_seed if len(line.seeds) > 1 else [],
+                               _fallback(values))
+
+
+def aup_columns(line: Measured, y_max: float | None) -> tuple[dict, str | None]:
+    """AUP (d3LLM, at the table's y_max), its interval, per-seed values and dropped points; and a note."""
+    empty = {**stats.value_columns("aup", None), "aup_dropped": None}
+    if not line.measured or not line.sweeps or not all(line.sweeps) or y_max is None:
+        return empty, None if not line.measured else "no sweep records: no AUP"
+    per_seed, dropped = [], []
+    for sweep in line.sweeps:
+        points = [(r["metrics"]["tpf"], r["metrics"]["pass_at_1"]) for r in sweep
+                  if r["metrics"].get("tpf") is not None and r["metrics"].get("pass_at_1") is not None]
+        result, why = aup_or_none(points, y_max)
+        if result is None:
+            return empty, f"AUP undefined: {why}"
+        per_seed.append(result.value)
+        dropped.append(result.dropped)
+    estimate, _ = stats.aup_estimate(line.sweep, y_max)
+    columns = stats.value_columns("aup", estimate, line.seeds, per_seed if len(line.seeds) > 1 else [],
+                                  spread(per_seed)[0])
+    if estimate is not None:  # the mean of the per-seed AUPs is the point value either way
+        columns["aup"] = spread(per_seed)[0]
+    columns["aup_dropped"] = max(dropped)
+    points = len(line.sweeps[0])
+    return columns, f"AUP over {points} sweep points at y_max {y_max:.4g}%, {max(dropped)} dropped (y < y1 - 5)"

@@ -1,0 +1,52 @@
+"""Caption lines a table derives from its records: its prompt sets, and how its intervals are made.
+
+One prompt set per table and suite (METHOD.md §4): every number of a suite's lines comes from
+the same problems (the quality evaluation and the latency run cover the same ones), so a TPF
+in one column and a TPF in another table of the same suite agree. The caption says the set;
+where the records disagree (records from before this rule), it says that instead.
+"""
+
+from __future__ import annotations
+
+from orl.eval.uncertainty import BOOTSTRAP_SEED, LEVEL, RESAMPLES
+from orl.report.measure import Measured
+
+RUN_TO_RUN = (
+    "What varies run to run: the training runs (seeds: rollout prompts, batch order, initialisation) and the "
+    "machine. torch's CPU kernels differ across machines, so a retrain of the same commit elsewhere moves "
+    "pass@1 by several points (one retrain gave AR 0.829 / dLLM 0.842 where these records have 0.878 / 0.823); "
+    "timings also follow the machine's load. Ratios measured within one run (gains, speedups) are the "
+    "comparable figures."
+)
+
+
+def prompt_sets(lines: list[Measured], kinds: tuple[str, ...]) -> list[str]:
+    """One caption line per suite: the number of problems its measured lines' records cover."""
+    sizes: dict[str | None, dict[str, set[int]]] = {}
+    for line in lines:
+        if not line.measured:
+            continue
+        for kind in kinds:
+            for record in line.records.get(kind, []):
+                if record["n_problems"] is not None:
+                    sizes.setdefault(line.resolved.suite, {}).setdefault(kind, set()).add(record["n_problems"])
+    out = []
+    for suite, by_kind in sizes.items():
+        every = set().union(*by_kind.values())
+        name = suite or "(any suite)"
+        if len(every) == 1:
+            out.append(f"Prompt set, {name}: the first {every.pop()} problems of the suite, for every "
+                       f"{' and '.join(sorted(by_kind))} record of this table (one set per table).")
+        else:
+            parts = ", ".join(f"{kind} over {'/'.join(str(n) for n in sorted(ns))}" for kind, ns in sorted(by_kind.items()))
+            out.append(f"Prompt set, {name}: NOT one set: {parts} problems (records of a run made before one "
+                       "prompt set per table; a TPF here and in another column may differ for that reason).")
+    return out
+
+
+def uncertainty_note() -> str:
+    return (f"Intervals are {LEVEL:.0%}: pass@1 of one checkpoint by Wilson's score interval; TPF, tokens/s, AUP "
+            f"and means over seeds by the bootstrap over problems (and over seeds: crossed), {RESAMPLES} resamples, "
+            f"fixed generator seed {BOOTSTRAP_SEED}; gains and differences by the paired bootstrap (same problems, "
+            "same resamples for both systems). A comparison whose interval includes no effect (1 for a ratio, 0 for "
+            "a difference) is labelled unresolved, and stays in the table.")
