@@ -17,6 +17,7 @@ from orl.commands.common import (
     policy_arg,
     torch_dtype,
 )
+from orl.tasks import SUITES
 
 BENCH_ENGINES = ("dlmrt", "dlmrt-eager", "reference")
 
@@ -31,7 +32,7 @@ def register(subparsers) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
-    p.add_argument("--suite", default="tinycode", choices=["tinycode", "humaneval"], help="prompt suite")
+    p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
     p.add_argument("--difficulty", default="medium", help="TinyCode difficulty")
     p.add_argument("--limit", type=int, default=32, help="first N problems of the suite")
     p.add_argument("--policy", default="threshold:0.9", help="commit policy: fixed:K, threshold:T, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orl.commands.common import add_engine_args, add_progress_flag, build_from_args, model_block
+from orl.tasks import SUITES
 
 SPECULATIVE_ENGINES = ("hf-assisted", "dflash")
 
@@ -19,7 +20,7 @@ def register(subparsers) -> None:
         "'median_s=<x> p90_s=<x> tokens_per_s=<x> tpf=<x>' last.",
     )
     add_engine_args(p, None)
-    p.add_argument("--suite", default="tinycode", choices=["tinycode", "humaneval"], help="prompt suite")
+    p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
     p.add_argument("--difficulty", default="medium", help="TinyCode difficulty (default: medium)")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     p.add_argument("--warmup", type=int, default=3, help="warm-up requests, not measured (default: 3)")

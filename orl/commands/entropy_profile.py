@@ -10,6 +10,7 @@ from orl.commands.common import (
     parse_policy,
     torch_dtype,
 )
+from orl.tasks import SUITES
 
 
 def register(subparsers) -> None:
@@ -19,7 +20,7 @@ def register(subparsers) -> None:
         "of the positions still masked at that step (the 'uncertainty drops faster' figure).",
     )
     p.add_argument("--ckpt", required=True)
-    p.add_argument("--suite", default="tinycode", choices=["tinycode", "humaneval"])
+    p.add_argument("--suite", default="tinycode", choices=SUITES)
     p.add_argument("--policy", default="fixed:1")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--max-new-tokens", type=int, default=64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from orl.commands.common import add_engine_args, add_progress_flag, build_from_args, model_block
+from orl.tasks import SUITES
 
 
 def register(subparsers) -> None:
@@ -12,7 +13,7 @@ def register(subparsers) -> None:
         "and write one 'quality' record (pass@1, TPF, per-problem results). Prints pass@1=<value> last.",
     )
     add_engine_args(p, "reference")
-    p.add_argument("--suite", default="tinycode", choices=["tinycode", "humaneval"], help="task suite")
+    p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
     p.add_argument("--limit", type=int, default=None, help="only the first N problems")
     p.add_argument("--difficulty", default="medium", help="TinyCode difficulty (default: medium)")
     p.add_argument("--system", default=None, help="table row name stored in the record (default: derived)")

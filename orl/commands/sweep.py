@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device, torch_dtype
+from orl.tasks import SUITES
 
 
 def register(subparsers) -> None:
@@ -12,7 +13,7 @@ def register(subparsers) -> None:
         "(pass@1, TPF, tokens/s) and one 'aup' record, and prints one line per τ.",
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint")
-    p.add_argument("--suite", default="tinycode", choices=["tinycode", "humaneval"])
+    p.add_argument("--suite", default="tinycode", choices=SUITES)
     p.add_argument("--thresholds", default="0.5,0.6,0.7,0.8,0.9,0.95", help="comma-separated τ values")
     p.add_argument("--engine", default="dlmrt", choices=["dlmrt", "dlmrt-eager", "reference"])
     p.add_argument("--limit", type=int, default=None, help="only the first N problems")

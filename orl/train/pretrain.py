@@ -27,7 +27,7 @@ from orl.train.objectives import ar_loss, masked_block_loss
 
 def build_tokenizer(preset: TrainPreset) -> Tokenizer:
     cfg = preset.tokenizer
-    texts = (p + c for p, c in tinycode.train_stream(cfg.seed, preset.difficulty))
+    texts = (p + c for p, c in tinycode.train_stream(cfg.seed, preset.task_mix()))
     return train_bpe(texts, vocab_size=cfg.vocab_size, sample_count=cfg.samples)
 
 
@@ -39,9 +39,9 @@ def model_config(size: ModelSize, tokenizer: Tokenizer) -> ModelConfig:
 
 
 STAGE_SECTIONS = {
-    "ar": ("difficulty", "tokenizer", "model", "ar"),
-    "draft": ("difficulty", "tokenizer", "draft_model", "draft"),
-    "convert": ("difficulty", "convert", "diffusion"),
+    "ar": ("difficulty", "long_fraction", "tokenizer", "model", "ar"),
+    "draft": ("difficulty", "long_fraction", "tokenizer", "draft_model", "draft"),
+    "convert": ("difficulty", "long_fraction", "convert", "diffusion"),
 }
 
 
@@ -58,11 +58,11 @@ def train_ar(
     size, optim = (preset.draft_model, preset.draft) if draft else (preset.model, preset.ar)
     torch.manual_seed(optim.seed)
     model = Transformer(model_config(size, tokenizer)).to(device)
-    held_out = tinycode.held_out_prompts(preset.difficulty)
+    mix = preset.task_mix()
     max_len = size.max_position_embeddings
 
     def step(i: int) -> StepResult:
-        batch = pair_batch(tokenizer, optim.seed, i, optim.batch_size, preset.difficulty, held_out, max_len)
+        batch = pair_batch(tokenizer, optim.seed, i, optim.batch_size, mix, max_len)
         return StepResult(ar_loss(model, batch), int(batch.lengths.sum()))
 
     stage = "draft" if draft else "ar"
@@ -94,12 +94,11 @@ def convert_to_diffusion(
     model.config.residual_alpha = 0.0
     tokenizer = init.tokenizer
     optim = preset.convert
-    held_out = tinycode.held_out_prompts(preset.difficulty)
+    mix = preset.task_mix()
     max_len = model.config.max_position_embeddings
 
     def step(i: int) -> StepResult:
-        batch = pair_batch(tokenizer, optim.seed, i, optim.batch_size, preset.difficulty, held_out, max_len,
-                           block_size=block)
+        batch = pair_batch(tokenizer, optim.seed, i, optim.batch_size, mix, max_len, block_size=block)
         generator = torch.Generator().manual_seed(optim.seed * 7919 + i)
         return StepResult(masked_block_loss(model, batch, generator), int(batch.lengths.sum()))
 
