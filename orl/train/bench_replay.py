@@ -49,8 +49,7 @@ def bench_replay(preset: TrainPreset, init_dir, *, steps: int = 10, pack_tokens:
             t0 = time.perf_counter()
             logits = replay_logits(model, batch, pack_tokens=pack_tokens if packing else 0)
             loss = masked_ce(logits, batch.targets, batch.masked) + cfg.aec_lambda * aec_loss(
-                logits, batch.masked, batch.step > 0, batch.prev_entropy, batch.prev_confidence,
-                rho=cfg.aec_rho, gate=cfg.aec_gate)
+                logits, batch.masked, batch.step > 0, batch.prev_entropy, rho=cfg.aec_rho, gate=cfg.aec_gate)
             loss.backward()
             model.zero_grad(set_to_none=True)
             if i:  # skip the warm-up step

@@ -14,10 +14,14 @@ had (rollouts are deterministic functions of the weights and the prompt seed).
 Ablations (config switches, each its own checkpoint):
   none          ORL as above
   no-residual   residual off in rollout and replay; α = 0 in the checkpoint
-  offline       rollouts once, from the initial model, never refreshed
+  offline       the same prompt slices and buffer sizes, refresh by refresh, but every slice
+                decoded by the frozen initial model: only staleness differs from ORL
   no-aec        λ = 0
   aec-nogate    AEC with g_i = 1
   dparallel     no residual; CE + λ · mean entropy of correctly predicted masked positions
+
+The seed (orl.seed, `orl train-orl --seed`) picks the rollout prompt slices and the replay
+batches and seeds torch; it is part of the resume digest and of the train record.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from orl.model.checkpoint import checkpoint_digest, load_checkpoint
 from orl.tasks import tinycode
 from orl.train.config import OptimConfig, TrainPreset
 from orl.train.loop import StepResult, train
-from orl.train.losses import aec_loss, dparallel_entropy, masked_ce
+from orl.train.losses import aec_loss, dparallel_entropy, gated_fraction, masked_ce
 from orl.train.replay import replay_logits
 from orl.train.rollout import CapturedStates, attach_targets, prompt_prefixes, rollout
 
@@ -55,6 +59,7 @@ class OrlStats:
     state_bytes: int = 0
     rollout_s: float = 0.0
     reference_targets: int = 0
+    gated_fraction: list[float] = field(default_factory=list)  # per replay batch: AEC positions the gate closes on
 
 
 def check_init(init_dir: str | Path, preset: TrainPreset, device: str = "cpu"):
@@ -73,7 +78,16 @@ def check_init(init_dir: str | Path, preset: TrainPreset, device: str = "cpu"):
 def rollout_prompts(preset: TrainPreset, refresh: int) -> list[dict]:
     """Training problems (with tests) for one refresh; a different seeded slice each time."""
     cfg = preset.orl
-    return tinycode.train_problems(cfg.seed * 1000 + refresh, cfg.rollout_prompts, preset.difficulty)
+    return tinycode.train_problems(cfg.seed * 1000 + refresh, cfg.rollout_prompts, preset.task_mix())
+
+
+def rollout_groups(problems: list[dict], preset: TrainPreset) -> list[tuple[list[dict], int]]:
+    """Short and long problems decode in separate batches, each with its own token budget: the
+    rollout recomputes every row of a batch until its last row is done, so one long row would
+    hold up a batch of short ones."""
+    budgets = {False: preset.diffusion.max_new_tokens, True: preset.diffusion.long_max_new_tokens}
+    groups = [([p for p in problems if bool(p.get("long")) == is_long], budget) for is_long, budget in budgets.items()]
+    return [(group, budget) for group, budget in groups if group]
 
 
 def collect_states(model, tokenizer, problems: list[dict], preset: TrainPreset, alpha: float, stats: OrlStats,
@@ -83,47 +97,56 @@ def collect_states(model, tokenizer, problems: list[dict], preset: TrainPreset, 
 
     cfg = preset.orl
     t0 = time.perf_counter()
-    prompts = [tokenizer.encode(p["prompt"]) for p in problems]
     rule = decode_rule(model.config, tokenizer.eos_ids, Policy("threshold", cfg.tau_train), residual=alpha > 0)
-    result = rollout(model, prompts, rule, max_new_tokens=preset.diffusion.max_new_tokens, pad_id=tokenizer.pad_id)
-    texts = [tokenizer.decode_completion(ids) for ids in result.completion_ids]
-    verdicts = check_many(problems, texts, progress=False, timeout_s=3.0)
-    passed = torch.tensor([v.passed for v in verdicts])
-    stats.self_generated_tokens += sum(len(c) for c, v in zip(result.completion_ids, verdicts, strict=True) if v.passed)
-    completions = list(result.completion_ids)
-    if cfg.use_reference_for_failed:
-        # Off by default: replaces failed rollouts' targets by the reference solution (reported).
-        for i, v in enumerate(verdicts):
-            if not v.passed:
-                completions[i] = tokenizer.encode(problems[i]["canonical_solution"]) + [tokenizer.eos_id]
-                stats.reference_targets += 1
-        passed = torch.ones_like(passed)
-    states = result.states
-    attach_targets(states, completions, model.config.block_size, tokenizer.eos_id, prompt_prefixes(prompts, rule))
-    states = states.select(passed[states.request])
+    kept, tokens, nfe, passed_count = [], 0, 0, 0
+    for group, budget in rollout_groups(problems, preset):
+        prompts = [tokenizer.encode(p["prompt"]) for p in group]
+        result = rollout(model, prompts, rule, max_new_tokens=budget, pad_id=tokenizer.pad_id)
+        texts = [tokenizer.decode_completion(ids) for ids in result.completion_ids]
+        verdicts = check_many(group, texts, progress=False, timeout_s=3.0)
+        passed = torch.tensor([v.passed for v in verdicts])
+        passed_count += int(passed.sum())
+        tokens, nfe = tokens + sum(len(c) for c in result.completion_ids), nfe + sum(result.nfe)
+        stats.self_generated_tokens += sum(len(c) for c, v in zip(result.completion_ids, verdicts, strict=True)
+                                           if v.passed)
+        completions = list(result.completion_ids)
+        if cfg.use_reference_for_failed:
+            # Off by default: replaces failed rollouts' targets by the reference solution (reported).
+            for i, v in enumerate(verdicts):
+                if not v.passed:
+                    completions[i] = tokenizer.encode(group[i]["canonical_solution"]) + [tokenizer.eos_id]
+                    stats.reference_targets += 1
+            passed = torch.ones_like(passed)
+        states = result.states
+        attach_targets(states, completions, model.config.block_size, tokenizer.eos_id, prompt_prefixes(prompts, rule))
+        kept.append(states.select(passed[states.request]))
+    states = CapturedStates.concat(kept)
+    tpf = tokens / max(1, nfe)
     stats.refreshes += 1
-    stats.rollout_tpf.append(result.tpf)
-    stats.pass_rate.append(sum(v.passed for v in verdicts) / max(1, len(verdicts)))
+    stats.rollout_tpf.append(tpf)
+    stats.pass_rate.append(passed_count / max(1, len(problems)))
     stats.states, stats.state_bytes = len(states), states.nbytes()
     stats.rollout_s += time.perf_counter() - t0
     if progress:
-        print(f"rollout {stats.refreshes}: pass {stats.pass_rate[-1]:.2f}, TPF {result.tpf:.2f}, "
+        print(f"rollout {stats.refreshes}: pass {stats.pass_rate[-1]:.2f}, TPF {tpf:.2f}, "
               f"{len(states)} states ({states.nbytes() / 1e6:.1f} MB)", flush=True)
     return states if len(states) else None
 
 
 def orl_loss(model, batch: CapturedStates, preset: TrainPreset, ablation: str, residual: bool, pack_tokens: int):
+    """(loss, CE, the auxiliary term, the gated fraction of the batch's AEC positions)."""
     cfg = preset.orl
     logits = replay_logits(model, batch, pack_tokens=pack_tokens, residual=residual)
     ce = masked_ce(logits, batch.targets, batch.masked)
+    gated = gated_fraction(logits, batch.masked, batch.step > 0, cfg.aec_gate)
     if ablation == "dparallel":
         extra = dparallel_entropy(logits, batch.targets, batch.masked)
-        return ce + cfg.aec_lambda * extra, ce, extra
+        return ce + cfg.aec_lambda * extra, ce, extra, gated
     if ablation == "no-aec":
-        return ce, ce, torch.zeros(())
-    aec = aec_loss(logits, batch.masked, batch.step > 0, batch.prev_entropy, batch.prev_confidence,
-                   rho=cfg.aec_rho, gate=None if ablation == "aec-nogate" else cfg.aec_gate)
-    return ce + cfg.aec_lambda * aec, ce, aec
+        return ce, ce, torch.zeros(()), gated
+    aec = aec_loss(logits, batch.masked, batch.step > 0, batch.prev_entropy, rho=cfg.aec_rho,
+                   gate=None if ablation == "aec-nogate" else cfg.aec_gate)
+    return ce + cfg.aec_lambda * aec, ce, aec, gated
 
 
 def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *, ablation: str = "none",
@@ -140,7 +163,7 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
     alpha = cfg.residual_alpha if residual else 0.0
     model.config.residual_alpha = alpha
     offline = ablation == "offline"
-    initial = copy.deepcopy(model).eval() if offline else None
+    initial = copy.deepcopy(model).eval() if offline else None  # frozen: decodes every offline slice
     optim = OptimConfig(steps=cfg.iterations_steps, batch_size=cfg.batch_size, lr=cfg.lr, min_lr_ratio=0.1,
                         warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
                         seed=cfg.seed, checkpoint_every=cfg.refresh_every)
@@ -151,12 +174,12 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
         source = initial if offline else model
         source.eval()
         with torch.no_grad():
-            problems = rollout_prompts(preset, 0 if offline else step // cfg.refresh_every)
+            problems = rollout_prompts(preset, step // cfg.refresh_every)
             buffer["states"] = collect_states(source, tokenizer, problems, preset, alpha, stats, progress)
         model.train()
 
     def step_fn(step: int) -> StepResult:
-        if buffer["states"] is None or (not offline and step % cfg.refresh_every == 0):
+        if buffer["states"] is None or step % cfg.refresh_every == 0:
             refresh(step)
         states = buffer["states"]
         if states is None:
@@ -166,20 +189,25 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
         pick = torch.zeros(len(states), dtype=torch.bool)
         pick[rng.sample(range(len(states)), min(cfg.batch_size, len(states)))] = True
         batch = states.select(pick)
-        loss, ce, aux = orl_loss(model, batch, preset, ablation, residual, cfg.pack_tokens)
+        loss, ce, aux, gated = orl_loss(model, batch, preset, ablation, residual, cfg.pack_tokens)
+        stats.gated_fraction.append(gated)
         tokens = sum(len(c) for c in batch.context) + len(batch) * model.config.block_size
-        return StepResult(loss, tokens, {"ce": ce.item(), "aux": aux.item(),
+        return StepResult(loss, tokens, {"ce": ce.item(), "aux": aux.item(), "gated": gated,
                                          "tpf": stats.rollout_tpf[-1], "pass": stats.pass_rate[-1]})
 
     # The resume check covers the ORL settings and the exact starting weights.
-    digest = f"{preset.digest('difficulty', 'diffusion', 'orl')}-orl-{ablation}-init{checkpoint_digest(init_dir)[:12]}"
+    digest = (f"{preset.digest('difficulty', 'long_fraction', 'diffusion', 'orl')}-orl-{ablation}"
+              f"-init{checkpoint_digest(init_dir)[:12]}")
     summary = train(model, step_fn, optim, out_dir, tokenizer, digest=digest, stage=f"orl[{ablation}]",
                     progress=progress, halt_after_checkpoint=halt_after_checkpoint,
                     model_name=f"{preset.name}-orl" + ("" if ablation == "none" else f"-{ablation}"))
     summary.update(ablation=ablation, refreshes=stats.refreshes, self_generated_tokens=stats.self_generated_tokens,
                    rollout_tpf=stats.rollout_tpf, rollout_pass_rate=stats.pass_rate, replay_states=stats.states,
                    replay_state_bytes=stats.state_bytes, rollout_s=stats.rollout_s,
-                   reference_targets=stats.reference_targets, residual_alpha=alpha)
+                   reference_targets=stats.reference_targets, residual_alpha=alpha, seed=cfg.seed,
+                   aec_gate=cfg.aec_gate, gate_applied=ablation not in ("aec-nogate", "no-aec", "dparallel"),
+                   gated_fraction=stats.gated_fraction,
+                   gated_fraction_mean=sum(stats.gated_fraction) / max(1, len(stats.gated_fraction)))
     from orl.io import atomic_write_json
 
     atomic_write_json(Path(out_dir) / "train_summary.json", summary)

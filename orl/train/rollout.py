@@ -52,6 +52,24 @@ class CapturedStates:
                 total += value.numel() * value.element_size()
         return total
 
+    @classmethod
+    def concat(cls, parts: list[CapturedStates]) -> CapturedStates:
+        """The states of several rollouts in order; `request` is offset so it stays unique."""
+        out, offset = {}, 0
+        requests = []
+        for part in parts:
+            requests.append(part.request + offset)
+            offset += int(part.request.max()) + 1 if len(part) else 0
+        for f in fields(cls):
+            values = [getattr(part, f.name) for part in parts]
+            if f.name == "request":
+                out[f.name] = torch.cat(requests)
+            elif isinstance(values[0], list):
+                out[f.name] = [item for value in values for item in value]
+            else:
+                out[f.name] = torch.cat(values) if values[0] is not None else None
+        return cls(**out)
+
     def select(self, keep: torch.Tensor) -> CapturedStates:
         """The states where `keep` [N] is True."""
         idx = keep.nonzero().flatten().tolist()
