@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from orl.errors import CheckpointError, ConfigError
-from orl.train.losses import aec_loss, entropy, gated_fraction
+from orl.train.losses import aec_loss, entropy, gate_stats
 
 
 def _logits_with_entropy(target_entropy: torch.Tensor, vocab: int = 8) -> torch.Tensor:
@@ -45,7 +45,8 @@ def test_gate_reads_the_replayed_steps_own_confidence():
     excess = entropy(logits)[0] - 0.08
     assert gated.item() == pytest.approx(excess[1].item() / 2)  # one of two positions counts
     assert ungated.item() == pytest.approx(excess.sum().item() / 2)
-    assert gated_fraction(logits, masked, has_prev, 0.9) == 0.5
+    closed, removed = gate_stats(logits, masked, has_prev, prev_h, rho=0.8, gate=0.9)
+    assert closed == 0.5 and removed == pytest.approx(excess[0].item() / 2)
     # No previous step (k = 0): nothing to contract against.
     assert aec_loss(logits, masked, torch.tensor([False]), prev_h, rho=0.8, gate=None).item() == 0.0
 
@@ -211,8 +212,9 @@ def test_aec_without_gate_differs_from_orl_on_real_replay_states(sharp_dlm, repl
 
     orl, orl_aec, orl_gated, orl_grads = loss_and_grads("none")
     nogate, nogate_aec, nogate_gated, nogate_grads = loss_and_grads("aec-nogate")
-    assert 0.0 < orl_gated == nogate_gated < 1.0, "the gate closes on some real replay positions"
-    assert nogate_aec > orl_aec and nogate > orl
+    assert 0.0 < orl_gated[0] == nogate_gated[0] < 1.0, "the gate closes on some real replay positions"
+    assert orl_gated[1] == nogate_gated[1] > 0  # ...and at ρ = 0.1 removes some AEC
+    assert nogate_aec - orl_aec == pytest.approx(orl_gated[1], rel=1e-4) and nogate > orl
     assert any(not torch.equal(a, b) for a, b in zip(orl_grads, nogate_grads, strict=True))
     # At the default ρ the same closed positions carry no excess: the objectives agree there.
     with torch.no_grad():
@@ -259,7 +261,8 @@ def test_seed_changes_the_prompts_the_resume_check_and_the_record(smoke_models, 
     assert main([*args, "--seed", "3", "--record", str(record)]) == 0
     written = json.loads(record.read_text().splitlines()[0])
     assert written["extra"]["seed"] == 3
-    assert len(written["extra"]["gated_fraction"]) == 4 and 0 <= written["metrics"]["gated_fraction"] <= 1
+    assert len(written["extra"]["gated_fraction"]) == len(written["extra"]["gate_removed_aec"]) == 4
+    assert 0 <= written["metrics"]["gated_fraction"] <= 1
     # Resuming the same folder with another seed is refused by the digest.
     (out / "config.json").unlink()  # as if unfinished
     with pytest.raises(CheckpointError, match="config_digest"):

@@ -67,7 +67,7 @@ def run_train_orl(args) -> int:
             extra={k: summary[k] for k in ("ablation", "seed", "refreshes", "rollout_tpf", "rollout_pass_rate",
                                            "replay_states", "replay_state_bytes", "rollout_s", "steps",
                                            "reference_targets", "residual_alpha", "aec_gate", "gate_applied",
-                                           "gated_fraction", "gated_fraction_mean")},
+                                           "gated_fraction", "gated_fraction_mean", "gate_removed_aec")},
             config={"preset": preset.digest(), "ablation": args.ablation, "seed": preset.orl.seed},
         )
         write_records(args.record, [record])

@@ -50,11 +50,17 @@ def aec_loss(
     return (excess * g).sum() / both.sum().clamp_min(1)
 
 
-def gated_fraction(logits: torch.Tensor, masked: torch.Tensor, has_prev: torch.Tensor, gate: float) -> float:
-    """Share of a replay batch's AEC positions on which the gate closes (logged per batch; the no-gate
-    ablation logs the share it would have closed on)."""
+def gate_stats(logits: torch.Tensor, masked: torch.Tensor, has_prev: torch.Tensor, prev_entropy: torch.Tensor,
+               rho: float, gate: float) -> tuple[float, float]:
+    """What the gate does to one replay batch: (share of AEC positions it closes on, the AEC loss it
+    removes = mean over AEC positions of the excess on closed ones). The no-gate ablation logs what the
+    gate would have done. A closed position whose entropy already contracted by ρ has no excess, so
+    the second number says whether gating changes the objective at all."""
     both = aec_positions(masked, has_prev)
-    return float(gate_closed(logits, both, gate).sum() / both.sum().clamp_min(1))
+    closed = gate_closed(logits, both, gate)
+    excess = torch.relu(entropy(logits.detach()) - rho * prev_entropy)
+    count = both.sum().clamp_min(1)
+    return float(closed.sum() / count), float((excess * closed).sum() / count)
 
 
 def dparallel_entropy(logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:

@@ -40,7 +40,7 @@ from orl.model.checkpoint import checkpoint_digest, load_checkpoint
 from orl.tasks import tinycode
 from orl.train.config import OptimConfig, TrainPreset
 from orl.train.loop import StepResult, train
-from orl.train.losses import aec_loss, dparallel_entropy, gated_fraction, masked_ce
+from orl.train.losses import aec_loss, dparallel_entropy, gate_stats, masked_ce
 from orl.train.replay import replay_logits
 from orl.train.rollout import CapturedStates, attach_targets, prompt_prefixes, rollout
 
@@ -60,6 +60,7 @@ class OrlStats:
     rollout_s: float = 0.0
     reference_targets: int = 0
     gated_fraction: list[float] = field(default_factory=list)  # per replay batch: AEC positions the gate closes on
+    gate_removed_aec: list[float] = field(default_factory=list)  # per replay batch: AEC loss those positions carry
 
 
 def check_init(init_dir: str | Path, preset: TrainPreset, device: str = "cpu"):
@@ -134,11 +135,11 @@ def collect_states(model, tokenizer, problems: list[dict], preset: TrainPreset, 
 
 
 def orl_loss(model, batch: CapturedStates, preset: TrainPreset, ablation: str, residual: bool, pack_tokens: int):
-    """(loss, CE, the auxiliary term, the gated fraction of the batch's AEC positions)."""
+    """(loss, CE, the auxiliary term, gate_stats of the batch: closed share, AEC removed)."""
     cfg = preset.orl
     logits = replay_logits(model, batch, pack_tokens=pack_tokens, residual=residual)
     ce = masked_ce(logits, batch.targets, batch.masked)
-    gated = gated_fraction(logits, batch.masked, batch.step > 0, cfg.aec_gate)
+    gated = gate_stats(logits, batch.masked, batch.step > 0, batch.prev_entropy, cfg.aec_rho, cfg.aec_gate)
     if ablation == "dparallel":
         extra = dparallel_entropy(logits, batch.targets, batch.masked)
         return ce + cfg.aec_lambda * extra, ce, extra, gated
@@ -190,9 +191,10 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
         pick[rng.sample(range(len(states)), min(cfg.batch_size, len(states)))] = True
         batch = states.select(pick)
         loss, ce, aux, gated = orl_loss(model, batch, preset, ablation, residual, cfg.pack_tokens)
-        stats.gated_fraction.append(gated)
+        stats.gated_fraction.append(gated[0])
+        stats.gate_removed_aec.append(gated[1])
         tokens = sum(len(c) for c in batch.context) + len(batch) * model.config.block_size
-        return StepResult(loss, tokens, {"ce": ce.item(), "aux": aux.item(), "gated": gated,
+        return StepResult(loss, tokens, {"ce": ce.item(), "aux": aux.item(), "gated": gated[0],
                                          "tpf": stats.rollout_tpf[-1], "pass": stats.pass_rate[-1]})
 
     # The resume check covers the ORL settings and the exact starting weights.
@@ -207,7 +209,8 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
                    reference_targets=stats.reference_targets, residual_alpha=alpha, seed=cfg.seed,
                    aec_gate=cfg.aec_gate, gate_applied=ablation not in ("aec-nogate", "no-aec", "dparallel"),
                    gated_fraction=stats.gated_fraction,
-                   gated_fraction_mean=sum(stats.gated_fraction) / max(1, len(stats.gated_fraction)))
+                   gated_fraction_mean=sum(stats.gated_fraction) / max(1, len(stats.gated_fraction)),
+                   gate_removed_aec=stats.gate_removed_aec)
     from orl.io import atomic_write_json
 
     atomic_write_json(Path(out_dir) / "train_summary.json", summary)
