@@ -23,7 +23,9 @@ from orl.engines.vllm import VLLMEngine, vllm_call
 from orl.errors import InputError
 from orl.tokenizer import load_tokenizer
 
-ENGINE_NAMES = ("dlmrt", "dlmrt-eager", "reference", "hf", "hf-assisted", "dflash", "vllm", "sglang")
+ENGINE_NAMES = (
+    "dlmrt", "dlmrt-eager", "reference", "ar-compiled", "hf", "hf-assisted", "dflash", "vllm", "sglang",
+)
 
 
 def build_engine(
@@ -63,7 +65,8 @@ def build_engine(
 def engine_for_checkpoint(
     name: str, ckpt, *, policy: Policy, residual: bool = True, log_steps: bool = False, ignore_eos: bool = False,
 ) -> Engine:
-    """One of the engines that run our own model code (reference, dlmrt, dlmrt-eager) on a loaded checkpoint.
+    """One of the engines that run our own model code (reference, ar-compiled, dlmrt, dlmrt-eager) on a
+    loaded checkpoint.
 
     A sweep builds one per policy on the same checkpoint, loaded once.
     """
@@ -73,9 +76,13 @@ def engine_for_checkpoint(
         if ckpt.is_diffusion:
             return ReferenceDiffusion(ckpt, policy, residual=residual, log_steps=log_steps, ignore_eos=ignore_eos)
         return ReferenceAR(ckpt, ignore_eos=ignore_eos)
+    if name == "ar-compiled":
+        from orl.engines.ar import CompiledAR
+
+        return CompiledAR(ckpt, ignore_eos=ignore_eos)
     if name not in ("dlmrt", "dlmrt-eager"):
-        raise InputError(f"--engine: {name!r} does not run on a loaded checkpoint; expected reference, dlmrt or "
-                         "dlmrt-eager")
+        raise InputError(f"--engine: {name!r} does not run on a loaded checkpoint; expected reference, ar-compiled, "
+                         "dlmrt or dlmrt-eager")
     from orl.engines.dlmrt import DlmrtEngine
 
     return DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, log_steps=log_steps,

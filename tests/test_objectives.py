@@ -12,7 +12,7 @@ def _batch(tokenizer, block_size):
     from orl.tasks import tinycode
     from orl.train.data import pair_batch
 
-    return pair_batch(tokenizer, 3, 0, 10, "easy", tinycode.held_out_prompts("easy"), 160, block_size=block_size)
+    return pair_batch(tokenizer, 3, 0, 10, tinycode.TaskMix("easy"), 160, block_size=block_size)
 
 
 def test_length_groups_cover_every_row_once_in_length_order():

@@ -211,3 +211,92 @@ def test_the_eos_cut_keeps_the_first_end_token_and_drops_the_rest():
     assert cut_at_eos([5, 6, 1, 4, 1], [1]) == [5, 6, 1]
     assert cut_at_eos([5, 7, 1], [1, 7]) == [5, 7]
     assert cut_at_eos([5, 6], [1]) == [5, 6]
+
+
+# ---------------------------------------------------------------------------------------
+# The run of <eos> predictions before a committed <eos> (the trailing-<eos> rule)
+# ---------------------------------------------------------------------------------------
+
+
+def _right_to_left_tail(text: list[int], block: int, vocab: int = 8) -> torch.Tensor:
+    """Logits of one block: `text`, then <eos> to the end, each <eos> more confident than the one before
+    it, so fixed(1) alone would commit the tail right to left, one position per step."""
+    logits = torch.zeros(1, block, vocab)
+    for i in range(block):
+        if i < len(text):
+            logits[0, i, text[i]] = 4.0
+        else:
+            logits[0, i, 1] = 6.0 + i
+    return logits
+
+
+def test_committing_the_last_eos_commits_the_whole_predicted_tail_at_once():
+    logits = _right_to_left_tail([3, 4], 6)
+    out = denoise_step(Policy.parse("fixed:1"), logits, torch.full((1, 6), 5), torch.ones(1, 6, dtype=torch.bool), EOS)
+    assert out.tokens[0].tolist() == [5, 5, 1, 1, 1, 1]
+    assert out.committed[0].tolist() == [False, False, True, True, True, True]
+
+
+@pytest.mark.parametrize("breaker", ["masked text", "committed text"])
+def test_the_run_stops_at_a_position_not_predicted_eos(breaker):
+    logits = _right_to_left_tail([3, 4], 6)
+    logits[0, 3] = 0.0
+    logits[0, 3, 2] = 4.0  # position 3 now predicts text, between the <eos> predictions of 2 and 4-5
+    tokens, masked = torch.full((1, 6), 5), torch.ones(1, 6, dtype=torch.bool)
+    if breaker == "committed text":
+        tokens[0, 3], masked[0, 3] = 2, False
+    out = denoise_step(Policy.parse("fixed:1"), logits, tokens, masked, EOS)
+    assert out.tokens[0].tolist()[3:] == [2 if breaker == "committed text" else 5, 1, 1]
+    assert out.masked[0].tolist() == [True, True, True, breaker == "masked text", False, False]
+
+
+def test_without_the_fill_there_is_no_run():
+    logits = _right_to_left_tail([3, 4], 6)
+    out = denoise_step(Policy.parse("fixed:1"), logits, torch.full((1, 6), 5), torch.ones(1, 6, dtype=torch.bool), EOS,
+                       eos_fill=False)
+    assert out.committed[0].tolist() == [False] * 5 + [True]
+
+
+class _ScriptedModel(torch.nn.Module):
+    """A stand-in block-diffusion model whose logits depend only on the position: the completion's text
+    at its positions, then <eos> with confidence rising to the block's end (the right-to-left pattern)."""
+
+    def __init__(self, text: list[int], prompt_len: int, block: int, vocab: int = 8):
+        super().__init__()
+        self.config = type("Config", (), {"max_position_embeddings": 256})()
+        self.weight = torch.nn.Parameter(torch.zeros(vocab, 4))
+        self.text, self.prompt_len, self.block, self.vocab = text, prompt_len, block, vocab
+
+    @property
+    def embedding(self) -> torch.Tensor:
+        return self.weight
+
+    def forward(self, inputs_embeds, positions, mask):
+        logits = torch.zeros(*positions.shape, self.vocab)
+        for row, pos in enumerate(positions.tolist()):
+            for col, p in enumerate(pos):
+                i = p - self.prompt_len  # completion index
+                if 0 <= i < len(self.text):
+                    logits[row, col, self.text[i]] = 4.0
+                elif i >= len(self.text):
+                    logits[row, col, 1] = 6.0 + i % self.block
+        return logits
+
+
+@pytest.mark.parametrize("length", [3, 8, 13, 16])
+def test_fixed_1_tpf_is_at_least_one_when_the_tail_is_predicted_eos(length):
+    from orl.decoding import DecodeRule, decode_blocks
+
+    B, prompt = 8, [6, 6, 6]
+    text = [2 + i % 5 for i in range(length)]  # no end token among them
+    model = _ScriptedModel(text, len(prompt), B)
+    for policy in ("fixed:1", "threshold:0.9", "factor:1.0"):
+        rule = DecodeRule(policy=Policy.parse(policy), block=B, mask_id=7, eos_ids=(1,))
+        result = decode_blocks(model, [prompt], rule, max_new_tokens=32, pad_id=0)
+        assert result.completions[0] == text + [1]
+        assert len(result.completions[0]) >= result.nfe[0], policy  # TPF >= 1: no forward only for dropped tail
+        if policy == "fixed:1":
+            assert result.nfe[0] == length + 1  # one forward per kept token, the <eos> included
+    # Without the run, fixed(1) spends a forward on every dropped tail position.
+    rule = DecodeRule(policy=Policy.parse("fixed:1"), block=B, mask_id=7, eos_ids=(1,), eos_fill=False)
+    assert decode_blocks(model, [prompt], rule, max_new_tokens=32, pad_id=0).nfe[0] == -(-(length + 1) // B) * B

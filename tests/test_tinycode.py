@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import itertools
 import random
+import statistics
 
+import pytest
+
+from orl.errors import ConfigError
 from orl.tasks import load_humaneval, load_suite, tinycode
 
 FIELDS = {"task_id", "prompt", "canonical_solution", "test", "entry_point"}
@@ -68,3 +72,64 @@ def test_tokenizer_round_trips_code_exactly(tokenizer):
         assert tokenizer.decode(ids) == prompt + completion
     assert {tokenizer.mask_id, tokenizer.eos_id, tokenizer.pad_id} == {2, 1, 0}
     assert tokenizer.decode_completion(tokenizer.encode("    return x\n") + [tokenizer.eos_id, 5]) == "    return x\n"
+
+
+# ---------------------------------------------------------------------------------------
+# tinycode-long and the training mix
+# ---------------------------------------------------------------------------------------
+
+
+def test_long_suite_is_fixed_distinct_and_every_style_passes():
+    problems = load_suite("tinycode-long")
+    assert len(problems) == 164 and problems == load_suite("tinycode-long")
+    assert len({p["prompt"] for p in problems}) == 164
+    assert {p["family"] for p in problems} == {f.__name__ for f in tinycode.LONG_FAMILIES}
+    assert all(p["task_id"].startswith("TinyCodeLong/") for p in problems)
+    rng = random.Random(5)
+    for _ in range(300):
+        record, spec = tinycode.make_problem(rng, tinycode.DIFFICULTIES["long"], "t")
+        bodies = {style(random.Random(rng.random())) for style in spec.styles}
+        assert len(bodies) > 1
+        for body in bodies:
+            assert _passes(record, body), (record["prompt"], body)
+            assert body.count("\n") >= 3, body  # several statements
+        assert not _passes(record, "    return None\n")
+
+
+def test_long_completions_span_several_blocks():
+    """Median canonical completion >= 48 tokens (3+ blocks of 16) with a tokenizer trained on the mix."""
+    from orl.tokenizer import train_bpe
+
+    mix = tinycode.TaskMix("medium", 0.3)
+    tok = train_bpe((p + c for p, c in tinycode.train_stream(1, mix)), vocab_size=1024, sample_count=6000)
+    lengths = [len(tok.encode(p["canonical_solution"])) + 1 for p in load_suite("tinycode-long")]
+    short = [len(tok.encode(p["canonical_solution"])) + 1 for p in load_suite("tinycode")]
+    assert statistics.median(lengths) >= 48 and min(lengths) > 32
+    assert statistics.median(short) < 24
+
+
+def test_mix_draws_the_long_share_and_holds_out_both_test_sets():
+    mix = tinycode.TaskMix("medium", 0.3)
+    held_out = mix.held_out()
+    assert {p["prompt"] for p in load_suite("tinycode-long")} <= held_out
+    assert {p["prompt"] for p in load_suite("tinycode")} <= held_out
+    long_names = {f.__name__ for f in tinycode.LONG_FAMILIES}
+    problems = tinycode.train_problems(3, 1000, mix)
+    share = sum(p["family"] in long_names for p in problems) / len(problems)
+    assert 0.25 < share < 0.35
+    assert all(p["long"] == (p["family"] in long_names) for p in problems)
+    assert not any(p["prompt"] in held_out for p in problems)
+    pairs = list(itertools.islice(tinycode.train_stream(2, mix), 2000))
+    assert not any(prompt in held_out for prompt, _ in pairs)
+    # No long share: exactly the short stream.
+    assert list(itertools.islice(tinycode.train_stream(2, tinycode.TaskMix("medium", 0.0)), 200)) == list(
+        itertools.islice(tinycode.train_stream(2, "medium"), 200))
+
+
+def test_preset_refuses_a_bad_long_fraction_or_difficulty():
+    from orl.train.config import load_preset
+
+    with pytest.raises(ConfigError, match="long_fraction"):
+        load_preset("smoke", overrides={"long_fraction": 1.5})
+    with pytest.raises(ConfigError, match="difficulty"):
+        load_preset("smoke", overrides={"difficulty": "long"})

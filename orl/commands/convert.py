@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orl.commands.common import parse_device
-from orl.commands.train_ar import add_training_args
+from orl.commands.train_ar import add_training_args, seed_override
 
 
 def register(subparsers) -> None:
@@ -23,7 +23,7 @@ def run_convert(args) -> int:
     from orl.train.loop import is_finished
     from orl.train.pretrain import convert_to_diffusion
 
-    preset = load_preset(args.preset, args.config)
+    preset = load_preset(args.preset, args.config, seed_override(args, "convert"))
     device = parse_device(args.device)
     if is_finished(args.out):
         print(f"{args.out}: already trained (delete it to retrain)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from orl.commands.common import add_model_args, parse_device, parse_policy, torch_dtype
 from orl.engines.dlmrt.capture import MODES
+from orl.tasks import SUITES
 
 
 def register(subparsers) -> None:
@@ -18,7 +19,7 @@ def register(subparsers) -> None:
     p.add_argument("--policy", default="fixed:1", help="commit policy, or @FILE.json from `orl operating-point`")
     p.add_argument("--mode", default=None, choices=MODES, help="dlmrt execution mode (default: compile on "
                    "the CPU, compile-graph on CUDA)")
-    p.add_argument("--suite", default="tinycode", choices=["tinycode", "humaneval"], help="prompt suite")
+    p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
     p.add_argument("--difficulty", default="medium", help="TinyCode difficulty")
     p.add_argument("--limit", type=int, default=None, help="only the first N problems")
     p.add_argument("--max-new-tokens", type=int, default=64)

@@ -14,8 +14,15 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                         "tokenizer, model, draft_model, ar, draft, convert, diffusion, orl)")
     parser.add_argument("--out", required=True, help="output checkpoint directory (HF layout); resumes if it "
                         "holds an unfinished run of the same configuration")
+    parser.add_argument("--seed", type=int, default=None, help="the stage's seed (batches, noise, init); "
+                        "default: the preset's. Part of the resume check")
     add_model_args(parser, dtype=False)
     add_progress_flag(parser)
+
+
+def seed_override(args, section: str) -> dict | None:
+    """The preset override that --seed makes for one stage's section."""
+    return None if args.seed is None else {section: {"seed": args.seed}}
 
 
 def register(subparsers) -> None:
@@ -42,7 +49,7 @@ def run_train_ar(args) -> int:
 
     if args.draft and not args.tokenizer:
         raise InputError("--tokenizer: required with --draft (the draft must share the target's tokenizer)")
-    preset = load_preset(args.preset, args.config)
+    preset = load_preset(args.preset, args.config, seed_override(args, "draft" if args.draft else "ar"))
     device = parse_device(args.device)
     if is_finished(args.out):
         print(f"{args.out}: already trained (delete it to retrain)")

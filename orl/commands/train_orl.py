@@ -19,6 +19,9 @@ def register(subparsers) -> None:
     p.add_argument("--init", required=True, help="block-diffusion checkpoint to start from (output of orl convert)")
     p.add_argument("--out", required=True, help="output checkpoint directory; resumes an unfinished run")
     p.add_argument("--ablation", default="none", choices=ABLATIONS, help="Table 5 variant (default: none = ORL)")
+    p.add_argument("--seed", type=int, default=None, help="the ORL stage's seed: rollout prompt slices, replay "
+                   "batches, torch's generator (default: the preset's orl.seed); part of the resume check and "
+                   "written to the record (extra.seed)")
     p.add_argument("--record", default=None, help="also write a 'train' record (.jsonl) with cost figures")
     p.add_argument("--system", default=None, help="table row name for the record")
     p.add_argument("--isolation", default=None, choices=["bwrap", "fallback"],
@@ -36,8 +39,9 @@ def run_train_orl(args) -> int:
     from orl.train.loop import is_finished
     from orl.train.orl import check_init, train_orl
 
-    preset = load_preset(args.preset, args.config,
-                         overrides={"orl": {"isolation": args.isolation}} if args.isolation else None)
+    orl_overrides = {**({"isolation": args.isolation} if args.isolation else {}),
+                     **({"seed": args.seed} if args.seed is not None else {})}
+    preset = load_preset(args.preset, args.config, {"orl": orl_overrides} if orl_overrides else None)
     device = parse_device(args.device)
     check_init(args.init, preset, device)
     if is_finished(args.out) and not args.record:
@@ -63,17 +67,19 @@ def run_train_orl(args) -> int:
         record = make_record(
             "train", system=args.system or f"ORL ({args.ablation})", engine="dlmrt", model=model_field(ckpt),
             metrics={"self_generated_tokens": summary["self_generated_tokens"], "train_wall_s": summary["wall_s"],
+                     "gated_fraction": summary["gated_fraction_mean"],
                      **({"train_gpu_hours": summary["device_hours"]} if summary.get("device") == "cuda" else {}),
                      **({"train_tokens_per_s": summary["tokens_per_s_per_device"]}
                         if summary.get("tokens_per_s_per_device") else {}),
                      **({"peak_memory_bytes": max(summary["peak_memory_bytes_per_rank"])}
                         if summary.get("peak_memory_bytes_per_rank") else {})},
-            extra={**{k: summary[k] for k in ("ablation", "refreshes", "rollout_tpf", "rollout_pass_rate",
+            extra={**{k: summary[k] for k in ("ablation", "seed", "refreshes", "rollout_tpf", "rollout_pass_rate",
                                               "replay_states", "replay_state_bytes", "rollout_s", "steps",
-                                              "reference_targets", "residual_alpha")},
+                                              "reference_targets", "residual_alpha", "aec_gate", "gate_applied",
+                                              "gated_fraction", "gated_fraction_mean", "gate_removed_aec")},
                    "isolation": summary.get("isolation", preset.orl.isolation),
                    **{k: summary.get(k) for k in ("world_size", "device", "device_hours", "peak_memory_bytes_per_rank")}},
-            config={"preset": preset.digest(), "ablation": args.ablation},
+            config={"preset": preset.digest(), "ablation": args.ablation, "seed": preset.orl.seed},
         )
         write_records(args.record, [record])
     return 0

@@ -1,7 +1,8 @@
 """One denoising step of a block: distributions in, commits out (METHOD.md §2).
 
 `denoise_step` is the whole decision a step makes, shared by every decoder: the
-confidences, the policy's commits, then the <eos> fill. Rows whose block is already done
+confidences, the policy's commits, then the <eos> rule (the run of <eos> predictions
+before a committed <eos>, and the fill after it). Rows whose block is already done
 (nothing masked) are left unchanged, which is what makes dlmrt's extra predicated steps
 in a chunk no-ops.
 """
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from orl.decoding.eos import fill_after_eos
+from orl.decoding.eos import committed_eos, eos_run, fill_after_eos
 from orl.decoding.policy import Policy, commit_mask
 
 
@@ -46,7 +47,8 @@ def denoise_step(
         logits: this step's logits at the block's positions.
         tokens, masked: the block state when the step began ([MASK] where masked).
         eos_ids: 1-D tensor of end-token ids.
-        eos_fill: commit every position after a committed <eos> as <eos> (orl.decoding.eos).
+        eos_fill: the <eos> rule of orl.decoding.eos: commit every masked position after a committed
+            <eos>, and the run of masked <eos> predictions that leads up to one.
         generated: [b, B] bool, the block's completion positions (None: all of them); an end token
             in the prompt's tail (absolute layout) fills nothing.
     """
@@ -55,8 +57,11 @@ def denoise_step(
     tokens = torch.where(commit, prediction, tokens)
     remaining = masked & ~commit
     if eos_fill:
+        run = eos_run(prediction, remaining, committed_eos(tokens, remaining, eos_ids, generated), eos_ids)
+        tokens = torch.where(run, prediction, tokens)
+        remaining = remaining & ~run
         fill = fill_after_eos(tokens, remaining, eos_ids, generated)
         tokens = torch.where(fill, eos_ids[0].expand_as(tokens), tokens)
         remaining = remaining & ~fill
-        commit = commit | fill
+        commit = commit | run | fill
     return StepOutput(tokens, remaining, commit, probs, entropy, confidence)

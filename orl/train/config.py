@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from orl.errors import ConfigError
+from orl.tasks.tinycode import DIFFICULTIES, TaskMix
 
 PRESET_DIR = Path(__file__).parent / "presets"
 PRESETS = ("smoke", "tiny")
@@ -62,7 +63,8 @@ class OptimConfig:
 @dataclass
 class DiffusionConfig:
     block_size: int = 16
-    max_new_tokens: int = 64
+    max_new_tokens: int = 64  # the rollout's budget for short problems
+    long_max_new_tokens: int = 96  # ... and for tinycode-long problems (bodies of 3-5 blocks)
     # Where blocks sit in the converted model: "after-prompt" (ours) or "absolute" (SDAR's layout, saved as
     # an SDARForCausalLM checkpoint), METHOD.md §5.
     block_layout: str = "after-prompt"
@@ -78,7 +80,7 @@ class OrlConfig:
     warmup_steps: int = 10
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    seed: int = 0
+    seed: int = 0  # rollout prompts, replay batches, torch's generator: `orl train-orl --seed` sets it
     rollout_prompts: int = 64  # prompts per rollout refresh
     refresh_every: int = 50  # R: optimizer steps between rollout refreshes (and checkpoints)
     tau_train: float = 0.7  # threshold(τ_train) policy of the rollout
@@ -101,7 +103,8 @@ class OrlConfig:
 @dataclass
 class TrainPreset:
     name: str = "tiny"
-    difficulty: str = "medium"
+    difficulty: str = "medium"  # of the short TinyCode problems
+    long_fraction: float = 0.0  # share of training pairs and ORL prompts from the tinycode-long families
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelSize = field(default_factory=ModelSize)
     draft_model: ModelSize = field(default_factory=lambda: ModelSize(num_hidden_layers=1))
@@ -110,6 +113,10 @@ class TrainPreset:
     convert: OptimConfig = field(default_factory=OptimConfig)
     diffusion: DiffusionConfig = field(default_factory=DiffusionConfig)
     orl: OrlConfig = field(default_factory=OrlConfig)
+
+    def task_mix(self) -> TaskMix:
+        """The training problems every stage draws from."""
+        return TaskMix(self.difficulty, self.long_fraction)
 
     def digest(self, *sections: str) -> str:
         """A short hash of the named sections (all when none are named): a stage's resume check
@@ -185,4 +192,15 @@ def load_preset(name: str = "tiny", config_file: str | Path | None = None, overr
     if overrides:
         values = _merge(values, overrides)
     values.setdefault("name", name)
-    return _build(TrainPreset, values, where)
+    return _check_tasks(_build(TrainPreset, values, where), where)
+
+
+def _check_tasks(preset: TrainPreset, where: str) -> TrainPreset:
+    """Values the types allow but the task generator does not."""
+    short = sorted(k for k, d in DIFFICULTIES.items() if not d.long)
+    if preset.difficulty not in short:
+        raise ConfigError(f"{where}: difficulty: expected one of {short}, got {preset.difficulty!r} "
+                          "(the long families come in through long_fraction)")
+    if not 0.0 <= preset.long_fraction <= 1.0:
+        raise ConfigError(f"{where}: long_fraction: expected a share between 0 and 1, got {preset.long_fraction}")
+    return preset

@@ -68,10 +68,11 @@ def pad_rows(rows: list[tuple[list[int], list[int]]], pad_id: int, max_len: int)
 
 
 def pair_batch(
-    tokenizer: Tokenizer, seed: int, step: int, batch_size: int, difficulty: str, held_out: frozenset[str],
-    max_len: int, block_size: int | None = None, layout: str = "after-prompt",
+    tokenizer: Tokenizer, seed: int, step: int, batch_size: int, mix: tinycode.TaskMix, max_len: int,
+    block_size: int | None = None, layout: str = "after-prompt",
 ) -> TokenBatch:
+    """Step `step`'s batch of `mix` problems (the test prompts of both suites held out)."""
     rng = step_rng(seed, step)
-    diff = tinycode.DIFFICULTIES[difficulty]
-    pairs = [tinycode.train_pair(rng, diff, held_out) for _ in range(batch_size)]
+    held_out = mix.held_out()
+    pairs = [tinycode.train_pair(rng, mix, held_out) for _ in range(batch_size)]
     return pad_rows([encode_pair(tokenizer, p, c, block_size, layout) for p, c in pairs], tokenizer.pad_id, max_len)

@@ -1,11 +1,13 @@
 """ORL's losses (METHOD.md §3) and the dParallel-style baseline's.
 
     L     = CE(y at masked positions) + λ · L_AEC
-    L_AEC = mean_i  g_i · relu( H_i^{(k)} − ρ · H_i^{(k−1)} ),   g_i = 1[ c_i^{(k−1)} < τ_gate ]
+    L_AEC = mean_i  g_i · relu( H_i^{(k)} − ρ · H_i^{(k−1)} ),   g_i = 1[ sg(c_i^{(k)}) < τ_gate ]
 
-over positions masked at both steps k−1 and k (states with k > 0). H^{(k)} comes
-from the current weights, with gradient; H^{(k−1)} and c^{(k−1)} were captured in
-the rollout and are detached.
+over positions masked at both steps k−1 and k (states with k > 0). H^{(k)} and c^{(k)}
+come from the current weights on the replayed state k (H with gradient, c detached);
+H^{(k−1)} was captured in the rollout and is detached. The gate reads the replayed step's
+own confidence: under threshold rollouts every position still masked at k had
+c^{(k−1)} < τ_train ≤ τ_gate, so a gate on c^{(k−1)} never closes (METHOD.md §3).
 
 Each loss is a sum over positions and a count of positions (`*_terms`), so that a mean is
 taken over the global batch however it is split (orl/train/loop.py); `*` = sum / count.
@@ -37,26 +39,48 @@ def entropy(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
+def aec_positions(masked: torch.Tensor, has_prev: torch.Tensor) -> torch.Tensor:
+    """Positions masked at both steps k-1 and k: masks only shrink, so masked now in a state with k > 0."""
+    return masked & has_prev[:, None]
+
+
+def gate_closed(logits: torch.Tensor, positions: torch.Tensor, gate: float) -> torch.Tensor:
+    """Where g_i = 0: AEC positions whose current confidence sg(c^{(k)}) reaches τ_gate."""
+    confidence = torch.softmax(logits.detach().float(), dim=-1).amax(-1)
+    return positions & (confidence >= gate)
+
+
 def aec_loss(
-    logits: torch.Tensor, masked: torch.Tensor, has_prev: torch.Tensor, prev_entropy: torch.Tensor,
-    prev_confidence: torch.Tensor, rho: float, gate: float | None,
+    logits: torch.Tensor, masked: torch.Tensor, has_prev: torch.Tensor, prev_entropy: torch.Tensor, rho: float,
+    gate: float | None,
 ) -> torch.Tensor:
-    return mean(aec_terms(logits, masked, has_prev, prev_entropy, prev_confidence, rho, gate))
+    return mean(aec_terms(logits, masked, has_prev, prev_entropy, rho, gate))
 
 
 def aec_terms(
-    logits: torch.Tensor, masked: torch.Tensor, has_prev: torch.Tensor, prev_entropy: torch.Tensor,
-    prev_confidence: torch.Tensor, rho: float, gate: float | None,
+    logits: torch.Tensor, masked: torch.Tensor, has_prev: torch.Tensor, prev_entropy: torch.Tensor, rho: float,
+    gate: float | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Adjacent Entropy Contraction (sum, count over positions masked at both steps); `gate=None` is the
     no-gate ablation (g_i = 1)."""
     current = entropy(logits)
-    # A position masked at step k was also masked at k-1 (masks only shrink), so "masked at
-    # both" is masked now in a state that has a previous step.
-    both = masked & has_prev[:, None]
-    g = both if gate is None else both & (prev_confidence < gate)
+    both = aec_positions(masked, has_prev)
+    g = both if gate is None else both & ~gate_closed(logits, both, gate)
     excess = torch.relu(current - rho * prev_entropy.detach())
     return (excess * g).sum(), both.sum()
+
+
+def gate_stats(logits: torch.Tensor, masked: torch.Tensor, has_prev: torch.Tensor, prev_entropy: torch.Tensor,
+               rho: float, gate: float) -> tuple[float, float]:
+    """What the gate does to one replay batch: (share of AEC positions it closes on, the AEC loss it
+    removes = mean over AEC positions of the excess on closed ones). The no-gate ablation logs what the
+    gate would have done. A closed position whose entropy already contracted by ρ has no excess, so
+    the second number says whether gating changes the objective at all."""
+    both = aec_positions(masked, has_prev)
+    closed = gate_closed(logits, both, gate)
+    excess = torch.relu(entropy(logits.detach()) - rho * prev_entropy)
+    count = both.sum().clamp_min(1)
+    return float(closed.sum() / count), float((excess * closed).sum() / count)
 
 
 def dparallel_entropy(logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:

@@ -14,10 +14,14 @@ had (rollouts are deterministic functions of the weights and the prompt seed).
 Ablations (config switches, each its own checkpoint):
   none          ORL as above
   no-residual   residual off in rollout and replay; α = 0 in the checkpoint
-  offline       rollouts once, from the initial model, never refreshed
+  offline       the same prompt slices and buffer sizes, refresh by refresh, but every slice
+                decoded by the frozen initial model: only staleness differs from ORL
   no-aec        λ = 0
   aec-nogate    AEC with g_i = 1
   dparallel     no residual; CE + λ · mean entropy of correctly predicted masked positions
+
+The seed (orl.seed, `orl train-orl --seed`) picks the rollout prompt slices and the replay
+batches and seeds torch; it is part of the resume digest and of the train record.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from orl.tasks.files import training_problems
 from orl.train.config import OptimConfig, TrainPreset
 from orl.train.distributed import Replica, World, gather_objects, micro_batches, rank_rows
 from orl.train.loop import Micro, Step, train
-from orl.train.losses import aec_terms, dparallel_entropy_terms, masked_ce_terms
+from orl.train.losses import aec_terms, dparallel_entropy_terms, gate_stats, masked_ce_terms
 from orl.train.pretrain import prepare
 from orl.train.replay import replay_logits
 from orl.train.rollout import CapturedStates, attach_targets, concat_states, prompt_prefixes, rollout
@@ -79,7 +83,17 @@ def rollout_prompts(preset: TrainPreset, refresh: int) -> list[dict]:
     if cfg.train_file:
         problems = training_problems(cfg.train_file)
         return random.Random(cfg.seed * 1000 + refresh).sample(problems, min(cfg.rollout_prompts, len(problems)))
-    return tinycode.train_problems(cfg.seed * 1000 + refresh, cfg.rollout_prompts, preset.difficulty)
+    return tinycode.train_problems(cfg.seed * 1000 + refresh, cfg.rollout_prompts, preset.task_mix())
+
+
+def rollout_groups(problems: list[dict], preset: TrainPreset) -> list[tuple[list[int], int]]:
+    """Short and long problems decode in separate batches, each with its own token budget (the
+    indices of its problems, the budget): the rollout recomputes every row of a batch until its
+    last row is done, so one long row would hold up a batch of short ones."""
+    budgets = {False: preset.diffusion.max_new_tokens, True: preset.diffusion.long_max_new_tokens}
+    groups = [([i for i, p in enumerate(problems) if bool(p.get("long")) == is_long], budget)
+              for is_long, budget in budgets.items()]
+    return [(group, budget) for group, budget in groups if group]
 
 
 def collect_states(model, tokenizer, problems: list[dict], preset: TrainPreset, alpha: float, stats: OrlStats,
@@ -95,27 +109,34 @@ def collect_states(model, tokenizer, problems: list[dict], preset: TrainPreset, 
     t0 = time.perf_counter()
     share = rank_rows(len(problems), world)
     mine = problems[share]
-    prompts = [tokenizer.encode(p["prompt"]) for p in mine]
     rule = decode_rule(model.config, tokenizer.eos_ids, Policy("threshold", cfg.tau_train), residual=alpha > 0)
-    result = rollout(model, prompts, rule, max_new_tokens=preset.diffusion.max_new_tokens, pad_id=tokenizer.pad_id)
-    texts = [tokenizer.decode_completion(ids) for ids in result.completion_ids]
-    verdicts = check_many(mine, texts, progress=False, timeout_s=3.0, isolation=cfg.isolation)
-    passed = torch.tensor([v.passed for v in verdicts], dtype=torch.bool)
-    self_generated = sum(len(c) for c, v in zip(result.completion_ids, verdicts, strict=True) if v.passed)
-    completions, reference_targets = list(result.completion_ids), 0
-    if cfg.use_reference_for_failed:
-        # Off by default: replaces failed rollouts' targets by the reference solution (reported).
-        for i, v in enumerate(verdicts):
-            if not v.passed:
-                completions[i] = tokenizer.encode(mine[i]["canonical_solution"]) + [tokenizer.eos_id]
-                reference_targets += 1
-        passed = torch.ones_like(passed)
-    states = result.states
-    attach_targets(states, completions, model.config.block_size, tokenizer.eos_id, prompt_prefixes(prompts, rule))
-    states = states.select(passed[states.request])
-    tokens, nfe = sum(len(c) for c in result.completion_ids), sum(result.nfe)
-    gathered = gather_objects((share.start, states, int(passed.sum()) if not cfg.use_reference_for_failed else
-                               sum(v.passed for v in verdicts), self_generated, reference_targets, tokens, nfe), world)
+    kept, passed_count, self_generated, reference_targets, tokens, nfe = [], 0, 0, 0, 0, 0
+    for indices, budget in rollout_groups(mine, preset):
+        group = [mine[i] for i in indices]
+        prompts = [tokenizer.encode(p["prompt"]) for p in group]
+        result = rollout(model, prompts, rule, max_new_tokens=budget, pad_id=tokenizer.pad_id)
+        texts = [tokenizer.decode_completion(ids) for ids in result.completion_ids]
+        verdicts = check_many(group, texts, progress=False, timeout_s=3.0, isolation=cfg.isolation)
+        passed = torch.tensor([v.passed for v in verdicts], dtype=torch.bool)
+        passed_count += int(passed.sum())
+        self_generated += sum(len(c) for c, v in zip(result.completion_ids, verdicts, strict=True) if v.passed)
+        tokens, nfe = tokens + sum(len(c) for c in result.completion_ids), nfe + sum(result.nfe)
+        completions = list(result.completion_ids)
+        if cfg.use_reference_for_failed:
+            # Off by default: replaces failed rollouts' targets by the reference solution (reported).
+            for i, v in enumerate(verdicts):
+                if not v.passed:
+                    completions[i] = tokenizer.encode(group[i]["canonical_solution"]) + [tokenizer.eos_id]
+                    reference_targets += 1
+            passed = torch.ones_like(passed)
+        states = result.states
+        attach_targets(states, completions, model.config.block_size, tokenizer.eos_id, prompt_prefixes(prompts, rule))
+        states = states.select(passed[states.request])
+        states.request = torch.tensor(indices, dtype=states.request.dtype)[states.request]  # this rank's prompt index
+        kept.append(states)
+    states = concat_states(kept, [0] * len(kept))
+    gathered = gather_objects((share.start, states, passed_count, self_generated, reference_targets, tokens, nfe),
+                              world)
     states = concat_states([g[1] for g in gathered], [g[0] for g in gathered])
     stats.refreshes += 1
     stats.self_generated_tokens += sum(g[3] for g in gathered)
@@ -132,18 +153,29 @@ def collect_states(model, tokenizer, problems: list[dict], preset: TrainPreset, 
 
 def orl_step(model, batch: CapturedStates, preset: TrainPreset, ablation: str, residual: bool, world: World,
              metrics: dict) -> Step:
-    """One replay step (METHOD.md §3): L = CE + λ·L_AEC (or an ablation's), this rank's share of `batch`."""
+    """One replay step (METHOD.md §3): L = CE + λ·L_AEC (or an ablation's), this rank's share of `batch`.
+
+    `metrics` gains what the gate does on this rank's share, micro-batch by micro-batch: `gated`
+    (share of AEC positions it closes on) and `gate_removed_aec` (AEC loss it removes); the
+    no-gate ablations log what the gate would have done.
+    """
     cfg = preset.orl
+    gate_sums = [0.0, 0.0, 0.0]  # closed positions, removed AEC, AEC positions
 
     def terms(part: CapturedStates):
         logits = replay_logits(model, part, pack_tokens=cfg.pack_tokens, residual=residual)
+        closed, removed = gate_stats(logits, part.masked, part.step > 0, part.prev_entropy, cfg.aec_rho, cfg.aec_gate)
+        positions = max(1.0, float((part.masked & (part.step > 0)[:, None]).sum()))
+        for i, value in enumerate((closed * positions, removed * positions, positions)):
+            gate_sums[i] += value
+        metrics.update(gated=gate_sums[0] / gate_sums[2], gate_removed_aec=gate_sums[1] / gate_sums[2])
         ce = masked_ce_terms(logits, part.targets, part.masked)
         if ablation == "no-aec":
             return [ce]
         if ablation == "dparallel":
             return [ce, dparallel_entropy_terms(logits, part.targets, part.masked)]
-        return [ce, aec_terms(logits, part.masked, part.step > 0, part.prev_entropy, part.prev_confidence,
-                              rho=cfg.aec_rho, gate=None if ablation == "aec-nogate" else cfg.aec_gate)]
+        return [ce, aec_terms(logits, part.masked, part.step > 0, part.prev_entropy, rho=cfg.aec_rho,
+                              gate=None if ablation == "aec-nogate" else cfg.aec_gate)]
 
     def run(part: CapturedStates):
         pairs = terms(part)
@@ -181,7 +213,7 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
     alpha = cfg.residual_alpha if residual else 0.0
     model.config.residual_alpha = alpha
     offline = ablation == "offline"
-    initial = copy.deepcopy(model).eval().requires_grad_(False) if offline else None
+    initial = copy.deepcopy(model).eval().requires_grad_(False) if offline else None  # decodes every offline slice
     optim = OptimConfig(steps=cfg.iterations_steps, batch_size=cfg.batch_size, lr=cfg.lr, min_lr_ratio=0.1,
                         warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
                         seed=cfg.seed, checkpoint_every=cfg.refresh_every, micro_batch_size=cfg.micro_batch_size,
@@ -190,16 +222,17 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
     replica = Replica(model, world)  # what rolls out: the current weights, whole on every rank
     stats = OrlStats()
     buffer: dict[str, CapturedStates | None] = {"states": None}
+    gate_log: list[dict] = []
 
     def refresh(step: int) -> None:
         source = initial if offline else replica.current()
         with torch.no_grad():
-            problems = rollout_prompts(preset, 0 if offline else step // cfg.refresh_every)
+            problems = rollout_prompts(preset, step // cfg.refresh_every)
             buffer["states"] = collect_states(source, tokenizer, problems, preset, alpha, stats, progress, world)
         model.train()
 
     def step_fn(step: int) -> Step:
-        if buffer["states"] is None or (not offline and step % cfg.refresh_every == 0):
+        if buffer["states"] is None or step % cfg.refresh_every == 0:
             refresh(step)
         states = buffer["states"]
         if states is None:
@@ -209,17 +242,24 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
         pick = torch.zeros(len(states), dtype=torch.bool)
         pick[rng.sample(range(len(states)), min(cfg.batch_size, len(states)))] = True
         batch = states.select(pick)  # the global batch, the same on every rank
-        return orl_step(model, batch, preset, ablation, residual, world,
-                        {"rollout_tpf": stats.rollout_tpf[-1], "rollout_pass": stats.pass_rate[-1]})
+        metrics = {"rollout_tpf": stats.rollout_tpf[-1], "rollout_pass": stats.pass_rate[-1]}
+        gate_log.append(metrics)  # filled in by the step's forwards
+        return orl_step(model, batch, preset, ablation, residual, world, metrics)
 
     # The resume check covers the ORL settings and the exact starting weights.
-    digest = f"{preset.digest('difficulty', 'diffusion', 'orl')}-orl-{ablation}-init{checkpoint_digest(init_dir)[:12]}"
+    digest = (f"{preset.digest('difficulty', 'long_fraction', 'diffusion', 'orl')}-orl-{ablation}"
+              f"-init{checkpoint_digest(init_dir)[:12]}")
     summary = train(model, step_fn, optim, out_dir, tokenizer, digest=digest, stage=f"orl[{ablation}]", world=world,
                     progress=progress, model_name=f"{preset.name}-orl" + ("" if ablation == "none" else f"-{ablation}"))
     summary.update(ablation=ablation, refreshes=stats.refreshes, self_generated_tokens=stats.self_generated_tokens,
                    rollout_tpf=stats.rollout_tpf, rollout_pass_rate=stats.pass_rate, replay_states=stats.states,
                    replay_state_bytes=stats.state_bytes, rollout_s=stats.rollout_s,
-                   reference_targets=stats.reference_targets, residual_alpha=alpha, isolation=cfg.isolation)
+                   reference_targets=stats.reference_targets, residual_alpha=alpha, isolation=cfg.isolation,
+                   seed=cfg.seed, aec_gate=cfg.aec_gate,
+                   gate_applied=ablation not in ("aec-nogate", "no-aec", "dparallel"),
+                   gated_fraction=[m["gated"] for m in gate_log if "gated" in m],
+                   gate_removed_aec=[m["gate_removed_aec"] for m in gate_log if "gated" in m])
+    summary["gated_fraction_mean"] = sum(summary["gated_fraction"]) / max(1, len(summary["gated_fraction"]))
     if world.main:
         from orl.io import atomic_write_json
 

@@ -29,7 +29,7 @@ from orl.train.objectives import Noise, ar_count, ar_sum, masked_block_sum, nois
 
 def build_tokenizer(preset: TrainPreset) -> Tokenizer:
     cfg = preset.tokenizer
-    texts = (p + c for p, c in tinycode.train_stream(cfg.seed, preset.difficulty))
+    texts = (p + c for p, c in tinycode.train_stream(cfg.seed, preset.task_mix()))
     return train_bpe(texts, vocab_size=cfg.vocab_size, sample_count=cfg.samples)
 
 
@@ -41,9 +41,9 @@ def model_config(size: ModelSize, tokenizer: Tokenizer) -> ModelConfig:
 
 
 STAGE_SECTIONS = {
-    "ar": ("difficulty", "tokenizer", "model", "ar"),
-    "draft": ("difficulty", "tokenizer", "draft_model", "draft"),
-    "convert": ("difficulty", "convert", "diffusion"),
+    "ar": ("difficulty", "long_fraction", "tokenizer", "model", "ar"),
+    "draft": ("difficulty", "long_fraction", "tokenizer", "draft_model", "draft"),
+    "convert": ("difficulty", "long_fraction", "convert", "diffusion"),
 }
 
 
@@ -89,11 +89,11 @@ def train_ar(
     model = Transformer(model_config(size, tokenizer)).to(world.device)
     parameters = count_parameters(model)
     model = prepare(model, optim, world)
-    held_out = tinycode.held_out_prompts(preset.difficulty)
+    mix = preset.task_mix()
     max_len = size.max_position_embeddings
 
     def step(i: int) -> Step:
-        batch = pair_batch(tokenizer, optim.seed, i, optim.batch_size, preset.difficulty, held_out, max_len)
+        batch = pair_batch(tokenizer, optim.seed, i, optim.batch_size, mix, max_len)
         return ar_step(model, batch, world, optim.micro_batch_size)
 
     stage = "draft" if draft else "ar"
@@ -128,13 +128,13 @@ def convert_to_diffusion(
     model.config.residual_alpha = 0.0
     tokenizer = init.tokenizer
     optim = preset.convert
-    held_out = tinycode.held_out_prompts(preset.difficulty)
+    mix = preset.task_mix()
     max_len = model.config.max_position_embeddings
 
     model = prepare(model, optim, world)
 
     def step(i: int) -> Step:
-        batch = pair_batch(tokenizer, optim.seed, i, optim.batch_size, preset.difficulty, held_out, max_len,
+        batch = pair_batch(tokenizer, optim.seed, i, optim.batch_size, mix, max_len,
                            block_size=block, layout=layout)
         noise = noise_one_block(batch, block, tokenizer.mask_id, torch.Generator().manual_seed(optim.seed * 7919 + i),
                                 layout)
