@@ -120,6 +120,9 @@ class CompiledAR:
     def compile_key(self, prompt: str, max_new_tokens: int) -> int:
         return self.cache_len(len(self.ckpt.tokenizer.encode(prompt)), max_new_tokens)
 
+    def close(self) -> None:
+        pass  # compiled programs and caches are memory only
+
     def slot(self, cache_len: int) -> _Slot:
         if cache_len not in self._slots:
             state = ARState.allocate(self.model, cache_len)

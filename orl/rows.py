@@ -56,12 +56,12 @@ ROLES: dict[int, tuple[str, ...]] = {
 }
 
 # Checkpoints a row may decode. The smoke and tiny profiles train every one of them except
-# eagle3 and dflash (an EAGLE-3 head and the public DFlash drafter are never trained here: they
-# are local paths, checkpoints.eagle3 / checkpoints.dflash); the paper profile reads ar, draft,
-# eagle3, dflash, dlm and orl from its config. Every profile builds orl-nvfp4 (quantized) and
+# eagle3, dflash and trado (an EAGLE-3 head, the public DFlash drafter and TraDo-Instruct are never
+# trained here: they are local paths, checkpoints.eagle3 / .dflash / .trado); the paper profile reads
+# ar, draft, eagle3, dflash, dlm, trado and orl from its config. Every profile builds orl-nvfp4 (quantized) and
 # orl-sdar (exported in SDAR's layout, what SGLang's dLLM backend loads) from orl itself.
 # Ablation rows decode orl-<ablation>.
-CHECKPOINTS = ("ar", "draft", "dlm", "orl", "orl-nvfp4", "orl-sdar", "eagle3", "dflash")
+CHECKPOINTS = ("ar", "draft", "dlm", "orl", "orl-nvfp4", "orl-sdar", "eagle3", "dflash", "trado")
 
 NEEDS_VLLM = "needs CUDA and vllm"
 NEEDS_SGLANG = "needs CUDA and sglang"
@@ -134,6 +134,11 @@ DLLM_ORL = "dLLM + ORL"
 
 TINY = Family("tiny QwenDLM", "tiny")
 QWENDLM_4B = Family("QwenDLM-4B", "QwenDLM-4B", "paper profile, GPU")
+# No QwenDLM-4B checkpoint is public. The paper profile's dLLM is SDAR-4B-Chat (converted from Qwen3-4B,
+# the same recipe): its base / +ORL lines are compared with QwenDLM-4B's ratios, not its pass@1.
+# TraDo-4B-Instruct (an RL-trained SDAR-4B) is a second base line of the same architecture.
+SDAR_4B = Family("SDAR-4B-Chat", "SDAR-4B", "paper profile, GPU")
+TRADO_4B = Family("TraDo-4B-Instruct", "TraDo-4B", "paper profile, GPU")
 LLADA_MINI = Family("LLaDA-2.1-mini", "LLaDA-2.1-mini", "paper profile, GPU")
 GEMMA_MOE = Family("DiffusionGemma 26B MoE", "DiffusionGemma", "paper profile, multi-GPU")
 
@@ -185,8 +190,14 @@ ROWS: tuple[Row, ...] = (
         _table1(TINY, "tinycode-long", "base"),
         _table1(TINY, "humaneval", "base"),
         _table1(QWENDLM_4B, "humaneval", "base", ("t1-qwendlm4b-humaneval-base",)),
+        _table1(SDAR_4B, "humaneval", "base"),
         _table1(LLADA_MINI, None, "base"),
         _table1(GEMMA_MOE, None, "base"),
+        Line(2),
+    )),
+    # TraDo-4B-Instruct: another base dLLM of the SDAR architecture (paper profile; not run elsewhere).
+    Row("trado", "TraDo base", "dlmrt", ckpt="trado", point="trado", sweep=True, lines=(
+        _table1(TRADO_4B, "humaneval", "base"),
         Line(2),
     )),
     Row("orl", DLLM_ORL, "dlmrt", ckpt="orl", point="orl", sweep=True, entropy=True, lines=(
@@ -194,6 +205,7 @@ ROWS: tuple[Row, ...] = (
         _table1(TINY, "tinycode-long", "+ORL"),
         _table1(TINY, "humaneval", "+ORL"),
         _table1(QWENDLM_4B, "humaneval", "+ORL", (*_QWEN_GAINS, "t1-qwendlm4b-humaneval-orl")),
+        _table1(SDAR_4B, "humaneval", "+ORL", _QWEN_GAINS),
         _table1(LLADA_MINI, None, "+ORL", ("t1-llada21mini-throughput-gain",)),
         _table1(GEMMA_MOE, None, "+ORL", ("t1-diffusiongemma26b-tpf-gain",)),
         Line(2, claims=("t2-qwendlm4b-orl-dlmrt-tokens-per-s",), anchor=3),

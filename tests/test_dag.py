@@ -32,10 +32,10 @@ MODEL_COMMANDS = {"train-ar", "convert", "train-orl", "bench-replay", "generate"
 DECODING_COMMANDS = MODEL_COMMANDS - {"train-ar", "convert", "train-orl", "bench-replay"}
 
 
-def paper_config(tmp_path: Path, **extra) -> Path:
-    """A paper-profile config file whose checkpoints are local folders with a config.json each."""
+def paper_config(tmp_path: Path, keys=("ar", "draft", "dlm", "orl"), **extra) -> Path:
+    """A paper-profile config file whose checkpoints `keys` are local folders with a config.json each."""
     lines = ["profile: paper", "checkpoints:"]
-    for key in ("ar", "draft", "dlm", "orl"):
+    for key in keys:
         folder = tmp_path / "models" / key
         folder.mkdir(parents=True)
         (folder / "config.json").write_text("{}")
@@ -90,12 +90,14 @@ def test_paper_config_runs_every_model_on_cuda(tmp_path):
         assert "--device cuda" in job["command"], job["command"]
         assert "gpu=1" in job["resources"], job
         if orl_subcommand(job["command"]) in DECODING_COMMANDS:
-            assert "--dtype auto" in job["command"], job["command"]
-    # Local checkpoints are read, never trained; the rows without an EAGLE-3 head or a DFlash drafter become
-    # "not run" records (their latency and their quality), as does a row whose engine this build does not have.
+            # Instruct checkpoints (paper.yaml: chat: true): every decoding job uses the chat template.
+            assert "--dtype auto" in job["command"] and "--chat" in job["command"], job["command"]
+    # Local checkpoints are read, never trained; the rows without an EAGLE-3 head, a DFlash drafter or a TraDo
+    # checkpoint become "not run" records (their latency and their quality), as does a row whose engine this
+    # build does not have.
     assert not any(job["rule"].startswith("train") for job in jobs)
     lacking = [row for row in rows.in_table(2, dag=True)
-               if row.draft in ("eagle3", "dflash") or row.engine not in ENGINE_NAMES]
+               if row.draft in ("eagle3", "dflash") or row.ckpt == "trado" or row.engine not in ENGINE_NAMES]
     assert [job["rule"] for job in jobs].count("not_run") == 2 * len(lacking)
     assert f"--ckpt {tmp_path / 'models' / 'orl'}" in run.stdout
 
@@ -159,8 +161,8 @@ def test_the_paper_profile_writes_what_it_cannot_measure_as_not_run(tmp_path):
     run = snakemake("-c1", target, "--configfile", str(config), cwd=tmp_path)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     (record,) = load_records(tmp_path / target)
-    assert record["status"] == (
-        "not run: the replay train-step benchmark needs a training preset (preset: null on the paper profile)")
+    assert record["status"] == ("not run: the replay train-step benchmark runs on the smoke and tiny profiles "
+                                "(one process, `orl bench-replay`)")
     assert record["kind"] == "train" and record["system"] == ROW[rows.PACKING].system
 
 
@@ -173,7 +175,6 @@ def test_the_paper_profile_writes_what_it_cannot_measure_as_not_run(tmp_path):
         (["--config", "profile=smoke", "suites=[tinycode-short]"], "suites"),
         (["--config", "profile=smoke", "device=gpu"], "device"),
         (["--config", "profile=smoke", "ablations=[no-gate]"], "ablations: 'no-gate' is not an ablation"),
-        (["--config", "profile=paper"], "checkpoints.ar"),
     ],
 )
 def test_bad_config_stops_before_any_job(tmp_path, args, message):
@@ -181,6 +182,53 @@ def test_bad_config_stops_before_any_job(tmp_path, args, message):
     assert run.returncode != 0
     assert message in run.stdout + run.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_the_paper_profile_trains_orl_under_torchrun_when_given_a_preset(tmp_path):
+    """preset set on the paper profile: ORL and the configured ablations are trained from checkpoints.dlm,
+    one torchrun process per GPU (train_gpus), each job requesting that many GPUs; nothing else is trained."""
+    train = tmp_path / "train.yaml"
+    train.write_text("orl: {train_file: /data/mbpp-train.jsonl}\n")
+    config = paper_config(tmp_path, keys=("ar", "draft", "dlm"), preset="sdar-4b", train_gpus=4, seeds="[0, 1]",
+                          ablations="[no-aec]", train_config=str(train))
+    run = snakemake("-n", "-p", "reproduce_table5", "--configfile", str(config), cwd=tmp_path)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    jobs = planned_jobs(run.stdout)
+    trainings = [job for job in jobs if job["rule"] in ("train_orl", "train_ablation")]
+    assert sorted(job["rule"] for job in trainings) == ["train_ablation"] * 2 + ["train_orl"] * 2
+    for job in trainings:
+        assert "-m torch.distributed.run --standalone --nproc-per-node 4 -m orl.cli train-orl" in job["command"]
+        assert f"--preset sdar-4b --config {train} --init {tmp_path / 'models' / 'dlm'}" in job["command"]
+        assert "gpu=4" in job["resources"] and "--device cuda" in job["command"]
+    assert not {"train_ar", "train_draft", "convert"} & {job["rule"] for job in jobs}
+    # The tiny profile trains in one process (world size 1 of the same code).
+    run = snakemake("-n", "-p", "reproduce_table5", "--config", "profile=tiny", cwd=tmp_path)
+    tiny = [job for job in planned_jobs(run.stdout) if job["rule"] == "train_orl"]
+    assert tiny and not any("torch.distributed.run" in job["command"] for job in tiny)
+
+
+def test_absent_checkpoints_are_rows_that_say_where_they_looked(tmp_path):
+    """The paper profile as shipped, on a machine without its models: no job runs a model, every table
+    builds, and each row says `not run: checkpoint not found at <path>`."""
+    run = snakemake("-n", "-p", "reproduce_all", "--config", "profile=paper", cwd=tmp_path)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    jobs = planned_jobs(run.stdout)
+    assert not [job for job in jobs if orl_subcommand(job["command"]) in MODEL_COMMANDS]
+    assert {"not_run", "render_table", "render_index"} <= {job["rule"] for job in jobs}
+    paper = profile_config("paper")["checkpoints"]
+    for target, path in (("results/paper/latency/humaneval/ar_hf.jsonl", paper["ar"]),
+                         ("results/paper/quality/humaneval/op_dlm.jsonl", paper["dlm"]),
+                         ("results/paper/engine/humaneval/bench.jsonl", paper["orl"])):  # fmt: skip
+        assert snakemake("-c1", target, "--config", "profile=paper", cwd=tmp_path).returncode == 0
+        (record,) = load_records(tmp_path / target)
+        assert record["status"].startswith(f"not run: checkpoint not found at {path}"), record["status"]
+    # With the AR target and ORL given but not the base dLLM, only the rows of the missing checkpoint stop.
+    config = paper_config(tmp_path / "some", keys=("ar", "draft", "orl"))
+    run = snakemake("-n", "-p", "reproduce_table2", "--configfile", str(config), cwd=tmp_path / "some")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    swept = {re.search(r"--ckpt (\S+)", job["command"]).group(1) for job in planned_jobs(run.stdout)
+             if job["rule"] == "sweep"}  # fmt: skip
+    assert swept == {str(tmp_path / "some" / "models" / "orl")}
 
 
 @pytest.mark.slow

@@ -74,7 +74,7 @@ def test_table2_measured_missing_and_not_run_rows(claims):
         "AR (ours: static cache, compiled)", "AR (hf)", "AR (vLLM)", "AR (SGLang)", "AR + draft (hf assisted)",
         "AR + draft (vLLM)", "AR + draft (SGLang STANDALONE)", "AR + EAGLE3 (vLLM)", "AR + EAGLE3 (SGLang)",
         "AR + DFlash (vLLM)", "AR + DFlash (SGLang)", "AR + block-diffusion drafter (ours, DFlash-style)",
-        "dLLM base", "dLLM + ORL", "dLLM + ORL NVFP4",
+        "dLLM base", "TraDo base", "dLLM + ORL", "dLLM + ORL NVFP4",
     ]  # fmt: skip
     ar = row(frame, system="AR (hf)")
     assert ar["status"] == "measured" and ar["pass_at_1"] == 0.40 and ar["speedup_vs_ar_hf"] == 1.0
@@ -226,6 +226,28 @@ def test_table5_aup_training_speed_and_missing_ablations(claims):
     assert pd.isna(no_aec["aup"]) and "no sweep records" in no_aec["note"]
     assert "no measured 'train' record" in no_aec["note"]
     assert row(frame, system="dParallel-style")["status"].startswith("not run: no record")
+
+
+def test_table5_training_cost_per_device(claims):
+    """World size, device-hours, tokens/s and peak memory per device from the train records (issue: training
+    at scale); GPU-hours only where the devices are GPUs, and those are what the 36 H100-hours claim reads."""
+    quality = rec("quality", "dLLM + ORL", "dlmrt", {"tpf": 4.0, "pass_at_1": 0.5})
+    cpu = rec("train", "dLLM + ORL", "dlmrt", {"self_generated_tokens": 5000, "train_wall_s": 1800.0,
+              "train_tokens_per_s": 250.0, "peak_memory_bytes": 1_500_000_000}, suite=None,
+              extra={"world_size": 2, "device": "cpu", "device_hours": 1.0})  # fmt: skip
+    frame = build_table5([quality, cpu], claims)
+    orl = row(frame, claim="t5-llada21mini-train-gpu-hours", system="dLLM + ORL")
+    assert orl["world_size"] == 2 and orl["device_hours"] == pytest.approx(1.0)
+    assert orl["train_tokens_per_s"] == 250.0 and orl["peak_memory_gb"] == pytest.approx(1.5)
+    assert pd.isna(orl["train_gpu_hours"]) and pd.isna(orl["ratio"])
+    gpu = rec("train", "dLLM + ORL", "dlmrt", {"self_generated_tokens": 4_000_000, "train_wall_s": 3600.0 * 4.5,
+              "train_gpu_hours": 36.0, "train_tokens_per_s": 900.0, "peak_memory_bytes": 60_000_000_000},
+              suite=None, gpu="NVIDIA H100 80GB HBM3", extra={"world_size": 8, "device": "cuda"})  # fmt: skip
+    frame = build_table5([quality, gpu], claims)
+    orl = row(frame, claim="t5-llada21mini-train-gpu-hours", system="dLLM + ORL")
+    # No extra.device_hours: world size x wall.
+    assert orl["world_size"] == 8 and orl["device_hours"] == pytest.approx(36.0)
+    assert orl["train_gpu_hours"] == pytest.approx(36.0) and orl["peak_memory_gb"] == pytest.approx(60.0)
 
 
 # ------------------------------------------------------------------------------------ files

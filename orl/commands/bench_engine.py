@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 
 from orl.commands.common import (
+    add_chat_flag,
     add_model_args,
     add_progress_flag,
+    chat_renderer,
     model_block,
     parse_device,
     policy_arg,
@@ -59,6 +61,7 @@ def register(subparsers) -> None:
     p.add_argument("--check-sync", action="store_true", help="CUDA only: check that no chunk synchronises with the "
                    "host (sync debug mode 'error'); a sync found is recorded and makes the exit code 1")
     p.add_argument("--out", required=True, help="records file (.jsonl) to write")
+    add_chat_flag(p)
     add_model_args(p)
     add_progress_flag(p)
     p.set_defaults(func=run_bench_engine)
@@ -114,7 +117,8 @@ def run_bench_engine(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
-    prompts = [p["prompt"] for p in problems]
+    chat = chat_renderer(args)
+    prompts = [chat(p["prompt"]) if chat else p["prompt"] for p in problems]
     ckpt = load_checkpoint(args.ckpt, device=device, dtype=torch_dtype(args.dtype, args.device))
     residual, ignore_eos = not args.no_residual, args.ignore_eos
     config = DlmrtConfig(sync_every=args.sync_every, compile_backend=args.compile_backend)
@@ -155,7 +159,8 @@ def run_bench_engine(args) -> int:
         info = engines[name].describe()
         extra = {"max_new_tokens": args.max_new_tokens, "warmup": run.warmup, "rounds": rounds,
                  "tokens_per_s_rounds": result.tokens_per_s_rounds, "threads": torch.get_num_threads(),
-                 "device": info.device, "compared_to": base.name, "identical_outputs": same, **info.settings,
+                 "device": info.device, "compared_to": base.name, "identical_outputs": same,
+                 "chat_template": args.chat, **info.settings,
                  "per_request": timings_as_dicts(run.timings)}
         if result.kernels_per_step is not None:
             extra["kernels_per_step"] = result.kernels_per_step

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from orl.commands.common import add_model_args, model_field, parse_device
 from orl.rows import PACKING, ROW
+from orl.train.config import PRESETS
 
 
 def register(subparsers) -> None:
@@ -13,7 +14,7 @@ def register(subparsers) -> None:
         "on the same states padded one per row and packed into fixed-token rows; writes two 'train' records "
         "(extra.packing false/true) with step_tokens_per_s.",
     )
-    p.add_argument("--preset", default="tiny", choices=["smoke", "tiny"])
+    p.add_argument("--preset", default="tiny", choices=PRESETS)
     p.add_argument("--init", required=True, help="block-diffusion checkpoint")
     p.add_argument("--steps", type=int, default=10, help="timed steps per layout (default 10)")
     p.add_argument("--pack-tokens", type=int, default=512, help="tokens per packed row (default 512)")

@@ -110,9 +110,13 @@ def add_engine_args(parser, default_engine: str) -> None:
                         "checkpoint, dllm for a block-diffusion one")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="generation budget (default: 64)")
     parser.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
+    add_chat_flag(parser)
+    add_model_args(parser)
+
+
+def add_chat_flag(parser) -> None:
     parser.add_argument("--chat", action="store_true", help="send each prompt as one user turn through the "
                         "checkpoint's chat template (tokenizer_config.json), for instruct checkpoints")
-    add_model_args(parser)
 
 
 def build_from_args(args, log_steps: bool = False):
@@ -126,7 +130,8 @@ def build_from_args(args, log_steps: bool = False):
 
 
 def chat_renderer(args):
-    """The prompt renderer --chat asks for (the checkpoint's chat template), or None."""
+    """The prompt renderer --chat asks for (the checkpoint's chat template), or None: every command that
+    decodes a suite takes --chat, so one profile setting (`chat: true`) reaches all of its jobs."""
     if not getattr(args, "chat", False):
         return None
     from orl.tokenizer import load_tokenizer

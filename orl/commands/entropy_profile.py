@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from orl.commands.common import (
+    add_chat_flag,
     add_model_args,
     add_progress_flag,
+    chat_renderer,
     model_block,
     parse_device,
     parse_policy,
@@ -26,6 +28,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--system", default=None)
     p.add_argument("--out", required=True)
+    add_chat_flag(p)
     add_model_args(p)
     add_progress_flag(p)
     p.set_defaults(func=run_entropy_profile)
@@ -42,12 +45,13 @@ def run_entropy_profile(args) -> int:
     engine = build_engine("reference", args.ckpt, policy=parse_policy(args.policy), log_steps=True,
                           device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
     per_step, counts = entropy_per_step(generate_all(engine, problems, args.max_new_tokens,
-                                                     progress=not args.no_progress))
+                                                     progress=not args.no_progress, chat=chat_renderer(args)))
     info = engine.describe()
     model = model_block(info)
     record = make_record("entropy", system=args.system or model["name"], engine=info.name, model=model,
                          policy=info.policy, suite=args.suite, n_problems=len(problems), metrics={},
-                         extra={"mean_entropy_per_step": per_step, "states_per_step": counts, "device": info.device})
+                         extra={"mean_entropy_per_step": per_step, "states_per_step": counts, "device": info.device,
+                                "chat_template": args.chat})
     write_records(args.out, [record])
     print("mean entropy per step: " + " ".join(f"{h:.3f}" for h in per_step[:16]))
     return 0

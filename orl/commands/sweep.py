@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device, torch_dtype
+from orl.commands.common import (
+    add_chat_flag,
+    add_model_args,
+    add_progress_flag,
+    chat_renderer,
+    model_field,
+    parse_device,
+    torch_dtype,
+)
 from orl.tasks import SUITES
 
 
@@ -22,6 +30,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--system", default=None, help="table row name stored in the records")
     p.add_argument("--out", required=True, help="records file (.jsonl)")
+    add_chat_flag(p)
     add_model_args(p)
     add_progress_flag(p)
     p.set_defaults(func=run_sweep)
@@ -45,14 +54,15 @@ def run_sweep(args) -> int:
               f"tokens_per_s={point.tokens_per_s or 0:.1f}", flush=True)
 
     points = run_sweep(lambda policy: engine_for_checkpoint(args.engine, ckpt, policy=policy), problems, taus,
-                       args.max_new_tokens, progress=not args.no_progress, report=report)
+                       args.max_new_tokens, progress=not args.no_progress, report=report, chat=chat_renderer(args))
     model = model_field(ckpt)
     system = args.system or model["name"]
     records = [make_record(
         "sweep", system=system, engine=args.engine, model=model, policy=p.policy.to_record(), suite=args.suite,
         n_problems=len(problems), metrics={"pass_at_1": p.result.pass_at_1, "tpf": p.result.tpf,
                                            "tokens_per_s": p.tokens_per_s, "nfe_mean": p.result.nfe_mean},
-        per_problem=p.result.per_problem, extra={"device": p.engine.describe().device, **p.engine.describe().settings},
+        per_problem=p.result.per_problem,
+        extra={"device": p.engine.describe().device, "chat_template": args.chat, **p.engine.describe().settings},
     ) for p in points]
     area, note = aup_or_none([(p.result.tpf, p.result.pass_at_1) for p in points])
     metrics = {"aup": None, "y_max": None, "aup_dropped": None}

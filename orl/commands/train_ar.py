@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 
 from orl.commands.common import add_model_args, add_progress_flag, parse_device
+from orl.train.config import PRESETS
 
 
 def add_training_args(parser: argparse.ArgumentParser) -> None:
     """Arguments every training command takes (train-ar, convert)."""
-    parser.add_argument("--preset", default="tiny", choices=["smoke", "tiny"], help="training preset (default: tiny)")
+    parser.add_argument("--preset", default="tiny", choices=PRESETS, help="training preset (default: tiny)")
     parser.add_argument("--config", default=None, help="YAML file overriding preset fields (sections: "
                         "tokenizer, model, draft_model, ar, draft, convert, diffusion, orl)")
     parser.add_argument("--out", required=True, help="output checkpoint directory (HF layout); resumes if it "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device
+from orl.train.config import PRESETS
 
 
 def register(subparsers) -> None:
@@ -14,7 +15,7 @@ def register(subparsers) -> None:
         "context, self-generated targets that pass their unit tests, replay with CE + λ·AEC, rollouts refreshed "
         "every R steps. --ablation selects a Table 5 variant.",
     )
-    p.add_argument("--preset", default="tiny", choices=["smoke", "tiny"], help="training preset (default: tiny)")
+    p.add_argument("--preset", default="tiny", choices=PRESETS, help="training preset (default: tiny)")
     p.add_argument("--config", default=None, help="YAML overriding preset fields (section orl: ...)")
     p.add_argument("--init", required=True, help="block-diffusion checkpoint to start from (output of orl convert)")
     p.add_argument("--out", required=True, help="output checkpoint directory; resumes an unfinished run")

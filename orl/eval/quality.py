@@ -23,10 +23,12 @@ class QualityResult:
     memory_bound: str  # how the sandbox bounded each run's memory: "cgroup" or "watchdog"
 
 
-def generate_all(engine: Engine, problems: list[dict], max_new_tokens: int, progress: bool = True) -> list[Generation]:
+def generate_all(engine: Engine, problems: list[dict], max_new_tokens: int, progress: bool = True,
+                 chat: Callable[[str], str] | None = None) -> list[Generation]:
+    """Every problem's prompt (through `chat`, the chat template, where given) decoded by `engine`."""
     from tqdm import tqdm
 
-    return [engine.generate(p["prompt"], max_new_tokens)
+    return [engine.generate(chat(p["prompt"]) if chat else p["prompt"], max_new_tokens)
             for p in tqdm(problems, desc=f"generate ({engine.name})", disable=not progress, dynamic_ncols=True)]
 
 

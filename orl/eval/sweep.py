@@ -28,14 +28,17 @@ class SweepPoint:
 
 def run_sweep(make_engine: Callable[[Policy], Engine], problems: Sequence[dict], taus: Sequence[float],
               max_new_tokens: int, *, progress: bool = True,
-              report: Callable[[SweepPoint], None] | None = None) -> list[SweepPoint]:
-    """One quality evaluation per τ; each engine is warmed up on the first prompt so compilation is not timed."""
+              report: Callable[[SweepPoint], None] | None = None,
+              chat: Callable[[str], str] | None = None) -> list[SweepPoint]:
+    """One quality evaluation per τ (prompts through `chat`, the chat template, where given); each engine
+    is warmed up on the first prompt so compilation is not timed."""
     points = []
     for tau in taus:
         policy = Policy.checked("threshold", tau, "--thresholds")
         engine = make_engine(policy)
-        engine.generate(problems[0]["prompt"], max_new_tokens)
-        point = SweepPoint(policy, evaluate_quality(engine, list(problems), max_new_tokens, progress=progress), engine)
+        engine.generate(chat(problems[0]["prompt"]) if chat else problems[0]["prompt"], max_new_tokens)
+        result = evaluate_quality(engine, list(problems), max_new_tokens, progress=progress, chat=chat)
+        point = SweepPoint(policy, result, engine)
         points.append(point)
         if report is not None:
             report(point)

@@ -22,7 +22,7 @@ CLAIM_COLUMNS = ["claim", "paper", "ratio", "compared", "status", "note"]
 
 # Companion columns (orl/report/stats.py): an interval; over seeds also sd and per-seed values;
 # a paired comparison also its p-value and "resolved" / "unresolved".
-INTEGER_COLUMNS = {"seeds", "n_problems", "aup_dropped", "gpu_count", "submissions"}
+INTEGER_COLUMNS = {"seeds", "n_problems", "aup_dropped", "gpu_count", "submissions", "world_size"}
 INTERVAL = ("_lo", "_hi")
 SEEDED = ("_sd", "_lo", "_hi", "_per_seed")
 TESTED = ("_lo", "_hi", "_p", "_test")
@@ -42,8 +42,8 @@ _COLUMNS: dict[int, list] = {
         "pass_at_1", "latency_median_s", "submissions", "driver", "cuda", "torch", "git_sha", "date"],
     5: ["system", "engine", "suite", "seeds", "n_problems", "operating_point", ("tpf", SEEDED),
         ("pass_at_1", SEEDED), ("aup", SEEDED), "aup_dropped", ("tpf_diff", TESTED), ("pass_at_1_diff", TESTED),
-        ("aup_diff", TESTED), "aec_gated_fraction", "self_generated_tokens", "train_wall_s", "train_gpu_hours",
-        "step_tokens_per_s_packed", "step_tokens_per_s_unpacked", "train_step_speedup"],
+        ("aup_diff", TESTED), "aec_gated_fraction", "self_generated_tokens", "train_wall_s", "world_size", "device_hours",
+        "train_gpu_hours", "train_tokens_per_s", "peak_memory_gb", "step_tokens_per_s_packed", "step_tokens_per_s_unpacked", "train_step_speedup"],
 }  # fmt: skip
 
 

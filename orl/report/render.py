@@ -91,6 +91,10 @@ TABLE_CAVEATS = {
         f"`tpf_diff`, `pass_at_1_diff`, `aup_diff`: the line minus {_ORL}, paired over the same problems; "
         "an effect whose interval includes 0 is labelled unresolved and stays in the table. "
         "`aec_gated_fraction`: the mean fraction of AEC positions the gate leaves out per replay batch.",
+        "Cost of the ORL stage (mean over seeds): `world_size` training processes, `device_hours` = world size × "
+        "wall (`train_gpu_hours` where the devices are GPUs: the paper's 36 H100-hours compare with it), "
+        "`train_tokens_per_s` training tokens per second per device, `peak_memory_gb` the largest rank's peak "
+        "(CUDA's allocator peak on a GPU, the peak resident set of the process on a CPU).",
         "The paper's training-step speedup combines residual state capture, attention kernels and packing; "
         "`train_step_speedup` here is training tokens/s with packing over without.",
         RUN_TO_RUN,

@@ -7,9 +7,12 @@ crossed bootstrap interval beside it): TPF and pass@1 of each seed's chosen oper
 ablation is compared with ORL itself (orl.rows.TRAINED), paired over the same problems:
 `tpf_diff`, `pass_at_1_diff` and `aup_diff` are ablation − ORL, labelled "resolved" where the
 interval excludes 0 and "unresolved" otherwise. Cost comes from the `train` records of each
-seed (extra.packing absent or true): self-generated tokens, training wall time and the gated
-fraction of AEC (extra.gated_fraction, per replay batch); the step-speed benchmark's records
-(extra.packing true / false) give the train-step speed with and without packing.
+seed (extra.packing absent or true): self-generated tokens, training wall time, the world size
+(training processes), device-hours (world size × wall; GPU-hours where the devices are GPUs),
+training tokens/s per device, peak memory per device (the largest rank's: CUDA's allocator peak,
+the process's peak resident set on a CPU) and the gated fraction of AEC (extra.gated_fraction,
+per replay batch); the step-speed benchmark's records (extra.packing true / false) give the
+train-step speed with and without packing.
 """
 
 from __future__ import annotations
@@ -52,6 +55,15 @@ def _gated_fraction(record: dict) -> float | None:
     return None if value is None else float(value)
 
 
+def _device_hours(record: dict) -> float | None:
+    """World size × wall of one training run, in hours (extra.device_hours, else from wall and world)."""
+    extra = record.get("extra") or {}
+    if extra.get("device_hours") is not None:
+        return float(extra["device_hours"])
+    wall = record["metrics"].get("train_wall_s")
+    return None if wall is None else wall / 3600 * int(extra.get("world_size") or 1)
+
+
 def _cost(records: list[dict], system: str, seeds: list[int | None], index: dict[str, int]) -> tuple[dict, list[str]]:
     """Training cost (mean over seeds), the gated fraction, and the step-speed columns of a line."""
     trained = _train_records(records, system, seeds, index)
@@ -62,8 +74,18 @@ def _cost(records: list[dict], system: str, seeds: list[int | None], index: dict
         values["self_generated_tokens"] = mean(r["metrics"]["self_generated_tokens"] for r in trained)
         walls = [r["metrics"]["train_wall_s"] for r in trained if r["metrics"].get("train_wall_s") is not None]
         values["train_wall_s"] = mean(walls) if walls else None
+        worlds = [int(r["extra"]["world_size"]) for r in trained if (r.get("extra") or {}).get("world_size")]
+        values["world_size"] = max(worlds) if worlds else None
+        hours = [_device_hours(r) for r in trained]
+        values["device_hours"] = mean(h for h in hours if h is not None) if any(h is not None for h in hours) else None
         if first["env"]["gpu_name"] and values["train_wall_s"] is not None:
-            values["train_gpu_hours"] = values["train_wall_s"] / 3600 * gpu_count(first)
+            gpu_hours = [r["metrics"].get("train_gpu_hours") for r in trained]
+            values["train_gpu_hours"] = (mean(gpu_hours) if all(h is not None for h in gpu_hours)
+                                         else values["train_wall_s"] / 3600 * gpu_count(first))
+        speeds = [r["metrics"]["train_tokens_per_s"] for r in trained if r["metrics"].get("train_tokens_per_s")]
+        values["train_tokens_per_s"] = mean(speeds) if speeds else None
+        peaks = [r["metrics"]["peak_memory_bytes"] for r in trained if r["metrics"].get("peak_memory_bytes")]
+        values["peak_memory_gb"] = max(peaks) / 1e9 if peaks else None
         gated = [g for g in (_gated_fraction(r) for r in trained) if g is not None]
         values["aec_gated_fraction"] = mean(gated) if gated else None
         # The training run is what the cost claims are about, so compare on its machine and model.

@@ -22,7 +22,7 @@ from orl.errors import ConfigError
 from orl.tasks.tinycode import DIFFICULTIES, TaskMix
 
 PRESET_DIR = Path(__file__).parent / "presets"
-PRESETS = ("smoke", "tiny")
+PRESETS = ("smoke", "tiny", "sdar-4b")
 
 
 @dataclass

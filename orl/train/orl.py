@@ -74,6 +74,10 @@ def check_init(init_dir: str | Path, preset: TrainPreset, device: str = "cpu"):
     if ckpt.model.config.block_size != preset.diffusion.block_size:
         raise ConfigError(f"diffusion.block_size: the config says {preset.diffusion.block_size} but {config_path}: "
                           f"block_size is {ckpt.model.config.block_size}")
+    layout = ckpt.model.config.block_layout
+    if layout != preset.diffusion.block_layout:
+        raise ConfigError(f"diffusion.block_layout: the config says {preset.diffusion.block_layout!r} but "
+                          f"{config_path} is a {layout!r} checkpoint (METHOD.md §5): pick the preset of its family")
     return ckpt
 
 

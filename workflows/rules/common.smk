@@ -32,6 +32,9 @@ if config["profile"] != PROFILE:
 PAPER = PROFILE == "paper"
 if not PAPER and not config.get("preset"):
     raise ValueError(f"{CONFIG_FILES}: preset: the {PROFILE} profile trains its models and needs a preset")
+# Whether this DAG trains ORL and its ablations: always on smoke and tiny (from models it trains itself);
+# on the paper profile when a preset is set, from the given base dLLM (checkpoints.dlm), under torchrun.
+TRAINS = bool(config.get("preset"))
 
 REPO = workflow.basedir
 CLAIMS = f"{REPO}/results/paper/claims.yaml"
@@ -45,10 +48,20 @@ THREADS = config["threads"]
 # The `orl` command of the environment running snakemake, with every job's thread settings.
 ORL = f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5 {sys.executable} -m orl.cli"
 GPU = 1 if config["device"].startswith("cuda") else 0  # per model-running job (workflows/profiles/slurm)
+# ORL training on the paper profile: one process per GPU under torchrun (FSDP2, orl/train/distributed.py),
+# `train_gpus` of them, requested as the job's `gpu` resource. The tiny and smoke profiles train in one
+# process (world size 1: the same code).
+TRAIN_GPUS = config.get("train_gpus", 1) if PAPER else GPU
+TRAIN_ORL = (f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5 {sys.executable} -m torch.distributed.run --standalone "
+             f"--nproc-per-node {TRAIN_GPUS} -m orl.cli") if PAPER else ORL
 # The config values a job's command uses go in as params (`params: **DECODE`), never read from config in
 # the shell string: a changed value then reruns the jobs it affects (Snakemake's params rerun trigger).
-TRAIN = {"preset": config.get("preset"), "device": config["device"]}  # training jobs
-DECODE = {"max_new_tokens": config["max_new_tokens"], "device": config["device"], "dtype": config["dtype"]}
+TRAIN = {"preset": config.get("preset"), "device": config["device"],  # training jobs
+         "preset_file": f"--config {config['train_config']}" if config.get("train_config") else ""}
+# Instruct checkpoints (config `chat: true`): every job that decodes a suite sends its prompts through the
+# checkpoint's chat template (`--chat`), so quality, sweeps, speed and entropy all see the same prompts.
+DECODE = {"max_new_tokens": config["max_new_tokens"], "device": config["device"], "dtype": config["dtype"],
+          "chat": "--chat" if config.get("chat") else ""}
 
 SUITES = list(config["suites"])
 MAIN = SUITES[0]
@@ -73,14 +86,15 @@ RUN = {row.key: row for row in rows.ROWS if row.dag and (row.ablation is None or
 # Training seeds and runs
 # ------------------------------------------------------------------------------------------
 
-# The paper profile reads its checkpoints from the config: it trains nothing, so it has no seeds.
-SEEDS = [None] if PAPER else list(config["seeds"])
+# Without a preset the paper profile reads every checkpoint from the config: it trains nothing, so it
+# has no seeds.
+SEEDS = list(config["seeds"]) if TRAINS else [None]
 PRIMARY = SEEDS[0]  # the seed whose checkpoint Tables 2 and 3, NVFP4 and the figures decode
 
 
 def trained(row):
     """Whether this DAG trains the row's checkpoint (once per seed): ORL itself and its ablations."""
-    return not PAPER and (row.key == rows.TRAINED or row.ablation is not None)
+    return TRAINS and (row.key == rows.TRAINED or row.ablation is not None)
 
 
 def seeds_of(row):
@@ -105,7 +119,7 @@ def runs_of(rows_, primary_only=False):
 # ------------------------------------------------------------------------------------------
 
 GIVEN = config.get("checkpoints") or {}
-TRAINED_KEYS = set() if PAPER else {ROW[rows.TRAINED].ckpt, *(f"orl-{a}" for a in ABLATIONS)}
+TRAINED_KEYS = {ROW[rows.TRAINED].ckpt, *(f"orl-{a}" for a in ABLATIONS)} if TRAINS else set()
 # orl-nvfp4 (quantized) and orl-sdar (SDAR's layout, for SGLang's dLLM backend) come from orl on every profile.
 DERIVED = {"orl-nvfp4", "orl-sdar"}
 BUILT_HERE = DERIVED | TRAINED_KEYS | (set() if PAPER else {"ar", "draft", "dlm"})
@@ -115,14 +129,20 @@ def is_checkpoint(path):
     return bool(path) and os.path.isfile(os.path.join(path, "config.json"))
 
 
-# The paper profile runs nothing without its four models; a missing optional one (eagle3, dflash)
-# only turns its rows into "not run" records (`missing` below).
-for _key in ("ar", "draft", "dlm", "orl") if PAPER else ():
-    if not is_checkpoint(GIVEN.get(_key)):
-        raise ValueError(
-            f"{CONFIG_FILES}: checkpoints.{_key}: {GIVEN.get(_key)!r} is not a checkpoint directory "
-            "(expected a local folder with config.json; nothing is downloaded)"
-        )
+def ckpt_missing(key):
+    """Why checkpoint `key` is not there on this profile, or None. A checkpoint built from orl (quantized,
+    exported) is missing where orl is. Nothing is ever downloaded: an absent local path is a "not run" row."""
+    if key in DERIVED:
+        return ckpt_missing(ROW[rows.TRAINED].ckpt)
+    if key in TRAINED_KEYS:  # trained here from the base dLLM
+        return ckpt_missing("dlm")
+    if key in BUILT_HERE:
+        return None
+    if is_checkpoint(GIVEN.get(key)):
+        return None
+    if GIVEN.get(key):
+        return f"checkpoint not found at {GIVEN[key]} (checkpoints.{key}: a local folder with config.json)"
+    return f"no {key} checkpoint on the {PROFILE} profile (checkpoints.{key}: a local directory; nothing is downloaded)"
 
 
 def ckpt(key, seed=None):
@@ -149,11 +169,14 @@ def missing(row):
     if row.engine in SERVING_ENGINES and not config["device"].startswith("cuda"):
         return row.needs
     for key in (row.ckpt, row.draft):
-        if key and ckpt(key) is None:
-            if key in GIVEN:
-                return f"checkpoints.{key}: {GIVEN[key]!r} is not a checkpoint directory (nothing is downloaded)"
-            return (f"no {key} checkpoint on the {PROFILE} profile (checkpoints.{key}: a local directory; "
-                    "nothing is downloaded)")
+        if key and ckpt_missing(key):
+            return ckpt_missing(key)
+    if row.point and row.point != row.key:
+        return missing(ROW[row.point])
+    reference = ROW[rows.MATCH_REFERENCE]
+    if row.sweep and row is not reference and missing(reference):
+        # The operating point is matched to the AR target's pass@1 (METHOD.md §4).
+        return f"no operating point without the AR target's pass@1 ({rows.MATCH_REFERENCE}: {missing(reference)})"
     return None
 
 
@@ -265,13 +288,15 @@ def limit_flag(limit):
 
 LATENCY_ROWS = [row for row in RUN.values() if row.tables & {1, 2}]
 QUALITY_ROWS = [row for row in RUN.values() if not row.sweep and 2 in row.tables]
-SWEEP_ROWS = [row for row in RUN.values() if row.sweep]
-ENTROPY_ROWS = [row for row in RUN.values() if row.entropy]
+# Swept rows with their checkpoints (a missing one has "not run" latency and quality records instead).
+SWEEP_ROWS = [row for row in RUN.values() if row.sweep and not missing(row)]
+ENTROPY_ROWS = [row for row in RUN.values() if row.entropy and not missing(row)]
 # Table 3: one `orl bench-engine` run per suite for our engines, one `orl bench-latency --kind engine_bench`
 # per serving stack and suite.
 (ENGINE_ROW,) = [row for row in RUN.values() if 3 in row.tables and row.engine not in SERVING_ENGINES]
 SERVING_BENCH_ROWS = [row for row in RUN.values() if 3 in row.tables and row.engine in SERVING_ENGINES]
 TABLE5_ROWS = [row for row in RUN.values() if 5 in row.tables]
+ENGINE_MISSING = missing(ENGINE_ROW)  # Table 3's bench-engine and the length runs need its checkpoint
 TABLE1_SWEPT = [row for row in SWEEP_ROWS if 1 in row.tables]
 
 
@@ -284,6 +309,9 @@ SWEEP_JOBS = [(row, seed, suite) for row, seed in runs_of(SWEEP_ROWS) for suite 
 LATENCY_JOBS = [(row, seed, suite) for row, seed in runs_of(LATENCY_ROWS) for suite in SUITES]
 QUALITY_JOBS = [(row, seed, suite) for row, seed in runs_of(QUALITY_ROWS) for suite in SUITES]
 EXTRA_JOBS = [(row, seed, suite) for row, seed in runs_of(TABLE1_SWEPT) for suite in EXTRA_SUITES]
+# Table 1's extra-suite runs of rows that cannot run here: "not run" records (NOT_RUN below).
+EXTRA_MISSING = [(row, seed, suite) for row, seed in runs_of([r for r in RUN.values() if r.sweep and 1 in r.tables
+                                                               and missing(r)]) for suite in EXTRA_SUITES]
 
 
 def table_inputs(table):
@@ -299,13 +327,14 @@ def table_inputs(table):
         if table == 2:  # matched to the AR target: its quality record on every suite
             files += [quality_file(ROW[rows.MATCH_REFERENCE], None, x) for x in SUITES]
         if table == 1:
-            files += [extra_quality_file(r, s, x) for r, s, x in EXTRA_JOBS]
+            files += [extra_quality_file(r, s, x) for r, s, x in EXTRA_JOBS + EXTRA_MISSING]
         return sorted(set(files))
     if table == 3:
         return [engine_file(suite) for suite in SUITES] + [serving_bench_file(r, x) for r in SERVING_BENCH_ROWS
                                                           for x in SUITES]
     if table == 5:
-        files = [quality_file(r, s, MAIN) for r, s in runs_of(run)] + [sweep_file(r, s, MAIN) for r, s in runs_of(run)]
+        files = [quality_file(r, s, MAIN) for r, s in runs_of(run)]
+        files += [sweep_file(r, s, MAIN) for r, s in runs_of(run) if r in SWEEP_ROWS]
         return files + [train_file(r, s) for r, s in runs_of(run)] + [PACKING_FILE]
     return []  # Table 4: contributed hardware results (results/hardware/); Table 3b: records already there
 
@@ -319,16 +348,29 @@ for _row, _seed, _suite in LATENCY_JOBS + QUALITY_JOBS:
     if missing(_row):
         NOT_RUN[latency_file(_row, _seed, _suite)] = ("latency", _row, missing(_row), _suite)
         NOT_RUN[quality_file(_row, _seed, _suite)] = ("quality", _row, missing(_row), _suite)
+for _row, _seed, _suite in EXTRA_MISSING:
+    NOT_RUN[extra_quality_file(_row, _seed, _suite)] = ("quality", _row, missing(_row), _suite)
+if ENGINE_MISSING:
+    for _suite in SUITES:
+        NOT_RUN[engine_file(_suite)] = ("engine_bench", ENGINE_ROW, ENGINE_MISSING, _suite)
+    for _tokens in config["length_sweep"]:
+        NOT_RUN[length_file(_tokens)] = ("engine_bench", ENGINE_ROW, ENGINE_MISSING, MAIN)
 for _row in SERVING_BENCH_ROWS:
     for _suite in SUITES:
         if missing(_row):
             NOT_RUN[serving_bench_file(_row, _suite)] = ("engine_bench", _row, missing(_row), _suite)
-if PAPER:
+for _row, _seed in runs_of(TABLE5_ROWS):
+    if missing(_row):  # e.g. the paper profile's ORL training without its base dLLM
+        NOT_RUN[quality_file(_row, _seed, MAIN)] = ("quality", _row, missing(_row), MAIN)
+        if trained(_row):
+            NOT_RUN[train_file(_row, _seed)] = ("train", _row, missing(_row), None)
+if not TRAINS:
     _orl = ROW[rows.TRAINED]
     NOT_RUN[train_file(_orl, None)] = ("train", _orl, f"the paper profile reads checkpoint {_orl.ckpt} from the "
-                                       "config (this DAG did not train it)", None)  # fmt: skip
-    NOT_RUN[PACKING_FILE] = ("train", ROW[rows.PACKING], "the replay train-step benchmark needs a training preset "
-                             "(preset: null on the paper profile)", None)  # fmt: skip
+                                       "config (this DAG trains it where a preset is set)", None)  # fmt: skip
+if PAPER:
+    NOT_RUN[PACKING_FILE] = ("train", ROW[rows.PACKING], "the replay train-step benchmark runs on the smoke and "
+                             "tiny profiles (one process, `orl bench-replay`)", None)  # fmt: skip
 
 
 def runnable(jobs, file_of):
@@ -338,4 +380,10 @@ def runnable(jobs, file_of):
 
 def write_not_run(path):
     kind, row, reason, suite = NOT_RUN[path]
-    write_records(path, [not_run(kind, system=row.system, engine=row.engine, reason=reason, suite=suite)])
+    # The record says what a measured one would (so that a Table 1 family line, which matches the model's
+    # name, and the NVFP4 line, which matches its precision, find it): a given checkpoint's folder name,
+    # as the loader names models, and the row's precision.
+    name = os.path.basename(os.path.normpath(GIVEN[row.ckpt])) if GIVEN.get(row.ckpt) else row.system
+    precision = next((line.precision for line in row.lines if line.precision), "unknown")
+    write_records(path, [not_run(kind, system=row.system, engine=row.engine, reason=reason, suite=suite,
+                                 model={"name": name, "precision": precision})])

@@ -26,7 +26,7 @@ rule sweep:
     shell:
         "{ORL} sweep --ckpt {params.ckpt} --suite {wildcards.suite} --thresholds {params.taus} {params.limit} "
         "--max-new-tokens {params.max_new_tokens} --system '{params.system}' --device {params.device} "
-        "--dtype {params.dtype} --out {output} --no-progress > {log} 2>&1"
+        "--dtype {params.dtype} {params.chat} --out {output} --no-progress > {log} 2>&1"
 
 
 rule operating_point:
@@ -72,7 +72,7 @@ rule quality_row:
         gpu=GPU,
     shell:
         "{ORL} eval-quality {params.flags} --suite {wildcards.suite} {params.limit} "
-        "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
+        "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} {params.chat} "
         "--out {output} --no-progress > {log} 2>&1"
 
 
@@ -97,7 +97,7 @@ if EXTRA_SUITES:
             gpu=GPU,
         shell:
             "{ORL} eval-quality {params.flags} --suite {wildcards.suite} --max-new-tokens {params.max_new_tokens} "
-            "--device {params.device} --dtype {params.dtype} --out {output} --no-progress > {log} 2>&1"
+            "--device {params.device} --dtype {params.dtype} {params.chat} --out {output} --no-progress > {log} 2>&1"
 
 
 rule entropy_profile:
@@ -121,7 +121,7 @@ rule entropy_profile:
     shell:
         "{ORL} entropy-profile --ckpt {params.ckpt} --suite {params.suite} --policy fixed:1 {params.limit} "
         "--max-new-tokens {params.max_new_tokens} --system '{params.system}' --device {params.device} "
-        "--dtype {params.dtype} --out {output} --no-progress > {log} 2>&1"
+        "--dtype {params.dtype} {params.chat} --out {output} --no-progress > {log} 2>&1"
 
 
 ENGINE_SEED = seeds_of(ENGINE_ROW)[0]
@@ -132,31 +132,35 @@ LENGTH_ENGINES = [ENGINE_ROW.engine_of(line) for line in ENGINE_ROW.lines
                   if line.table == 3 and line.role in ("subject", "reference")]  # fmt: skip
 
 
-rule bench_engine:
-    # Table 3: the same model and policy on every engine of the row's Table 3 lines (dlmrt compiled or
-    # graph-captured, dlmrt eager, the reference decoder), in one process, on the same prompts.
-    input:
-        ckpt=ENGINE_CKPT,
-        point=lambda wc: point_file(ENGINE_ROW, ENGINE_SEED, wc.suite, strict=True),
-    output:
-        f"{RESULTS}/engine/{{suite}}/bench.jsonl",
-    wildcard_constraints:
-        suite=one_of(SUITES),
-    params:
-        **DECODE,
-        ckpt=lambda wc, input: os.path.dirname(input.ckpt),
-        bench_limit=config["bench_limit"],
-        system=ENGINE_ROW.system,
-        engines=",".join(TABLE3_ENGINES),
-    log:
-        f"{LOGS}/bench_engine_{{suite}}.log",
-    threads: THREADS
-    resources:
-        gpu=GPU,
-    shell:
-        "{ORL} bench-engine --ckpt {params.ckpt} --policy @{input.point} --engines {params.engines} "
-        "--suite {wildcards.suite} --limit {params.bench_limit} --max-new-tokens {params.max_new_tokens} "
-        "--system '{params.system}' --device {params.device} --dtype {params.dtype} --out {output} > {log} 2>&1"
+if not ENGINE_MISSING:
+    # Without the ORL checkpoint these outputs are "not run" records (rule not_run).
+
+    rule bench_engine:
+        # Table 3: the same model and policy on every engine of the row's Table 3 lines (dlmrt compiled or
+        # graph-captured, dlmrt eager, the reference decoder), in one process, on the same prompts.
+        input:
+            ckpt=ENGINE_CKPT,
+            point=lambda wc: point_file(ENGINE_ROW, ENGINE_SEED, wc.suite, strict=True),
+        output:
+            f"{RESULTS}/engine/{{suite}}/bench.jsonl",
+        wildcard_constraints:
+            suite=one_of(SUITES),
+        params:
+            **DECODE,
+            ckpt=lambda wc, input: os.path.dirname(input.ckpt),
+            bench_limit=config["bench_limit"],
+            system=ENGINE_ROW.system,
+            engines=",".join(TABLE3_ENGINES),
+        log:
+            f"{LOGS}/bench_engine_{{suite}}.log",
+        threads: THREADS
+        resources:
+            gpu=GPU,
+        shell:
+            "{ORL} bench-engine --ckpt {params.ckpt} --policy @{input.point} --engines {params.engines} "
+            "--suite {wildcards.suite} --limit {params.bench_limit} --max-new-tokens {params.max_new_tokens} "
+            "--system '{params.system}' --device {params.device} --dtype {params.dtype} {params.chat} --out {output} "
+            "> {log} 2>&1"
 
 
 rule strict_point:
@@ -195,34 +199,37 @@ rule serving_bench:
     shell:
         "{ORL} bench-latency {params.flags} --kind engine_bench --suite {wildcards.suite} --limit {params.bench_limit} "
         "--warmup 2 --max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
-        "--out {output} --no-progress > {log} 2>&1"
+        "{params.chat} --out {output} --no-progress > {log} 2>&1"
 
 
-rule bench_length:
-    # The speedup-vs-length figure: fixed-length runs (--ignore-eos: every prompt decoded to N tokens,
-    # METHOD.md §4) of dlmrt and the reference decoder on a handful of prompts, one per length.
-    input:
-        ckpt=ENGINE_CKPT,
-        point=point_file(ENGINE_ROW, ENGINE_SEED, MAIN),
-    output:
-        f"{RESULTS}/engine/length/{{tokens}}.jsonl",
-    wildcard_constraints:
-        tokens=one_of(config["length_sweep"]),
-    params:
-        device=config["device"],
-        dtype=config["dtype"],
-        suite=MAIN,
-        ckpt=lambda wc, input: os.path.dirname(input.ckpt),
-        prompts=config["length_prompts"],
-        system=ENGINE_ROW.system,
-        engines=",".join(LENGTH_ENGINES),
-    log:
-        f"{LOGS}/bench_length_{{tokens}}.log",
-    threads: THREADS
-    resources:
-        gpu=GPU,
-    shell:
-        "{ORL} bench-engine --ckpt {params.ckpt} --policy @{input.point} --engines {params.engines} "
-        "--suite {params.suite} --limit {params.prompts} --max-new-tokens {wildcards.tokens} --ignore-eos "
-        "--warmup 1 --system '{params.system}' --device {params.device} --dtype {params.dtype} --out {output} "
-        "> {log} 2>&1"
+if not ENGINE_MISSING:
+
+    rule bench_length:
+        # The speedup-vs-length figure: fixed-length runs (--ignore-eos: every prompt decoded to N tokens,
+        # METHOD.md §4) of dlmrt and the reference decoder on a handful of prompts, one per length.
+        input:
+            ckpt=ENGINE_CKPT,
+            point=point_file(ENGINE_ROW, ENGINE_SEED, MAIN),
+        output:
+            f"{RESULTS}/engine/length/{{tokens}}.jsonl",
+        wildcard_constraints:
+            tokens=one_of(config["length_sweep"]),
+        params:
+            device=config["device"],
+            dtype=config["dtype"],
+            chat=DECODE["chat"],
+            suite=MAIN,
+            ckpt=lambda wc, input: os.path.dirname(input.ckpt),
+            prompts=config["length_prompts"],
+            system=ENGINE_ROW.system,
+            engines=",".join(LENGTH_ENGINES),
+        log:
+            f"{LOGS}/bench_length_{{tokens}}.log",
+        threads: THREADS
+        resources:
+            gpu=GPU,
+        shell:
+            "{ORL} bench-engine --ckpt {params.ckpt} --policy @{input.point} --engines {params.engines} "
+            "--suite {params.suite} --limit {params.prompts} --max-new-tokens {wildcards.tokens} --ignore-eos "
+            "--warmup 1 --system '{params.system}' --device {params.device} --dtype {params.dtype} {params.chat} "
+            "--out {output} > {log} 2>&1"

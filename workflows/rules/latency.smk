@@ -25,4 +25,4 @@ rule latency:
     shell:
         "{ORL} bench-latency {params.flags} --suite {wildcards.suite} {params.limit} "
         "--warmup {params.latency_warmup} --max-new-tokens {params.max_new_tokens} --device {params.device} "
-        "--dtype {params.dtype} --out {output} > {log} 2>&1"
+        "--dtype {params.dtype} {params.chat} --out {output} > {log} 2>&1"

@@ -1,9 +1,11 @@
-# Training (smoke and tiny profiles; the paper profile reads its checkpoints from the config):
-# tokenizer + AR model, draft model, AR -> diffusion conversion, ORL and its ablations, the last two
-# once per training seed (config `seeds`: `orl train-orl --seed N`; checkpoints <key>_seed<N>). Each
-# rule resumes from its last checkpoint when rerun after an interruption. Checkpoint folders are taken
-# from the rule's own config.json input/output, so the command names exactly the files snakemake
-# tracks. NVFP4 quantization (of the primary seed's ORL checkpoint) runs on every profile.
+# Training. Smoke and tiny profiles: tokenizer + AR model, draft model, AR -> diffusion conversion, ORL
+# and its ablations. The paper profile reads its checkpoints from the config and, when a preset is set,
+# trains ORL and its ablations from checkpoints.dlm under torchrun (config train_gpus, train_config).
+# ORL and the ablations are trained once per training seed (config `seeds`: `orl train-orl --seed N`;
+# checkpoints <key>_seed<N>). Each rule resumes from its last checkpoint when rerun after an
+# interruption. Checkpoint folders are taken from the rule's own config.json input/output, so the
+# command names exactly the files snakemake tracks. NVFP4 quantization (of the primary seed's ORL
+# checkpoint) runs on every profile.
 
 if not PAPER:
 
@@ -21,7 +23,8 @@ if not PAPER:
         resources:
             gpu=GPU,
         shell:
-            "{ORL} train-ar --preset {params.preset} --out {params.out} --device {params.device} > {log} 2>&1"
+            "{ORL} train-ar --preset {params.preset} {params.preset_file} --out {params.out} "
+            "--device {params.device} > {log} 2>&1"
 
     rule train_draft:
         input:
@@ -40,8 +43,8 @@ if not PAPER:
         resources:
             gpu=GPU,
         shell:
-            "{ORL} train-ar --preset {params.preset} --draft --tokenizer {params.tokenizer} --out {params.out} "
-            "--device {params.device} > {log} 2>&1"
+            "{ORL} train-ar --preset {params.preset} {params.preset_file} --draft --tokenizer {params.tokenizer} "
+            "--out {params.out} --device {params.device} > {log} 2>&1"
 
     rule convert:
         input:
@@ -60,13 +63,17 @@ if not PAPER:
         resources:
             gpu=GPU,
         shell:
-            "{ORL} convert --preset {params.preset} --init {params.init} --out {params.out} "
+            "{ORL} convert --preset {params.preset} {params.preset_file} --init {params.init} --out {params.out} "
             "--device {params.device} > {log} 2>&1"
 
+
+if TRAINS:
+
     rule train_orl:
-        # The ORL row itself (orl.rows.TRAINED), once per training seed.
+        # The ORL row itself (orl.rows.TRAINED), once per training seed, from the base dLLM (trained here, or
+        # checkpoints.dlm on the paper profile, where it runs under torchrun on train_gpus GPUs).
         input:
-            f"{CKPT}/dlm/config.json",
+            ckpt_done("dlm"),
         output:
             ckpt=f"{CKPT}/{ROW[rows.TRAINED].ckpt}_seed{{seed}}/config.json",
             record=f"{RESULTS}/train/{rows.TRAINED}_seed{{seed}}.jsonl",
@@ -83,15 +90,16 @@ if not PAPER:
             f"{RESULTS}/benchmarks/train_orl_seed{{seed}}.tsv"
         threads: THREADS
         resources:
-            gpu=GPU,
+            gpu=TRAIN_GPUS,
         shell:
-            "{ORL} train-orl --preset {params.preset} --init {params.init} --out {params.out} --seed {wildcards.seed} "
-            "--record {output.record} --system '{params.system}' --device {params.device} > {log} 2>&1"
+            "{TRAIN_ORL} train-orl --preset {params.preset} {params.preset_file} --init {params.init} "
+            "--out {params.out} --seed {wildcards.seed} --record {output.record} --system '{params.system}' "
+            "--device {params.device} > {log} 2>&1"
 
     rule train_ablation:
         # The configured ablation rows (orl.rows.ABLATIONS): ORL with one part changed.
         input:
-            f"{CKPT}/dlm/config.json",
+            ckpt_done("dlm"),
         output:
             ckpt=f"{CKPT}/orl-{{ablation}}_seed{{seed}}/config.json",
             record=f"{RESULTS}/train/{{ablation}}_seed{{seed}}.jsonl",
@@ -109,10 +117,10 @@ if not PAPER:
             f"{RESULTS}/benchmarks/train_{{ablation}}_seed{{seed}}.tsv"
         threads: THREADS
         resources:
-            gpu=GPU,
+            gpu=TRAIN_GPUS,
         shell:
-            "{ORL} train-orl --preset {params.preset} --init {params.init} --out {params.out} "
-            "--ablation {wildcards.ablation} --seed {wildcards.seed} --record {output.record} "
+            "{TRAIN_ORL} train-orl --preset {params.preset} {params.preset_file} --init {params.init} "
+            "--out {params.out} --ablation {wildcards.ablation} --seed {wildcards.seed} --record {output.record} "
             "--system '{params.system}' --device {params.device} > {log} 2>&1"
 
 
