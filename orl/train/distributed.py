@@ -13,6 +13,8 @@ trains on its contiguous share of every global batch; losses are means over the 
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -66,9 +68,32 @@ def close_world(world: World) -> None:
         dist.destroy_process_group()
 
 
+# glibc's mallopt parameter for the size above which an allocation gets its own mapping.
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD_BYTES = 64 * 1024
+
+
+def return_freed_memory_to_the_os() -> bool:
+    """CPU training: serve every allocation above 64 KiB from its own mapping, so that freeing it
+    gives the memory back. FSDP2 all-gathers each layer's parameters and reduce-scatters its
+    gradients into short-lived full-size buffers; glibc's heap keeps such freed blocks, and with it
+    the peak resident set of each world-size-2 rank came out above the single process's (2.46 and
+    2.63 GB against 1.60 GB converting a 50M-parameter model, with half the parameter and AdamW bytes
+    per rank); with this, 1.09 and 1.10 GB against 1.40 GB (scripts/measure_fsdp_memory.py).
+    A no-op (False) where the C library is not glibc."""
+    path = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(path) if path else None
+        return bool(libc is not None and libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES))
+    except (OSError, AttributeError):
+        return False
+
+
 @contextmanager
 def training_world(device: str = "cpu"):
     """`with training_world(args.device) as world:` the world of this run, closed at the end."""
+    if not device.startswith("cuda"):
+        return_freed_memory_to_the_os()  # CUDA's caching allocator manages GPU memory on its own
     world = init_world(device)
     try:
         yield world
