@@ -94,7 +94,8 @@ class Tokenizer:
         atomic_write_text(path, self.backend.to_str(pretty=True))
 
 
-def render_chat_template(template: str, messages: list[dict], special_tokens: dict[str, str]) -> str:
+def render_chat_template(template: str, messages: list[dict], special_tokens: dict[str, str],
+                         add_generation_prompt: bool = True) -> str:
     """Render a Hugging Face chat template the way transformers does.
 
     A sandboxed Jinja environment with trim_blocks and lstrip_blocks, the loopcontrols
@@ -119,8 +120,8 @@ def render_chat_template(template: str, messages: list[dict], special_tokens: di
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     try:
         compiled = env.from_string(template)
-        return compiled.render(messages=messages, tools=None, documents=None, add_generation_prompt=True,
-                               **special_tokens)
+        return compiled.render(messages=messages, tools=None, documents=None,
+                               add_generation_prompt=add_generation_prompt, **special_tokens)
     except jinja2.TemplateError as exc:
         raise InputError(f"chat_template: cannot render ({exc})") from None
 

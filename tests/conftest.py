@@ -11,6 +11,17 @@ import torch
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Batch-1 steps of micro models are latency-bound: a second intra-op thread buys nothing, and on a
+    shared 2-core machine OpenMP oversubscription makes them up to 10x slower. Modules of such steps
+    use it for all their tests (`pytestmark = pytest.mark.usefixtures("one_thread")`)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     from orl.tasks import tinycode

@@ -16,13 +16,7 @@ from orl.model.checkpoint import load_checkpoint
 MAX_NEW = 24
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Batch-1 decode steps of micro models are latency-bound; a second thread only contends."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

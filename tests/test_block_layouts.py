@@ -19,12 +19,7 @@ B = 8
 POLICIES = ["fixed:1", "fixed:3", "threshold:0.3", "strict-threshold:0.3", "factor:1.0"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -23,14 +23,7 @@ MAX_NEW = 32  # 4 blocks of the smoke preset's block size 8
 POLICIES = ["fixed:1", "threshold:0.9", "factor:1.0"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Batch-1 steps of these micro models are latency-bound: a second intra-op thread buys nothing,
-    and on a shared 2-core machine OpenMP oversubscription makes them up to 10x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="session")

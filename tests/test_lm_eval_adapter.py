@@ -173,3 +173,40 @@ def test_loglikelihood_of_a_diffusion_model_explains_why_not(smoke_models):
         lm.loglikelihood([_request("loglikelihood", "a", "b")])
     with pytest.raises(NotImplementedError, match="ELBO"):
         lm.loglikelihood_rolling([_request("loglikelihood_rolling", "a")])
+
+
+def test_chat_template_for_instruct_checkpoints_as_transformers_renders_it(sdar_ckpt, no_network):
+    """SDAR (an instruct layout: Qwen-style tokenizer with a ChatML template) through lm-eval's own evaluator
+    with apply_chat_template: every request reaches the engine rendered as transformers renders it, and
+    the checkpoint counts as block diffusion (no likelihoods)."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(sdar_ckpt.dir))
+    lm = adapter.OrlLM(engine="reference", ckpt=str(sdar_ckpt.dir), device="cpu", max_gen_toks=8)
+    assert lm.is_diffusion and lm.block_size == sdar_ckpt.block_size
+    history = [{"role": "user", "content": "def add(a, b):"}]
+    assert lm.apply_chat_template(history) == hf.apply_chat_template(history, tokenize=False,
+                                                                    add_generation_prompt=True)
+    prefill = [*history, {"role": "assistant", "content": "    return"}]
+    assert lm.apply_chat_template(prefill, add_generation_prompt=False) == hf.apply_chat_template(
+        prefill, tokenize=False, add_generation_prompt=False)
+    with pytest.raises(NotImplementedError, match="block-diffusion"):
+        lm.loglikelihood([_request("loglikelihood", "a", "b")])
+
+    seen = []
+    real_generate = lm.engine.generate
+    lm.engine.generate = lambda prompt, budget: seen.append(prompt) or real_generate(prompt, budget)
+    results = lm_eval.simple_evaluate(model=lm, tasks=["tinycode_gen"], limit=2, bootstrap_iters=0, log_samples=True,
+                                      task_manager=TaskManager(include_path=str(adapter.TASKS_DIR)),
+                                      apply_chat_template=True)
+    prompts = [sample["doc"]["prompt"] for sample in results["samples"]["tinycode_gen"]]
+    assert sorted(seen) == sorted(hf.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                                          add_generation_prompt=True) for p in prompts)
+
+
+def test_a_checkpoint_without_a_template_says_so(ar_ckpt_dir):
+    lm = adapter.OrlLM(engine="reference", ckpt=str(ar_ckpt_dir), device="cpu")  # our BPE: no chat template
+    with pytest.raises(adapter.InputError, match="tokenizer_config.json: chat_template"):
+        lm.apply_chat_template([{"role": "user", "content": "x"}])

@@ -15,7 +15,12 @@ row's method (orl serving-args). The device defaults to CUDA where torch sees on
   return, at the price of some tokens generated past it.
 - loglikelihood / loglikelihood_rolling: for AR checkpoints, exact log-probabilities
   from our Transformer (the model, whatever engine decodes). For block-diffusion
-  checkpoints NotImplementedError, with the reason (see DIFFUSION_LOGLIKELIHOOD).
+  checkpoints (ours and SDAR / TraDo) NotImplementedError, with the reason (see
+  DIFFUSION_LOGLIKELIHOOD).
+- Chat templates: `simple_evaluate(..., apply_chat_template=True)` (`--apply_chat_template`)
+  sends each request through the checkpoint's own template (tokenizer_config.json), as
+  `orl eval-quality --chat` does; instruct checkpoints (SDAR-Chat, TraDo-Instruct, Qwen3)
+  are evaluated on their own distribution that way.
 """
 
 from __future__ import annotations
@@ -99,6 +104,7 @@ class OrlLM(LM):
         from orl.decoding import Policy
         from orl.engines.registry import build_engine
         from orl.model.checkpoint import read_config
+        from orl.model.config import is_diffusion_arch
         from orl.tokenizer import load_tokenizer
 
         if ckpt is None:
@@ -106,7 +112,7 @@ class OrlLM(LM):
         # batch_size / max_batch_size are lm-eval's; every engine here serves batch-1 requests.
         self.ckpt_dir = Path(ckpt)
         self.config = read_config(self.ckpt_dir)
-        self.is_diffusion = self.config["architectures"][0] == "OrlBlockDiffusionLM"
+        self.is_diffusion = is_diffusion_arch(self.config["architectures"][0])
         self.block_size = int(self.config.get("block_size", 1)) if self.is_diffusion else 1
         self.max_positions = int(self.config.get("max_position_embeddings", 0))
         self.tokenizer = load_tokenizer(self.ckpt_dir)
@@ -189,9 +195,25 @@ class OrlLM(LM):
             out.append(total)
         return out
 
+    # ---- chat templates -----------------------------------------------------------------
+
     @property
     def tokenizer_name(self) -> str:
         return str(self.ckpt_dir / "tokenizer.json")
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        """The checkpoint's template (lm-eval records it with the results); None where it has none."""
+        return self.tokenizer.chat_template
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """lm-eval's few-shot chat history rendered by the checkpoint's template, as transformers renders it."""
+        from orl.tokenizer import render_chat_template
+
+        if self.tokenizer.chat_template is None:
+            raise InputError(f"{self.ckpt_dir / 'tokenizer_config.json'}: chat_template: this checkpoint has no chat "
+                             "template (evaluate it without apply_chat_template)")
+        return render_chat_template(self.tokenizer.chat_template, chat_history, self.tokenizer.template_tokens,
+                                    add_generation_prompt=add_generation_prompt)
 
 
 def _as_bool(value) -> bool:
