@@ -9,6 +9,8 @@
 #   dlmrt_<name>.jsonl       engine_bench records (orl bench-engine): CUDA-graph vs eager step time,
 #                            tokens/s, TPF, overhead, speedups, identical-to-reference counts, host syncs
 #   nvfp4_kernel_bench.json  Triton W4A16 vs dequantize+matmul vs bf16 nn.Linear
+#   scale_qwen3-4b_b*.jsonl  scale_bench records: Qwen3-4B shapes against the bandwidth floor (issue 15)
+#   ckpt-0.6b-*/train_summary.json  one-GPU training at Qwen3-0.6B's layer shapes (issue 18)
 # SCALE (default 1) multiplies every step's time limit, for slower GPUs.
 # A failing step is logged and the next one runs. The script exits non-zero if any step failed.
 # GPU_CHECK_SKIP="name ..." leaves the named steps out (for a rerun of only what failed).
@@ -64,6 +66,26 @@ bench orl_fp32_s4 120 orl threshold:0.5 --sync-every 4
 bench dlm_fp32 120 dlm threshold:0.9
 bench orl_nvfp4 150 orl-nvfp4 threshold:0.5
 bench orl_bf16 120 orl threshold:0.5 --dtype bfloat16
-rm -rf "$OUT_DIR/.gpu_tests"
+# Engine at scale (issue 15): random weights with Qwen3-4B's shapes, bf16, 512 tokens, blocks 16 and 32;
+# each record holds the step time against the bandwidth floor measured in the same run.
+for block in 16 32; do
+  step "scale_qwen3_4b_b$block" 300 "$PY" -m orl.cli bench-scale --arch qwen3-4b --block "$block" --device cuda \
+    --dtype bfloat16 --max-new-tokens 512 --engines dlmrt,dlmrt-eager,reference --requests 2 --profile \
+    --no-progress --out "$OUT_DIR/scale_qwen3-4b_b$block.jsonl"
+done
+# Training on one GPU (issue 18): Qwen3-0.6B's layer shapes (the smoke vocabulary), 20 conversion steps in
+# bf16 with activation checkpointing; train_summary.json has the peak memory and tokens/s per device.
+cat > "$OUT_DIR/qwen3-0.6b-shapes.yaml" <<'YAML'
+model: {hidden_size: 1024, intermediate_size: 3072, num_hidden_layers: 28, num_attention_heads: 16,
+        num_key_value_heads: 8, head_dim: 128, max_position_embeddings: 512}
+ar: {steps: 2, batch_size: 16, lr: 0.001, warmup_steps: 1, checkpoint_every: 2, seed: 0}
+convert: {steps: 20, batch_size: 16, lr: 0.001, warmup_steps: 2, checkpoint_every: 20, seed: 2,
+          activation_checkpointing: true}
+YAML
+step train_ar_0.6b 240 "$PY" -m orl.cli train-ar --preset smoke --config "$OUT_DIR/qwen3-0.6b-shapes.yaml" \
+  --device cuda --no-progress --out "$OUT_DIR/ckpt-0.6b-ar"
+step convert_0.6b 300 "$PY" -m orl.cli convert --preset smoke --config "$OUT_DIR/qwen3-0.6b-shapes.yaml" \
+  --device cuda --no-progress --init "$OUT_DIR/ckpt-0.6b-ar" --out "$OUT_DIR/ckpt-0.6b-dlm"
+rm -rf "$OUT_DIR/.gpu_tests" "$OUT_DIR"/ckpt-0.6b-*/*.safetensors
 echo "=== done, failed=$failed" | tee -a "$LOG"
 exit "$failed"

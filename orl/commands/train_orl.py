@@ -5,6 +5,26 @@ from __future__ import annotations
 from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device
 from orl.train.config import PRESETS
 
+# What the train record keeps of the run's summary besides its cost (Table 5 reads both).
+SUMMARY_EXTRA = ("ablation", "seed", "refreshes", "rollout_tpf", "rollout_pass_rate", "replay_states",
+                 "replay_state_bytes", "rollout_s", "steps", "reference_targets", "residual_alpha", "aec_gate",
+                 "gate_applied", "gated_fraction", "gated_fraction_mean", "gate_removed_aec", "world_size", "device",
+                 "device_hours", "peak_memory_bytes_per_rank")
+
+
+def cost_metrics(summary: dict) -> dict:
+    """The train record's metrics: self-generated tokens, wall, gated fraction, and per device the
+    tokens/s and peak memory (largest rank); GPU-hours (world size x wall) only where the devices are GPUs."""
+    metrics = {"self_generated_tokens": summary["self_generated_tokens"], "train_wall_s": summary["wall_s"],
+               "gated_fraction": summary["gated_fraction_mean"]}
+    if summary.get("device") == "cuda":
+        metrics["train_gpu_hours"] = summary["device_hours"]
+    if summary.get("tokens_per_s_per_device"):
+        metrics["train_tokens_per_s"] = summary["tokens_per_s_per_device"]
+    if summary.get("peak_memory_bytes_per_rank"):
+        metrics["peak_memory_bytes"] = max(summary["peak_memory_bytes_per_rank"])
+    return metrics
+
 
 def register(subparsers) -> None:
     from orl.train.orl import ABLATIONS
@@ -67,19 +87,8 @@ def run_train_orl(args) -> int:
         ckpt = load_checkpoint(args.out)
         record = make_record(
             "train", system=args.system or f"ORL ({args.ablation})", engine="dlmrt", model=model_field(ckpt),
-            metrics={"self_generated_tokens": summary["self_generated_tokens"], "train_wall_s": summary["wall_s"],
-                     "gated_fraction": summary["gated_fraction_mean"],
-                     **({"train_gpu_hours": summary["device_hours"]} if summary.get("device") == "cuda" else {}),
-                     **({"train_tokens_per_s": summary["tokens_per_s_per_device"]}
-                        if summary.get("tokens_per_s_per_device") else {}),
-                     **({"peak_memory_bytes": max(summary["peak_memory_bytes_per_rank"])}
-                        if summary.get("peak_memory_bytes_per_rank") else {})},
-            extra={**{k: summary[k] for k in ("ablation", "seed", "refreshes", "rollout_tpf", "rollout_pass_rate",
-                                              "replay_states", "replay_state_bytes", "rollout_s", "steps",
-                                              "reference_targets", "residual_alpha", "aec_gate", "gate_applied",
-                                              "gated_fraction", "gated_fraction_mean", "gate_removed_aec")},
-                   "isolation": summary.get("isolation", preset.orl.isolation),
-                   **{k: summary.get(k) for k in ("world_size", "device", "device_hours", "peak_memory_bytes_per_rank")}},
+            metrics=cost_metrics(summary), extra={**{k: summary.get(k) for k in SUMMARY_EXTRA},
+                                                  "isolation": summary.get("isolation", preset.orl.isolation)},
             config={"preset": preset.digest(), "ablation": args.ablation, "seed": preset.orl.seed},
         )
         write_records(args.record, [record])
