@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from orl.errors import InputError
+from orl.errors import CheckpointError, InputError
 
 # The checkout this package runs from (an editable install): results/, reports/ and the claims ledger.
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +48,18 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 
 def atomic_write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
     atomic_write_text(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+
+
+def read_json_object(path: Path) -> dict:
+    """A checkpoint's JSON file (config.json, tokenizer_config.json, ...) as a dict, or a
+    CheckpointError naming the file when it is not valid JSON or not an object."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return data
 
 
 def read_regular_file(path: str | os.PathLike, what: str, max_bytes: int) -> bytes:

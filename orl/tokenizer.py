@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orl.errors import CheckpointError, InputError
-from orl.io import atomic_write_json, atomic_write_text
+from orl.io import atomic_write_json, atomic_write_text, read_json_object
 
 MASK, EOS, PAD = "[MASK]", "<eos>", "<pad>"
 SPECIAL_TOKENS = [PAD, EOS, MASK]
@@ -148,15 +148,7 @@ def train_bpe(texts, vocab_size: int = 1024, sample_count: int = 20000) -> Token
 
 def _read_side_file(path: Path) -> dict:
     """A JSON object from an optional file next to tokenizer.json ({} when absent)."""
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
-    return data
+    return read_json_object(path) if path.is_file() else {}
 
 
 def _token_string(value, path: Path, name: str) -> str | None:

@@ -274,3 +274,23 @@ def test_seed_changes_the_prompts_the_resume_check_and_the_record(smoke_models, 
     with pytest.raises(CheckpointError, match="config_digest"):
         train_orl(load_preset("smoke", tmp_path / "short.yaml", {"orl": {"seed": 4}}), smoke_models[1], out,
                   progress=False)
+
+
+def test_captured_states_move_to_the_training_device_whole():
+    """Rollout states are kept on the CPU; orl_step and bench-replay move each micro-batch to the device
+    its logits are on before the losses read its targets, masks and entropies."""
+    from orl.train.rollout import CapturedStates
+
+    n, b = 2, 4
+    states = CapturedStates(
+        context=[torch.arange(3), torch.arange(5)], mask_origin=torch.zeros(n, dtype=torch.long),
+        request=torch.arange(n), block=torch.zeros(n, dtype=torch.long), step=torch.ones(n, dtype=torch.long),
+        tokens=torch.zeros(n, b, dtype=torch.long), masked=torch.ones(n, b, dtype=torch.bool),
+        residual=torch.zeros(n, b, 8), weight=torch.zeros(n, b), prev_entropy=torch.ones(n, b),
+        prev_confidence=torch.zeros(n, b), targets=torch.zeros(n, b, dtype=torch.long))
+    moved = states.to("meta")
+    tensors = [*moved.context, *(getattr(moved, name) for name in ("mask_origin", "request", "block", "step", "tokens",
+                                                                    "masked", "residual", "weight", "prev_entropy",
+                                                                    "prev_confidence", "targets"))]
+    assert all(t.device.type == "meta" for t in tensors) and len(moved) == n
+    assert states.masked.device.type == "cpu"  # the buffer itself stays where it is

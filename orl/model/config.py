@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from orl.errors import CheckpointError
+from orl.io import read_json_object
 from orl.model.masks import BLOCK_LAYOUTS
 from orl.model.transformer import ModelConfig
 
@@ -41,13 +42,7 @@ def read_json_config(path: Path, missing_hint: str) -> dict:
     """A config.json as a dict, or a CheckpointError naming the file (any architecture)."""
     if not path.is_file():
         raise CheckpointError(f"{path}: file not found ({missing_hint})")
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
-    return config
+    return read_json_object(path)
 
 
 def architecture(config: dict, path: Path) -> str:

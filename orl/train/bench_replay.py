@@ -48,6 +48,7 @@ def bench_replay(preset: TrainPreset, init_dir, *, steps: int = 10, pack_tokens:
             lengths = [len(c) + model.config.block_size for c in batch.context]
             layout = packed_layout(lengths, pack_tokens) if packing else padded_layout(lengths)
             t0 = time.perf_counter()
+            batch = batch.to(model.embedding.device)  # states are kept on the CPU
             logits = replay_logits(model, batch, pack_tokens=pack_tokens if packing else 0)
             loss = masked_ce(logits, batch.targets, batch.masked) + cfg.aec_lambda * aec_loss(
                 logits, batch.masked, batch.step > 0, batch.prev_entropy, rho=cfg.aec_rho, gate=cfg.aec_gate)

@@ -63,7 +63,7 @@ class Step:
     names: tuple[str, ...]  # the first is the step's loss in the log; every term is logged by name
     weights: tuple[float, ...]
     micros: list[Micro]
-    metrics: dict = field(default_factory=dict)  # extra scalars for the log and the progress bar
+    metrics: dict = field(default_factory=dict)  # extra scalars (or 0-d tensors) for the log and the progress bar
 
 
 def lr_at(step: int, cfg: OptimConfig) -> float:
@@ -161,6 +161,9 @@ def train(
             plan = step_fn(step)
             optimizer.zero_grad(set_to_none=True)
             sums, counts = _backward(plan, world)
+            # Metrics the forwards filled in may be device tensors (no sync inside the step); read them
+            # once, here, and keep the floats in the step's dict for whoever else holds it.
+            plan.metrics.update({k: float(v) for k, v in plan.metrics.items()})
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # a DTensor under FSDP
             optimizer.step()

@@ -15,6 +15,8 @@ taken over the global batch however it is split (orl/train/loop.py); `*` = sum /
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -44,30 +46,41 @@ def aec_positions(masked: torch.Tensor, has_prev: torch.Tensor) -> torch.Tensor:
     return masked & has_prev[:, None]
 
 
-def gate_closed(logits: torch.Tensor, positions: torch.Tensor, gate: float) -> torch.Tensor:
-    """Where g_i = 0: AEC positions whose current confidence sg(c^{(k)}) reaches τ_gate."""
+@dataclass
+class AecParts:
+    """One forward's AEC quantities, computed once for the loss and the gate's diagnostics."""
+
+    excess: torch.Tensor  # relu(H^{(k)} − ρ·H^{(k−1)}) per position, with gradient through H^{(k)}
+    positions: torch.Tensor  # masked at both steps k−1 and k
+    closed: torch.Tensor  # AEC positions where g_i = 0: sg(c^{(k)}) reaches τ_gate
+
+    def terms(self, gated: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sum, count) of L_AEC; gated=False is the no-gate ablation (g_i = 1)."""
+        g = self.positions & ~self.closed if gated else self.positions
+        return (self.excess * g).sum(), self.positions.sum()
+
+    def gate_sums(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(AEC positions the gate closes on, the AEC loss they carry, AEC positions), as tensors
+        (no host sync), so that a step can add them over its micro-batches."""
+        return self.closed.sum(), (self.excess.detach() * self.closed).sum(), self.positions.sum()
+
+
+def aec_parts(logits: torch.Tensor, masked: torch.Tensor, has_prev: torch.Tensor, prev_entropy: torch.Tensor,
+              rho: float, gate: float) -> AecParts:
+    positions = aec_positions(masked, has_prev)
     confidence = torch.softmax(logits.detach().float(), dim=-1).amax(-1)
-    return positions & (confidence >= gate)
+    excess = torch.relu(entropy(logits) - rho * prev_entropy.detach())
+    return AecParts(excess, positions, positions & (confidence >= gate))
 
 
 def aec_loss(
     logits: torch.Tensor, masked: torch.Tensor, has_prev: torch.Tensor, prev_entropy: torch.Tensor, rho: float,
     gate: float | None,
 ) -> torch.Tensor:
-    return mean(aec_terms(logits, masked, has_prev, prev_entropy, rho, gate))
-
-
-def aec_terms(
-    logits: torch.Tensor, masked: torch.Tensor, has_prev: torch.Tensor, prev_entropy: torch.Tensor, rho: float,
-    gate: float | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Adjacent Entropy Contraction (sum, count over positions masked at both steps); `gate=None` is the
+    """Adjacent Entropy Contraction (mean over positions masked at both steps); `gate=None` is the
     no-gate ablation (g_i = 1)."""
-    current = entropy(logits)
-    both = aec_positions(masked, has_prev)
-    g = both if gate is None else both & ~gate_closed(logits, both, gate)
-    excess = torch.relu(current - rho * prev_entropy.detach())
-    return (excess * g).sum(), both.sum()
+    parts = aec_parts(logits, masked, has_prev, prev_entropy, rho, 1.0 if gate is None else gate)
+    return mean(parts.terms(gated=gate is not None))
 
 
 def gate_stats(logits: torch.Tensor, masked: torch.Tensor, has_prev: torch.Tensor, prev_entropy: torch.Tensor,
@@ -76,11 +89,9 @@ def gate_stats(logits: torch.Tensor, masked: torch.Tensor, has_prev: torch.Tenso
     removes = mean over AEC positions of the excess on closed ones). The no-gate ablation logs what the
     gate would have done. A closed position whose entropy already contracted by ρ has no excess, so
     the second number says whether gating changes the objective at all."""
-    both = aec_positions(masked, has_prev)
-    closed = gate_closed(logits, both, gate)
-    excess = torch.relu(entropy(logits.detach()) - rho * prev_entropy)
-    count = both.sum().clamp_min(1)
-    return float(closed.sum() / count), float((excess * closed).sum() / count)
+    closed, removed, positions = aec_parts(logits.detach(), masked, has_prev, prev_entropy, rho, gate).gate_sums()
+    count = positions.clamp_min(1)
+    return float(closed / count), float(removed / count)
 
 
 def dparallel_entropy(logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:

@@ -42,7 +42,7 @@ from orl.tasks.files import training_problems
 from orl.train.config import OptimConfig, TrainPreset
 from orl.train.distributed import Replica, World, gather_objects, micro_batches, rank_rows
 from orl.train.loop import Micro, Step, train
-from orl.train.losses import aec_terms, dparallel_entropy_terms, gate_stats, masked_ce_terms
+from orl.train.losses import aec_parts, dparallel_entropy_terms, masked_ce_terms
 from orl.train.pretrain import prepare
 from orl.train.replay import replay_logits
 from orl.train.rollout import CapturedStates, attach_targets, concat_states, prompt_prefixes, rollout
@@ -160,26 +160,27 @@ def orl_step(model, batch: CapturedStates, preset: TrainPreset, ablation: str, r
     """One replay step (METHOD.md §3): L = CE + λ·L_AEC (or an ablation's), this rank's share of `batch`.
 
     `metrics` gains what the gate does on this rank's share, micro-batch by micro-batch: `gated`
-    (share of AEC positions it closes on) and `gate_removed_aec` (AEC loss it removes); the
-    no-gate ablations log what the gate would have done.
+    (share of AEC positions it closes on) and `gate_removed_aec` (AEC loss it removes), as tensors
+    the training loop reads once the step is done; the no-gate ablations log what the gate would
+    have done.
     """
     cfg = preset.orl
-    gate_sums = [0.0, 0.0, 0.0]  # closed positions, removed AEC, AEC positions
+    gate_sums: list = [0, 0, 0]  # closed positions, removed AEC, AEC positions (tensors once added to)
 
     def terms(part: CapturedStates):
+        part = part.to(world.device)  # the states are kept on the CPU; the losses meet the logits here
         logits = replay_logits(model, part, pack_tokens=cfg.pack_tokens, residual=residual)
-        closed, removed = gate_stats(logits, part.masked, part.step > 0, part.prev_entropy, cfg.aec_rho, cfg.aec_gate)
-        positions = max(1.0, float((part.masked & (part.step > 0)[:, None]).sum()))
-        for i, value in enumerate((closed * positions, removed * positions, positions)):
-            gate_sums[i] += value
-        metrics.update(gated=gate_sums[0] / gate_sums[2], gate_removed_aec=gate_sums[1] / gate_sums[2])
+        aec = aec_parts(logits, part.masked, part.step > 0, part.prev_entropy, cfg.aec_rho, cfg.aec_gate)
+        for i, value in enumerate(aec.gate_sums()):
+            gate_sums[i] = gate_sums[i] + value
+        positions = gate_sums[2].clamp_min(1)
+        metrics.update(gated=gate_sums[0] / positions, gate_removed_aec=gate_sums[1] / positions)
         ce = masked_ce_terms(logits, part.targets, part.masked)
         if ablation == "no-aec":
             return [ce]
         if ablation == "dparallel":
             return [ce, dparallel_entropy_terms(logits, part.targets, part.masked)]
-        return [ce, aec_terms(logits, part.masked, part.step > 0, part.prev_entropy, rho=cfg.aec_rho,
-                              gate=None if ablation == "aec-nogate" else cfg.aec_gate)]
+        return [ce, aec.terms(gated=ablation != "aec-nogate")]
 
     def run(part: CapturedStates):
         pairs = terms(part)

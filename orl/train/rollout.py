@@ -52,6 +52,15 @@ class CapturedStates:
                 total += value.numel() * value.element_size()
         return total
 
+    def to(self, device: torch.device | str) -> CapturedStates:
+        """The same states with every tensor on `device` (a no-op where they are already there)."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = [v.to(device) for v in value] if isinstance(value, list) else (
+                value.to(device) if torch.is_tensor(value) else value)
+        return CapturedStates(**out)
+
     def select(self, keep: torch.Tensor) -> CapturedStates:
         """The states where `keep` [N] is True."""
         return self.take(keep.nonzero().flatten().tolist())
