@@ -92,9 +92,13 @@ def return_freed_memory_to_the_os() -> bool:
 @contextmanager
 def training_world(device: str = "cpu"):
     """`with training_world(args.device) as world:` the world of this run, closed at the end."""
-    if not device.startswith("cuda"):
-        return_freed_memory_to_the_os()  # CUDA's caching allocator manages GPU memory on its own
     world = init_world(device)
+    # Only where FSDP2 shards (world size > 1): its buffers are what glibc's heap kept. A single
+    # process would pay a page fault per large allocation for nothing (AR training of the tiny
+    # preset, 20 steps: 23.0 s wall, 14.8 s of it in the kernel, against 12.0 s without).
+    # CUDA's caching allocator manages GPU memory on its own.
+    if world.size > 1 and not device.startswith("cuda"):
+        return_freed_memory_to_the_os()
     try:
         yield world
     finally:
