@@ -79,7 +79,7 @@ def return_freed_memory_to_the_os() -> bool:
     gradients into short-lived full-size buffers; glibc's heap keeps such freed blocks, and with it
     the peak resident set of each world-size-2 rank came out above the single process's (2.46 and
     2.63 GB against 1.60 GB converting a 50M-parameter model, with half the parameter and AdamW bytes
-    per rank); with this, 1.09 and 1.10 GB against 1.40 GB (scripts/measure_fsdp_memory.py).
+    per rank); with this, 1.09 and 1.10 GB against 1.57 GB (scripts/measure_fsdp_memory.py).
     A no-op (False) where the C library is not glibc."""
     path = ctypes.util.find_library("c")
     try:
