@@ -25,7 +25,7 @@ import torch
 
 from orl.decoding import cut_at_eos, plan_request
 from orl.engines.base import EngineInfo, Generation, checkpoint_info
-from orl.engines.dlmrt.capture import default_mode, make_prefill_runner, make_runner, plain_weights
+from orl.engines.dlmrt.capture import default_mode, make_prefill_runner, make_runner
 from orl.engines.dlmrt.state import cache_bucket
 from orl.errors import CheckpointError, InputError
 from orl.model.checkpoint import Checkpoint
@@ -134,9 +134,9 @@ class CompiledAR:
             def prompt(s: ARState, prompt_ids: torch.Tensor) -> None:
                 prefill(model, s, prompt_ids)
 
-            backend, freeze = self.compile_backend, plain_weights(model)
-            self._slots[cache_len] = _Slot(state, make_prefill_runner(prompt, state, self.mode, backend, freeze),
-                                           make_runner(chunk, state, self.mode, backend, freeze))
+            backend = self.compile_backend
+            self._slots[cache_len] = _Slot(state, make_prefill_runner(prompt, state, self.mode, backend),
+                                           make_runner(chunk, state, self.mode, backend))
         return self._slots[cache_len]
 
     @torch.inference_mode()

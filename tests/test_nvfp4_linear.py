@@ -380,14 +380,3 @@ def test_w4a4_layer_compiles_into_one_graph():
     x = torch.randn(3, 64)
     with torch.no_grad():
         assert torch.equal(compiled(x), layer(x))
-
-
-def test_cpu_compile_folds_float_weights_only():
-    """dlmrt's CPU compile mode freezes float weights into the graph; an NVFP4 model's packed weights
-    stay inputs, so its dequantize-then-matmul is what runs (and what the NVFP4 row times)."""
-    from orl.engines.dlmrt.capture import plain_weights
-
-    model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 16))
-    assert plain_weights(model)
-    quantize_model(model, skip=())
-    assert any(isinstance(m, NVFP4Linear) for m in model.modules()) and not plain_weights(model)

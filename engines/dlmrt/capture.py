@@ -38,24 +38,13 @@ def default_mode(device: torch.device, compiled: bool) -> str:
     return "compile-graph" if device.type == "cuda" else "compile"
 
 
-def plain_weights(model: torch.nn.Module) -> bool:
-    """Whether inductor may fold the model's weights into a CPU graph as constants (`freezing`):
-    every parameter and buffer is floating point. A quantized model's packed integer weights are
-    left as inputs, so its dequantize-then-matmul runs in every step, as the NVFP4 row measures it,
-    rather than being folded into a float32 copy at compile time."""
-    tensors = [*model.parameters(), *model.buffers()]
-    return all(t.is_floating_point() for t in tensors)
-
-
 def compile_fullgraph(
-    fn: Callable, backend: str | Callable = "inductor", *, cpu: bool = True, dynamic: bool = False,
-    freeze: bool = False,
+    fn: Callable, backend: str | Callable = "inductor", *, cpu: bool = True, dynamic: bool = False
 ) -> Callable:
     """torch.compile with no graph breaks allowed and, unless `dynamic`, one compilation per shape.
 
     `backend` is torch.compile's: "inductor" generates fused C++/Triton code; "eager" and
-    "aot_eager" only capture the graph (quick, for tests that check capturability). `freeze`
-    (CPU inductor only; see `plain_weights`) folds the weights in as constants.
+    "aot_eager" only capture the graph (quick, for tests that check capturability).
     """
     import torch._dynamo.config as dynamo_config
 
@@ -67,7 +56,7 @@ def compile_fullgraph(
     # linears to oneDNN with prepacked weights: a [16 x 1024] @ [1024 x 3072] fp32 linear took
     # 0.51 ms frozen against 0.96 ms unfrozen and 1.08 ms in aten on this 2-core CPU (copy floor
     # 0.55 ms): at a block's 16 rows aten's GEMM is compute-bound, the prepacked one is not.
-    options = {"cpp_wrapper": True, "freezing": freeze} if backend == "inductor" and cpu else None
+    options = {"cpp_wrapper": True, "freezing": True} if backend == "inductor" and cpu else None
     return torch.compile(fn, fullgraph=True, dynamic=None if dynamic else False, backend=backend, options=options)
 
 
@@ -93,7 +82,7 @@ class CudaGraphRunner:
 
 
 def make_runner(
-    fn: Callable[[object], None], state, mode: str, backend: str | Callable = "inductor", freeze: bool = False
+    fn: Callable[[object], None], state, mode: str, backend: str | Callable = "inductor"
 ) -> Callable[[], None]:
     """A zero-argument callable that runs fn on `state` in the given mode.
 
@@ -104,7 +93,7 @@ def make_runner(
     if mode == "eager":
         run = partial(fn, state)
     elif mode == "compile":
-        run = partial(compile_fullgraph(fn, backend, cpu=cpu, freeze=freeze), state)
+        run = partial(compile_fullgraph(fn, backend, cpu=cpu), state)
     elif mode in GRAPH_MODES:
         if cpu:
             raise ValueError(f"{mode} mode needs the decoding state on a CUDA device")
@@ -117,8 +106,7 @@ def make_runner(
 
 
 def make_prefill_runner(
-    fn: Callable[[object, torch.Tensor], None], state, mode: str, backend: str | Callable = "inductor",
-    freeze: bool = False,
+    fn: Callable[[object, torch.Tensor], None], state, mode: str, backend: str | Callable = "inductor"
 ) -> Callable[[torch.Tensor], None]:
     """A callable(prompt_ids) running the prompt prefill fn(state, prompt_ids).
 
@@ -128,7 +116,7 @@ def make_prefill_runner(
     """
     if mode not in ("compile", "compile-graph"):
         return torch.inference_mode()(partial(fn, state))
-    compiled = compile_fullgraph(fn, backend, cpu=state.seq.device.type == "cpu", dynamic=True, freeze=freeze)
+    compiled = compile_fullgraph(fn, backend, cpu=state.seq.device.type == "cpu", dynamic=True)
 
     @torch.inference_mode()
     def run(prompt_ids: torch.Tensor) -> None:

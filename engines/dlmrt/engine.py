@@ -27,7 +27,7 @@ import torch
 
 from orl.decoding import Policy, cut_at_eos, decode_rule, plan_blocks
 from orl.engines.base import EngineInfo, Generation, StepLog, checkpoint_info
-from orl.engines.dlmrt.capture import default_mode, make_prefill_runner, make_runner, plain_weights
+from orl.engines.dlmrt.capture import default_mode, make_prefill_runner, make_runner
 from orl.engines.dlmrt.chunk import ChunkSpec, StepObserver, denoise_chunk, prefill, start_block_chunk
 from orl.engines.dlmrt.state import DecodeState, cache_bucket
 from orl.errors import CheckpointError, InputError
@@ -75,7 +75,6 @@ class DlmrtEngine:
         self.device = next(self.model.parameters()).device
         avoid_per_length_attention_plans(self.device)
         self.mode = self.config.mode or default_mode(self.device, compiled)
-        self.freeze = plain_weights(self.model)  # CPU compile mode: weights folded in (capture.py)
         if self.config.observer is not None and self.mode != "eager":
             raise InputError(f"dlmrt: a step observer runs Python inside the chunk; it needs mode 'eager', not {self.mode!r}")
         self.name = "dlmrt" if self.mode != "eager" else "dlmrt-eager"
@@ -103,8 +102,7 @@ class DlmrtEngine:
         return checkpoint_info(self.name, self.ckpt, self.device, policy=rule.policy.to_record(), settings={
             "mode": self.mode, "sync_every": self.spec.steps, "residual_alpha": rule.alpha, "eos_fill": rule.eos_fill,
             "stop_at_eos": rule.stop_at_eos, "layout": rule.layout,
-            "compile_backend": str(self.config.compile_backend) if self.mode == "compile" else None,
-            "frozen_weights": self.freeze if self.mode == "compile" else None})
+            "compile_backend": str(self.config.compile_backend) if self.mode == "compile" else None})
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> int:
         """The cache length a request runs in: one compiled / captured slot per length."""
@@ -142,10 +140,10 @@ class DlmrtEngine:
             def prompt(s: DecodeState, prompt_ids: torch.Tensor) -> None:
                 prefill(model, spec, s, prompt_ids)
 
-            backend, freeze = self.config.compile_backend, self.freeze
-            self._slots[length] = _Slot(state, make_prefill_runner(prompt, state, self.mode, backend, freeze),
-                                        make_runner(chunk, state, self.mode, backend, freeze),
-                                        make_runner(start_block, state, self.mode, backend, freeze))
+            backend = self.config.compile_backend
+            self._slots[length] = _Slot(state, make_prefill_runner(prompt, state, self.mode, backend),
+                                        make_runner(chunk, state, self.mode, backend),
+                                        make_runner(start_block, state, self.mode, backend))
         return self._slots[length]
 
     @torch.inference_mode()

@@ -48,7 +48,7 @@ class BareForwards:
             if mode == "eager":
                 self._fns[key] = forward
             elif mode == "compile":
-                self._fns[key] = compile_fullgraph(forward, backend, cpu=cpu, freeze=self.engine.freeze)
+                self._fns[key] = compile_fullgraph(forward, backend, cpu=cpu)
             elif mode == "cudagraph":
                 self._fns[key] = _captured(forward, width, state.seq.device)
             else:  # compile-graph: the engine's fused kernels, captured
