@@ -51,12 +51,8 @@ def compile_fullgraph(
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, _RECOMPILE_LIMIT)
     dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 4 * _RECOMPILE_LIMIT)
     # On the CPU, inductor's C++ wrapper calls the generated kernels without a Python line per
-    # buffer and kernel; at batch 1 that per-call overhead is a sizeable part of a step. Freezing
-    # folds the (inference-only) weights into the graph as constants, which lets inductor hand the
-    # linears to oneDNN with prepacked weights: a [16 x 1024] @ [1024 x 3072] fp32 linear took
-    # 0.51 ms frozen against 0.96 ms unfrozen and 1.08 ms in aten on this 2-core CPU (copy floor
-    # 0.55 ms): at a block's 16 rows aten's GEMM is compute-bound, the prepacked one is not.
-    options = {"cpp_wrapper": True, "freezing": True} if backend == "inductor" and cpu else None
+    # buffer and kernel; at batch 1 that per-call overhead is a sizeable part of a step.
+    options = {"cpp_wrapper": True} if backend == "inductor" and cpu else None
     return torch.compile(fn, fullgraph=True, dynamic=None if dynamic else False, backend=backend, options=options)
 
 

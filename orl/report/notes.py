@@ -14,7 +14,8 @@ from orl.report.measure import Measured
 RUN_TO_RUN = (
     "What varies run to run: the training runs (seeds: rollout prompts, batch order, initialisation) and the "
     "machine. torch's CPU kernels differ across machines, so a retrain of the same commit elsewhere moves "
-    "pass@1 by several points (one retrain gave AR 0.829 / dLLM 0.842 where these records have 0.878 / 0.823); "
+    "pass@1 by several points (an earlier preset retrained on another machine gave AR 0.829 / dLLM 0.842 "
+    "where this one gave 0.878 / 0.823); "
     "timings also follow the machine's load. Ratios measured within one run (gains, speedups) are the "
     "comparable figures."
 )
