@@ -16,6 +16,8 @@ from orl import rows
 from orl.engines.registry import ENGINE_NAMES
 from orl.records import load_records
 from orl.rows import ROW
+from orl.train.config import load_preset
+from orl.train.pretrain import STAGE_SECTIONS
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
@@ -231,6 +233,17 @@ def test_absent_checkpoints_are_rows_that_say_where_they_looked(tmp_path):
     assert swept == {str(tmp_path / "some" / "models" / "orl")}
 
 
+def test_an_edited_preset_section_reruns_only_the_stages_that_read_it():
+    """The training rules carry their stage's preset digest as a param (workflows/rules/common.smk):
+    an ORL setting changes the ORL stages' digest and leaves the AR, draft and conversion ones alone."""
+    base, edited = load_preset("smoke"), load_preset("smoke", overrides={"orl": {"lr": 1.0e-5}})
+    changed = {stage for stage, sections in STAGE_SECTIONS.items()
+               if base.digest(*sections) != edited.digest(*sections)}  # fmt: skip
+    assert changed == {"orl"}
+    mixed = load_preset("smoke", overrides={"long_fraction": 0.5})
+    assert all(base.digest(*sections) != mixed.digest(*sections) for sections in STAGE_SECTIONS.values())
+
+
 @pytest.mark.slow
 def test_smoke_profile_reproduces_everything(tmp_path):
     # About 15 minutes on two loaded cores (60 jobs, most of them a few seconds of work after startup).
@@ -273,3 +286,9 @@ def test_smoke_profile_reproduces_everything(tmp_path):
     # A second run has nothing left to do.
     again = snakemake("-c2", "-n", "reproduce_all", "gate", "--config", "profile=smoke", cwd=tmp_path)
     assert "Nothing to be done" in again.stdout + again.stderr
+    # An edited preset is a changed param of the training jobs, so they (and what reads them) are planned.
+    edited = tmp_path / "orl-lr.yaml"
+    edited.write_text("orl: {lr: 1.0e-5}\n")
+    changed = snakemake("-n", "reproduce_all", "--config", "profile=smoke", f"train_config={edited}", cwd=tmp_path)
+    assert {"train_orl", "train_ablation"} <= {job["rule"] for job in planned_jobs(changed.stdout)}
+    assert "Params have changed" in changed.stdout, changed.stdout[-3000:]

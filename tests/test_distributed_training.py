@@ -101,6 +101,11 @@ def test_orl_replay_on_two_ranks_follows_the_single_process_loss_curve(runs):
         assert result.returncode == 0, result.stderr[-3000:]
     assert_same_curve(root / "orl1", root / "orl2")
     assert {"loss_ce", "loss_aec"} <= set(log(root / "orl2")[0])
+    # The gate's share is over the global batch, not over rank 0's half of it.
+    one, two = log(root / "orl1"), log(root / "orl2")
+    assert any(x["gated"] > 0 for x in one)
+    for x, y in zip(one, two, strict=True):
+        assert abs(x["gated"] - y["gated"]) <= 1e-6, (x["step"], x["gated"], y["gated"])
 
 
 def test_a_rank_killed_mid_run_resumes_and_ends_bitwise_equal(runs, tmp_path):

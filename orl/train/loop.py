@@ -64,6 +64,9 @@ class Step:
     weights: tuple[float, ...]
     micros: list[Micro]
     metrics: dict = field(default_factory=dict)  # extra scalars (or 0-d tensors) for the log and the progress bar
+    # Runs on every rank once the forwards are done, before `metrics` is read: where a metric is a
+    # ratio of sums over the global batch, this is where the ranks' sums are added.
+    finish: Callable[[], None] | None = None
 
 
 def lr_at(step: int, cfg: OptimConfig) -> float:
@@ -161,6 +164,8 @@ def train(
             plan = step_fn(step)
             optimizer.zero_grad(set_to_none=True)
             sums, counts = _backward(plan, world)
+            if plan.finish is not None:
+                plan.finish()
             # Metrics the forwards filled in may be device tensors (no sync inside the step); read them
             # once, here, and keep the floats in the step's dict for whoever else holds it.
             plan.metrics.update({k: float(v) for k, v in plan.metrics.items()})

@@ -40,10 +40,10 @@ from orl.model.checkpoint import checkpoint_digest, load_checkpoint
 from orl.tasks import tinycode
 from orl.tasks.files import training_problems
 from orl.train.config import OptimConfig, TrainPreset
-from orl.train.distributed import Replica, World, gather_objects, micro_batches, rank_rows
+from orl.train.distributed import Replica, World, all_sum, gather_objects, micro_batches, rank_rows
 from orl.train.loop import Micro, Step, train
 from orl.train.losses import aec_parts, dparallel_entropy_terms, masked_ce_terms
-from orl.train.pretrain import prepare
+from orl.train.pretrain import STAGE_SECTIONS, prepare
 from orl.train.replay import replay_logits
 from orl.train.rollout import CapturedStates, attach_targets, concat_states, prompt_prefixes, rollout
 
@@ -159,10 +159,9 @@ def orl_step(model, batch: CapturedStates, preset: TrainPreset, ablation: str, r
              metrics: dict) -> Step:
     """One replay step (METHOD.md §3): L = CE + λ·L_AEC (or an ablation's), this rank's share of `batch`.
 
-    `metrics` gains what the gate does on this rank's share, micro-batch by micro-batch: `gated`
-    (share of AEC positions it closes on) and `gate_removed_aec` (AEC loss it removes), as tensors
-    the training loop reads once the step is done; the no-gate ablations log what the gate would
-    have done.
+    `metrics` gains what the gate does on the global batch: `gated` (share of AEC positions it
+    closes on) and `gate_removed_aec` (AEC loss it removes), from sums over every rank's share once
+    the step's forwards are done; the no-gate ablations log what the gate would have done.
     """
     cfg = preset.orl
     gate_sums: list = [0, 0, 0]  # closed positions, removed AEC, AEC positions (tensors once added to)
@@ -173,8 +172,6 @@ def orl_step(model, batch: CapturedStates, preset: TrainPreset, ablation: str, r
         aec = aec_parts(logits, part.masked, part.step > 0, part.prev_entropy, cfg.aec_rho, cfg.aec_gate)
         for i, value in enumerate(aec.gate_sums()):
             gate_sums[i] = gate_sums[i] + value
-        positions = gate_sums[2].clamp_min(1)
-        metrics.update(gated=gate_sums[0] / positions, gate_removed_aec=gate_sums[1] / positions)
         ce = masked_ce_terms(logits, part.targets, part.masked)
         if ablation == "no-aec":
             return [ce]
@@ -197,7 +194,14 @@ def orl_step(model, batch: CapturedStates, preset: TrainPreset, ablation: str, r
                                                        float((part.masked & (part.step > 0)[:, None]).sum())]
         micros.append(Micro(run=lambda part=part: run(part), counts=counts[: len(names)] if counts else None,
                             tokens=sum(len(c) for c in part.context) + len(part) * model.config.block_size))
-    return Step(names, weights, micros, metrics)
+
+    def finish() -> None:
+        # float32, as a single process has always divided them (a world of one logs the same digits)
+        closed, removed, positions = all_sum(torch.stack([torch.as_tensor(v).float().cpu() for v in gate_sums]),
+                                             world).float()
+        metrics.update(gated=closed / positions.clamp_min(1), gate_removed_aec=removed / positions.clamp_min(1))
+
+    return Step(names, weights, micros, metrics, finish)
 
 
 def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *, ablation: str = "none",
@@ -252,7 +256,7 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
         return orl_step(model, batch, preset, ablation, residual, world, metrics)
 
     # The resume check covers the ORL settings and the exact starting weights.
-    digest = (f"{preset.digest('difficulty', 'long_fraction', 'diffusion', 'orl')}-orl-{ablation}"
+    digest = (f"{preset.digest(*STAGE_SECTIONS['orl'])}-orl-{ablation}"
               f"-init{checkpoint_digest(init_dir)[:12]}")
     summary = train(model, step_fn, optim, out_dir, tokenizer, digest=digest, stage=f"orl[{ablation}]", world=world,
                     progress=progress, model_name=f"{preset.name}-orl" + ("" if ablation == "none" else f"-{ablation}"))

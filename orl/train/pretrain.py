@@ -44,6 +44,7 @@ STAGE_SECTIONS = {
     "ar": ("difficulty", "long_fraction", "tokenizer", "model", "ar"),
     "draft": ("difficulty", "long_fraction", "tokenizer", "draft_model", "draft"),
     "convert": ("difficulty", "long_fraction", "convert", "diffusion"),
+    "orl": ("difficulty", "long_fraction", "diffusion", "orl"),  # ORL and its ablations (orl/train/orl.py)
 }
 
 

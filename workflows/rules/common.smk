@@ -22,6 +22,8 @@ from orl.io import atomic_write_json
 from orl.records import not_run, write_records
 from orl.report.gate import write_gate
 from orl.rows import ROW
+from orl.train.config import load_preset
+from orl.train.pretrain import STAGE_SECTIONS
 
 validate(config, "../config/schema.yaml")
 CONFIG_FILES = ", ".join(str(path) for path in workflow.configfiles)  # named in configuration errors
@@ -58,6 +60,17 @@ TRAIN_ORL = (f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5 {sys.executable} -m 
 # the shell string: a changed value then reruns the jobs it affects (Snakemake's params rerun trigger).
 TRAIN = {"preset": config.get("preset"), "device": config["device"],  # training jobs
          "preset_file": f"--config {config['train_config']}" if config.get("train_config") else ""}
+
+
+def preset_digest(stage):
+    """The hash of the preset sections that shape a training stage (orl/train/pretrain.py
+    STAGE_SECTIONS), as a param: an edited preset file or train_config reruns exactly the stages it
+    changes, which no input file would tell Snakemake (the preset is not a file of this DAG).
+    A fresh clone has no stored params, so its committed records stay up to date."""
+    if not TRAINS:
+        return ""
+    preset = load_preset(config["preset"], config.get("train_config"))
+    return preset.digest(*STAGE_SECTIONS[stage])
 # Instruct checkpoints (config `chat: true`): every job that decodes a suite sends its prompts through the
 # checkpoint's chat template (`--chat`), so quality, sweeps, speed and entropy all see the same prompts.
 DECODE = {"max_new_tokens": config["max_new_tokens"], "device": config["device"], "dtype": config["dtype"],

@@ -14,6 +14,7 @@ if not PAPER:
             f"{CKPT}/ar/config.json",
         params:
             **TRAIN,
+            settings=preset_digest("ar"),
             out=lambda wc, output: os.path.dirname(output[0]),
         log:
             f"{LOGS}/train_ar.log",
@@ -33,6 +34,7 @@ if not PAPER:
             f"{CKPT}/draft/config.json",
         params:
             **TRAIN,
+            settings=preset_digest("draft"),
             tokenizer=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output[0]),
         log:
@@ -53,6 +55,7 @@ if not PAPER:
             f"{CKPT}/dlm/config.json",
         params:
             **TRAIN,
+            settings=preset_digest("convert"),
             init=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output[0]),
         log:
@@ -81,6 +84,7 @@ if TRAINS:
             seed=one_of(SEEDS),
         params:
             **TRAIN,
+            settings=preset_digest("orl"),
             init=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output.ckpt),
             system=ROW[rows.TRAINED].system,
@@ -108,6 +112,7 @@ if TRAINS:
             seed=one_of(SEEDS),
         params:
             **TRAIN,
+            settings=preset_digest("orl"),
             init=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output.ckpt),
             system=lambda wc: rows.ABLATIONS[wc.ablation].system,
