@@ -10,8 +10,10 @@ interval excludes 0 and "unresolved" otherwise. Cost comes from the `train` reco
 seed (extra.packing absent or true): self-generated tokens, training wall time, the world size
 (training processes), device-hours (world size × wall; GPU-hours where the devices are GPUs),
 training tokens/s per device, peak memory per device (the largest rank's: CUDA's allocator peak,
-the process's peak resident set on a CPU) and the gated fraction of AEC (extra.gated_fraction,
-per replay batch); the step-speed benchmark's records (extra.packing true / false) give the
+the process's peak resident set on a CPU), the gated fraction of AEC (extra.gated_fraction,
+per replay batch) and the AEC loss the gate takes out per AEC position (extra.gate_removed_aec;
+0 means the gate closed only where the relu term was already 0, so the gated and ungated
+objectives have equal gradients); the step-speed benchmark's records (extra.packing true / false) give the
 train-step speed with and without packing.
 """
 
@@ -47,8 +49,9 @@ def _train_records(records: list[dict], system: str, seeds: list[int | None], in
     return out
 
 
-def _gated_fraction(record: dict) -> float | None:
-    value = (record.get("extra") or {}).get("gated_fraction")
+def _step_mean(record: dict, key: str) -> float | None:
+    """The mean over a run's optimizer steps of a per-step value in extra (a list, or its mean)."""
+    value = (record.get("extra") or {}).get(key)
     if isinstance(value, list):
         present = [float(v) for v in value if v is not None]
         return mean(present) if present else None
@@ -86,8 +89,9 @@ def _cost(records: list[dict], system: str, seeds: list[int | None], index: dict
         values["train_tokens_per_s"] = mean(speeds) if speeds else None
         peaks = [r["metrics"]["peak_memory_bytes"] for r in trained if r["metrics"].get("peak_memory_bytes")]
         values["peak_memory_gb"] = max(peaks) / 1e9 if peaks else None
-        gated = [g for g in (_gated_fraction(r) for r in trained) if g is not None]
-        values["aec_gated_fraction"] = mean(gated) if gated else None
+        for column, key in (("aec_gated_fraction", "gated_fraction"), ("aec_gate_removed", "gate_removed_aec")):
+            present = [v for v in (_step_mean(r, key) for r in trained) if v is not None]
+            values[column] = mean(present) if present else None
         # The training run is what the cost claims are about, so compare on its machine and model.
         values.update({"_gpu": first["env"]["gpu_name"], "_gpu_count": gpu_count(first),
                        "_model": first["model"]["name"], "_precision": first["model"]["precision"]})  # fmt: skip
