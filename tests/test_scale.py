@@ -7,7 +7,16 @@ import torch
 
 from orl.cli import main
 from orl.errors import InputError
-from orl.eval.scale import ARCHS, Floor, arch_config, kv_bytes_read, random_model, weight_bytes_read
+from orl.eval.scale import (
+    ARCHS,
+    Floor,
+    arch_config,
+    flops_per_forward,
+    gemm_rate,
+    kv_bytes_read,
+    random_model,
+    weight_bytes_read,
+)
 from orl.model.transformer import Transformer
 from orl.records import load_records
 
@@ -30,6 +39,21 @@ def test_floor_from_known_byte_counts():
     assert kv_bytes_read(config, 1000, 2) == 36 * 2 * 8 * 128 * 1000 * 2
     floor = Floor(weight_bytes=8_000_000_000, kv_bytes=147_456_000, bandwidth=4.0e12)
     assert floor.seconds == pytest.approx(8_147_456_000 / 4.0e12)
+
+
+def test_compute_floor_and_roofline_from_known_counts():
+    with torch.device("meta"):
+        model = Transformer(arch_config("qwen3-4b")).to(torch.bfloat16)
+    weights = sum(p.numel() for p in model.parameters())  # the tied table once, as the LM head
+    # A block of 16 tokens against 1000 positions: 2 FLOPs per weight and token, then QK^T and PV
+    # over 36 layers x 32 query heads x 128 dims.
+    flops = flops_per_forward(model, 16, 1000)
+    assert flops == 2 * 16 * weights + 2 * 2 * 36 * 32 * 128 * 16 * 1000
+    bound = Floor(weight_bytes=8_000_000_000, kv_bytes=0, bandwidth=4.0e12, flops=flops, flops_per_s=1.0e12)
+    assert bound.compute_seconds == pytest.approx(flops / 1.0e12) and bound.seconds == pytest.approx(2e-3)
+    assert bound.roofline_seconds == bound.compute_seconds > bound.seconds  # 0.13 TFLOP at 1 TFLOP/s: compute-bound
+    assert Floor(8, 0, 4.0).roofline_seconds == Floor(8, 0, 4.0).seconds == 2.0  # no arithmetic counted
+    assert gemm_rate("cpu", torch.float32, 64, repeats=1) > 0
 
 
 def test_untied_embedding_tables_are_not_read_whole():
@@ -58,7 +82,7 @@ def test_unknown_arch_and_fixed_block_are_refused():
 def test_bench_scale_writes_one_record_per_engine_and_the_floor_ratio(tmp_path, capsys):
     out = tmp_path / "scale.jsonl"
     code = main(["bench-scale", "--arch", "tiny", "--block", "8", "--max-new-tokens", "16", "--prompt-len", "8",
-                 "--requests", "1", "--warmup", "1", "--repeats", "2", "--copy-mb", "64", "--threads", "1",
+                 "--requests", "1", "--warmup", "1", "--repeats", "2", "--copy-mb", "64", "--gemm-size", "64", "--threads", "1",
                  "--engines", "dlmrt-eager,reference,hf", "--out", str(out), "--no-progress"])
     assert code == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -72,5 +96,11 @@ def test_bench_scale_writes_one_record_per_engine_and_the_floor_ratio(tmp_path, 
         assert m["tokens"] == 16 and m["floor_ratio"] == pytest.approx(m["time_per_forward_s"] / m["floor_s"])
         assert m["bandwidth_gb_per_s"] > 0 and m["weight_bytes_read"] > 0
     eager, ref, hf = records
+    # dlmrt's rows carry a block forward's compute floor (block 8 against the generation's end) and the roofline.
+    m = eager["metrics"]
+    assert m["flops_per_forward"] > 2 * 8 * m["weight_bytes_read"] / 4 and m["gemm_gflop_per_s"] > 0
+    assert m["compute_floor_s"] == pytest.approx(m["flops_per_forward"] / (m["gemm_gflop_per_s"] * 1e9))
+    assert m["roofline_ratio"] == pytest.approx(m["time_per_forward_s"] / max(m["floor_s"], m["compute_floor_s"]))
+    assert "compute_floor_s" not in ref["metrics"] and "roofline_ratio" not in hf["metrics"]
     assert eager["metrics"]["tpf"] == ref["metrics"]["tpf"] == 1.0  # fixed:1, every request to the budget
     assert hf["metrics"]["tpf"] == 1.0 and eager["metrics"]["step_time_s"] == eager["metrics"]["time_per_forward_s"]

@@ -3,7 +3,8 @@
 Rows, batch 1, fixed-length generations (the end token is ignored): dlmrt (compiled; CUDA graphs on
 a GPU), dlmrt eager, the reference decoder, and transformers' own AR model of the same shapes. Each
 `scale_bench` record carries the time per forward, tokens/s, TPF, kernels per step (dlmrt) and the
-floor of orl/eval/scale.py; the last printed line is `floor_ratio=<dlmrt time per forward / floor>`.
+floor of orl/eval/scale.py (for the dlmrt rows also the compute floor and the roofline); the last
+printed line is `floor_ratio=<dlmrt time per forward / bandwidth floor>`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def register(subparsers) -> None:
                    f"{', '.join(SCALE_ENGINES)} (the reference decoder recomputes the whole context every step: slow)")
     p.add_argument("--repeats", type=int, default=20, help="chunk repetitions for dlmrt's step time")
     p.add_argument("--copy-mb", type=int, default=1024, help="size of the bandwidth-measuring copy (past every cache)")
+    p.add_argument("--gemm-size", type=int, default=2048,
+                   help="side of the square matmul whose FLOP/s set the compute floor (default 2048)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--profile", action="store_true", help="count the kernels (CUDA) / operators (CPU) per dlmrt step")
     p.add_argument("--out", required=True, help="records file (.jsonl) to write")
@@ -57,7 +60,7 @@ def _check(args) -> list[str]:
     names = [n.strip() for n in args.engines.split(",") if n.strip()]
     if not names or any(n not in SCALE_ENGINES for n in names):
         raise InputError(f"--engines: unknown or empty {args.engines!r}; expected names from {', '.join(SCALE_ENGINES)}")
-    for name in ("max_new_tokens", "prompt_len", "requests", "repeats", "copy_mb"):
+    for name in ("max_new_tokens", "prompt_len", "requests", "repeats", "copy_mb", "gemm_size"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(args, name)}")
     return names
@@ -75,6 +78,8 @@ def run_bench_scale(args) -> int:
     from orl.eval.scale import (
         Floor,
         copy_bandwidth,
+        flops_per_forward,
+        gemm_rate,
         kv_bytes_read,
         random_checkpoint,
         random_hf_causal_lm,
@@ -98,9 +103,14 @@ def run_bench_scale(args) -> int:
     element = torch.empty((), dtype=dtype).element_size()
     weights = weight_bytes_read(ckpt.model)
     # A dlmrt step at the end of the generation attends to everything before its block's end.
-    floor = Floor(weights, kv_bytes_read(config, plan.end, element), bandwidth)
+    # Its arithmetic: one block of tokens against that context (dlmrt's rows; the others' time per
+    # forward is a mean over forwards of other sizes, so only their bandwidth floor is stated).
+    rate = gemm_rate(device, dtype, args.gemm_size)
+    floor = Floor(weights, kv_bytes_read(config, plan.end, element), bandwidth,
+                  flops_per_forward(ckpt.model, config.block_size, plan.end), rate)
     print(f"{args.arch}: {weights / 1e9:.3f} GB of weights read per forward ({str(dtype).replace('torch.', '')}), "
-          f"copy bandwidth {bandwidth / 1e9:.2f} GB/s, floor {floor.seconds * 1e3:.3f} ms per forward")
+          f"copy bandwidth {bandwidth / 1e9:.2f} GB/s, floor {floor.seconds * 1e3:.3f} ms per forward; "
+          f"GEMM {rate / 1e9:.1f} GFLOP/s, a block forward's compute floor {floor.compute_seconds * 1e3:.3f} ms")
 
     records, dlmrt_ratio = [], None
     for name in names:
@@ -129,14 +139,19 @@ def run_bench_scale(args) -> int:
         # Ignored here: the floor counts what a forward must read; the reference decoder and the AR
         # model read the same weights per forward, so their ratio says how far each is from it.
         metrics["floor_ratio"] = metrics["time_per_forward_s"] / floor.seconds
+        if isinstance(engine, DlmrtEngine):
+            metrics.update(gemm_gflop_per_s=rate / 1e9, flops_per_forward=floor.flops,
+                           compute_floor_s=floor.compute_seconds, roofline_floor_s=floor.roofline_seconds,
+                           roofline_ratio=metrics["time_per_forward_s"] / floor.roofline_seconds)
         if name == "dlmrt":
             dlmrt_ratio = metrics["floor_ratio"]
         info = engine.describe()
         records.append(make_record("scale_bench", system=f"{args.arch} (random weights: speed only)", engine=info.name,
                                    model=model_block(info), metrics=metrics, policy=info.policy, suite=None,
                                    n_problems=len(prompts), extra=extra))
+        roofline = f"  roofline x{metrics['roofline_ratio']:.2f}" if "roofline_ratio" in metrics else ""
         print(f"{info.name:12s} time/forward {metrics['time_per_forward_s'] * 1e3:9.3f} ms  floor x{metrics['floor_ratio']:.2f}"
-              f"  tokens/s {summary.tokens_per_s:9.1f}  TPF {summary.tpf:.2f}", flush=True)
+              f"{roofline}  tokens/s {summary.tokens_per_s:9.1f}  TPF {summary.tpf:.2f}", flush=True)
         del engine
     write_records(args.out, records)
     print(f"floor_ratio={dlmrt_ratio:.3f}" if dlmrt_ratio is not None else "floor_ratio=n/a (no dlmrt row)")

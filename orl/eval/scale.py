@@ -10,12 +10,22 @@ reading what it must read once:
 where the copy bandwidth is measured in the same run (bytes read plus bytes written by one
 large tensor copy, per second), the weight bytes are every weight the forward multiplies by
 (the embedding table only where the LM head is tied to it), and the KV bytes are the keys and
-values of the context the forward attends to. Random weights decode nonsense: these records
-are about speed only and never stand beside accuracy.
+values of the context the forward attends to. `floor_ratio` is measured against this floor.
+
+A forward of T tokens also does arithmetic no engine can skip, so the records carry its compute
+floor beside it, and the roofline (the larger of the two) that says which one binds:
+
+    compute floor = (2·T·weights multiplied + 4·layers·heads·head_dim·T·context) / GEMM rate
+
+with the GEMM rate (FLOP/s of one large square matmul in the run's dtype) measured in the same
+run. At batch 1 a block of 16-32 tokens on a GPU is far below its compute floor; on a CPU fp32
+the two are close, and the compute floor can be the larger. Random weights decode nonsense:
+these records are about speed only and never stand beside accuracy.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,28 +132,72 @@ def random_prompts(config: ModelConfig, count: int, length: int, seed: int = 0) 
 
 @dataclass(frozen=True)
 class Floor:
-    """What one forward must read, and how long reading it takes at the measured bandwidth."""
+    """What one forward must read and compute, and how long each takes at the measured rates."""
 
     weight_bytes: int
     kv_bytes: int
     bandwidth: float  # bytes per second
+    flops: int = 0  # arithmetic of one forward (flops_per_forward); 0 where not counted
+    flops_per_s: float = math.inf  # the measured GEMM rate
 
     @property
     def seconds(self) -> float:
+        """The bandwidth floor: reading the weights and the KV context once."""
         return (self.weight_bytes + self.kv_bytes) / self.bandwidth
 
+    @property
+    def compute_seconds(self) -> float:
+        return self.flops / self.flops_per_s
 
-def weight_bytes_read(model: torch.nn.Module) -> int:
-    """Bytes of every weight a forward multiplies by: all parameters but an untied embedding table
-    (its lookup reads a few rows); a tied one is read whole, as the LM head."""
-    seen, total = set(), 0
+    @property
+    def roofline_seconds(self) -> float:
+        return max(self.seconds, self.compute_seconds)
+
+
+def _weights_read(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """Every weight a forward multiplies by: all parameters but an untied embedding table (its
+    lookup reads a few rows); a tied one is read whole, as the LM head."""
+    seen, out = set(), []
     tied = getattr(model.config, "tie_word_embeddings", False)
     for name, param in model.named_parameters(remove_duplicate=False):
         if id(param) in seen or (name.endswith("embed_tokens.weight") and not tied):
             continue
         seen.add(id(param))
-        total += param.numel() * param.element_size()
-    return total
+        out.append(param)
+    return out
+
+
+def weight_bytes_read(model: torch.nn.Module) -> int:
+    """Bytes of every weight a forward multiplies by (_weights_read)."""
+    return sum(p.numel() * p.element_size() for p in _weights_read(model))
+
+
+def flops_per_forward(model: torch.nn.Module, tokens: int, context: int) -> int:
+    """Multiply-adds (x2) of one forward of `tokens` positions attending to `context` positions:
+    every weight once per token, plus attention's scores and weighted values (QK^T and PV, each
+    2·head_dim per query head, query and key position). Norms, rotary and softmax are left out."""
+    config = model.config
+    weights = sum(p.numel() for p in _weights_read(model))
+    attention = 4 * config.num_hidden_layers * config.num_attention_heads * config.head_dim * tokens * context
+    return 2 * tokens * weights + attention
+
+
+def gemm_rate(device, dtype: torch.dtype, size: int, repeats: int = 3) -> float:
+    """FLOP/s of one `size` x `size` x `size` matmul in `dtype` (best of `repeats`, after a warm-up)."""
+    generator = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+    b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+    cuda = torch.device(device).type == "cuda"
+    best = float("inf")
+    for _ in range(repeats + 1):
+        if cuda:
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        torch.mm(a, b)
+        if cuda:
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
 
 
 def kv_bytes_read(config: ModelConfig, context: int, element_size: int) -> int:

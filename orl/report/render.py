@@ -73,7 +73,11 @@ TABLE_CAVEATS = {
     "3b": (
         "Random-weight models with real checkpoints' shapes (`orl bench-scale`, orl/eval/scale.py): speed only, "
         "never beside accuracy. floor = (weight bytes + KV bytes read per forward) / copy bandwidth measured in "
-        "the same run; `floor_ratio` = time per forward / floor (1 is the limit). dlmrt's time per forward is one "
+        "the same run; `floor_ratio` = time per forward / floor (1 is the limit). For dlmrt, `compute_floor_s` "
+        "is a block forward's arithmetic (2 x tokens x weights + attention) over the FLOP/s of a large matmul "
+        "measured in the same run, and `roofline_ratio` the time per forward over the larger of the two floors "
+        "(where the compute floor is the larger, the step is compute-bound: no engine reaches the bandwidth "
+        "floor there). dlmrt's time per forward is one "
         "decoding step of its compiled / captured chunk at the generation's end; the other engines' is wall time "
         "over every forward, prefill included. `kernels_per_step`: CUDA kernels (GPU) or CPU operators per dlmrt "
         "step, where the run was profiled.",

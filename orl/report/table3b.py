@@ -3,7 +3,8 @@
 Rows come from `scale_bench` records (`orl bench-scale`, orl/eval/scale.py), never from rows.py:
 one line per (architecture, block, precision, device, engine), the latest measured record of
 each. Columns: time per forward, the floor (weight + KV bytes read per forward over the copy
-bandwidth measured in the same run), their ratio, kernels (CUDA) or operators (CPU) per dlmrt
+bandwidth measured in the same run), their ratio, for dlmrt the compute floor of a block forward
+and the ratio to the roofline (the larger floor), kernels (CUDA) or operators (CPU) per dlmrt
 step, tokens/s. Random weights decode nonsense, so this table has no accuracy column and is
 never mixed with the accuracy tables. The DAG does not run bench-scale by default; without
 records the table says so in one line.
@@ -17,7 +18,7 @@ from orl.report.attach import TABLE_TITLES
 
 TABLE = "3b"
 COLUMNS = ["arch", "block", "precision", "device", "engine", "max_new_tokens", "prompt_len", "time_per_forward_s",
-           "floor_s", "floor_ratio", "kernels_per_step", "tokens_per_s", "tpf", "weight_bytes_read", "kv_bytes_read",
+           "floor_s", "floor_ratio", "compute_floor_s", "roofline_ratio", "kernels_per_step", "tokens_per_s", "tpf", "weight_bytes_read", "kv_bytes_read",
            "bandwidth_gb_per_s", "status", "note"]  # fmt: skip
 ENGINE_ORDER = ("dlmrt", "dlmrt-eager", "reference", "hf")
 NO_RECORDS = ("not run: no scale_bench records (the DAG does not run `orl bench-scale`; run it, e.g. "
@@ -59,8 +60,9 @@ def build_table3b(records: list[dict]) -> pd.DataFrame:
         lines.append({
             "arch": key[0], "block": key[1], "precision": key[2], "device": key[3], "engine": key[4],
             "max_new_tokens": extra.get("max_new_tokens") or _generated(extra), "prompt_len": extra.get("prompt_len"),
-            **{name: metrics.get(name) for name in ("time_per_forward_s", "floor_s", "floor_ratio", "tokens_per_s",
-                                                    "tpf", "weight_bytes_read", "kv_bytes_read", "bandwidth_gb_per_s")},
+            **{name: metrics.get(name) for name in ("time_per_forward_s", "floor_s", "floor_ratio", "compute_floor_s",
+                                                    "roofline_ratio", "tokens_per_s", "tpf", "weight_bytes_read",
+                                                    "kv_bytes_read", "bandwidth_gb_per_s")},
             "kernels_per_step": extra.get("kernels_per_step"), "status": "measured",
             "note": extra.get("time_per_forward"),
         })  # fmt: skip
