@@ -411,26 +411,29 @@ def test_leftovers_of_a_dead_harness_are_cleaned_at_the_next_start(tmp_path):
 
 
 def test_committed_tinycode_completions_keep_their_verdicts():
-    """Every distinct (problem, completion) of the committed TinyCode quality records is judged as it was."""
+    """Every distinct (problem, completion) of the committed TinyCode quality records, on both TinyCode
+    suites and in every suite folder, is judged as it was."""
     import json
 
     from orl.tasks import load_suite
 
-    problems = {p["task_id"]: p for p in load_suite("tinycode")}
-    committed: dict[tuple[str, str], bool] = {}
-    for path in sorted((Path(__file__).resolve().parent.parent / "results" / "tiny" / "quality").glob("*.jsonl")):
+    suites = ("tinycode", "tinycode-long")
+    problems = {(suite, p["task_id"]): p for suite in suites for p in load_suite(suite)}
+    committed: dict[tuple[str, str, str], bool] = {}
+    for path in sorted((Path(__file__).resolve().parent.parent / "results" / "tiny" / "quality").rglob("*.jsonl")):
         for line in path.read_text().splitlines():
             record = json.loads(line)
-            if record["suite"] == "tinycode":
-                committed.update({(p["task_id"], p["completion"]): p["passed"] for p in record["per_problem"] or []
-                                  if "completion" in p})  # fmt: skip
+            if record["suite"] in suites:
+                committed.update({(record["suite"], p["task_id"], p["completion"]): p["passed"]
+                                  for p in record["per_problem"] or [] if "completion" in p})  # fmt: skip
     if not committed:
         pytest.skip("no committed TinyCode quality records with completions")
     keys = sorted(committed)
     mode = "bwrap" if BWRAP_PROBLEM is None else "fallback"
-    results = check_many([problems[task] for task, _ in keys], [c for _, c in keys], progress=False, isolation=mode)
-    changed = [(task, committed[(task, c)], r.result) for (task, c), r in zip(keys, results, strict=True)
-               if r.passed != committed[(task, c)]]  # fmt: skip
+    results = check_many([problems[suite, task] for suite, task, _ in keys], [c for *_, c in keys], progress=False,
+                         isolation=mode)  # fmt: skip
+    changed = [(suite, task, committed[suite, task, c], r.result)
+               for (suite, task, c), r in zip(keys, results, strict=True) if r.passed != committed[suite, task, c]]
     assert changed == []
 
 
