@@ -1,0 +1,67 @@
+"""How close a batch-1 block forward's matmuls can come to the copy-bandwidth floor on this CPU.
+
+A dlmrt step multiplies a block of B rows (16 by default) by every weight of the model. This
+times that product for Qwen3-0.6B's weight shapes in fp32 two ways, each against its floor
+(weight bytes / the copy bandwidth measured here, orl/eval/scale.py):
+- aten's `linear` (what the model runs);
+- MKL's packed sgemm (`torch.ops.mkl._mkl_linear` on a weight packed once), the fastest fp32
+  path this torch build has for a fixed row count (inductor's CPU freezing uses it).
+The small projections fit in the last-level cache when timed alone, so their ratios are
+optimistic; the LM head (151,936 x 1,024, 622 MB) streams from memory like a whole model does.
+
+    python scripts/cpu_gemm_floor.py [--rows 16] [--threads 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from orl.eval.scale import copy_bandwidth
+
+# (in_features, out_features, how many per forward) of Qwen3-0.6B: 28 layers, tied LM head.
+SHAPES = [(1024, 2048, 28), (1024, 1024, 56), (2048, 1024, 28), (1024, 3072, 56), (3072, 1024, 28),
+          (1024, 151936, 1)]  # fmt: skip
+
+
+def seconds(fn, repeats: int = 20) -> float:
+    for _ in range(3):
+        fn()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - start) / repeats
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=16, help="rows of the activation (a block's tokens)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    bandwidth = copy_bandwidth("cpu")
+    print(f"copy bandwidth {bandwidth / 1e9:.2f} GB/s, {torch.get_num_threads()} threads, {args.rows} rows")
+    generator = torch.Generator().manual_seed(0)
+    totals = {"aten": 0.0, "mkl": 0.0, "floor": 0.0}
+    for k, n, count in SHAPES:
+        x = torch.randn(args.rows, k, generator=generator)
+        w = torch.randn(n, k, generator=generator) * 0.02
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(w, args.rows)
+        aten = seconds(lambda x=x, w=w: torch.nn.functional.linear(x, w))
+        mkl = seconds(lambda x=x, w=w, packed=packed: torch.ops.mkl._mkl_linear(x, packed, w, None, args.rows))
+        floor = w.numel() * w.element_size() / bandwidth
+        print(f"{k:>5} x {n:<6} x{count:<3} aten {aten * 1e3:8.3f} ms ({aten / floor:.2f}x floor)   "
+              f"mkl packed {mkl * 1e3:8.3f} ms ({mkl / floor:.2f}x)")
+        totals["aten"] += aten * count
+        totals["mkl"] += mkl * count
+        totals["floor"] += floor * count
+    print(f"per forward: aten {totals['aten'] * 1e3:.1f} ms, mkl packed {totals['mkl'] * 1e3:.1f} ms, "
+          f"floor {totals['floor'] * 1e3:.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
