@@ -82,9 +82,9 @@ def records():
     for seed, passed in enumerate((29, 30, 28)):
         out += trained_line(NO_AEC, seed, passed, 3)
     # The long suite: only the AR target and ORL's first seed, enough for a second Table 2 block.
-    out += [quality(AR_HF, "hf", 25, nfe=20, suite="tinycode-long"),
+    out += [quality(AR_HF, "hf", 25, tokens=60, nfe=60, suite="tinycode-long"),
             latency(AR_HF, "hf", 60, 60, 0.6, suite="tinycode-long"),
-            quality(ORL, "dlmrt", 26, nfe=6, sha=sha(ORL, 0), tau=0.5, suite="tinycode-long"),
+            quality(ORL, "dlmrt", 26, tokens=60, nfe=6, sha=sha(ORL, 0), tau=0.5, suite="tinycode-long"),
             latency(ORL, "dlmrt", 60, 6, 0.03, sha=sha(ORL, 0), suite="tinycode-long")]  # fmt: skip
     return out
 
@@ -129,6 +129,10 @@ def test_table2_matches_every_line_to_the_ar_target_on_each_suite(records, claim
     long = line(frame[frame["suite"] == "tinycode-long"], system=ORL)
     assert long["pass_at_1"] == pytest.approx(26 / N) and long["matched"] == "yes"
     assert any("Prompt set, tinycode:" in note and "one set per table" in note for note in frame.attrs["notes"])
+    # Each suite's caption names its lines' median completion length (what the long suite asks for).
+    lengths = {note.split(" (")[0]: note for note in frame.attrs["notes"] if note.startswith("Median completion")}
+    assert f"{AR_HF} 60; {ORL} 60." in lengths["Median completion, tinycode-long"]
+    assert f"{ORL} 20" in lengths["Median completion, tinycode"]
 
 
 def test_table5_seeds_and_effects_against_orl(records, claims):

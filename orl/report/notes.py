@@ -8,6 +8,8 @@ where the records disagree (records from before this rule), it says that instead
 
 from __future__ import annotations
 
+from statistics import median
+
 from orl.eval.uncertainty import BOOTSTRAP_SEED, LEVEL, RESAMPLES
 from orl.report.measure import Measured
 
@@ -43,6 +45,22 @@ def prompt_sets(lines: list[Measured], kinds: tuple[str, ...]) -> list[str]:
             out.append(f"Prompt set, {name}: NOT one set: {parts} problems (records of a run made before one "
                        "prompt set per table; a TPF here and in another column may differ for that reason).")
     return out
+
+
+def completion_lengths(lines: list[Measured]) -> list[str]:
+    """One caption line per suite: the median completion length (tokens, per problem) of each measured
+    line's first quality record, so that what a suite asks of block decoding (how many blocks a
+    completion spans) is read off the table."""
+    by_suite: dict[str | None, dict[str, float]] = {}
+    for line in lines:
+        records = (line.records.get("quality") or []) if line.measured else []
+        rows = (records[0].get("per_problem") or []) if records else []
+        tokens = [row["tokens"] for row in rows if row.get("tokens") is not None]
+        if tokens:  # lines of one system on several engines share its quality record: named once
+            by_suite.setdefault(line.resolved.suite, {}).setdefault(line.resolved.want.system, median(tokens))
+    return [f"Median completion, {suite or '(any suite)'} (tokens per problem of each line's quality record): "
+            + "; ".join(f"{system} {value:g}" for system, value in systems.items()) + "."
+            for suite, systems in by_suite.items()]
 
 
 def uncertainty_note() -> str:

@@ -20,7 +20,7 @@ from orl.report.attach import base_row, frame, with_claims
 from orl.report.claims import Claim
 from orl.report.matching import matched_columns, operating_point_text, reference_runs, tolerance_of
 from orl.report.measure import aup_columns, measure, pass_columns, tokens_per_s_columns, tpf_columns, y_max_of
-from orl.report.notes import prompt_sets, uncertainty_note
+from orl.report.notes import completion_lengths, prompt_sets, uncertainty_note
 from orl.report.select import Want, ratio, seed_index
 
 
@@ -53,7 +53,8 @@ def build_table1(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
                                    if other.role == "base" and (other.family, other.suite) == (line.family, line.suite))  # fmt: skip
             values.update(_gains(m, base_line, values, base))
         out.extend(with_claims(values, line.claims, by_id))
-    notes = [*prompt_sets([m for _, m, _ in built], ("quality", "latency")), uncertainty_note()]
+    lines = [m for _, m, _ in built]
+    notes = [*prompt_sets(lines, ("quality", "latency")), *completion_lengths(lines), uncertainty_note()]
     return frame(1, out, claims, notes)
 
 

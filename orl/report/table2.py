@@ -22,7 +22,7 @@ from orl.report.claims import Claim
 from orl.report.compare import Anchor
 from orl.report.matching import matched_columns, operating_point_text, reference_runs, tolerance_of
 from orl.report.measure import aup_columns, measure, pass_columns, tokens_per_s_columns, tpf_columns, y_max_of
-from orl.report.notes import prompt_sets, uncertainty_note
+from orl.report.notes import completion_lengths, prompt_sets, uncertainty_note
 from orl.report.select import Want, ratio, seed_index, table_suites
 
 SPEEDUPS = {"ar": "speedup_vs_ar", "ar_hf": "speedup_vs_ar_hf", "ar_vllm": "speedup_vs_ar_vllm"}
@@ -59,7 +59,7 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
             measured_lines.append(m)
         _speedups(block)
         out.extend(_with_claims(block, by_id))
-    notes = [*prompt_sets(measured_lines, ("latency", "quality")), uncertainty_note()]
+    notes = [*prompt_sets(measured_lines, ("latency", "quality")), *completion_lengths(measured_lines), uncertainty_note()]
     return frame(2, out, claims, notes)
 
 
