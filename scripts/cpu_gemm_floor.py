@@ -4,8 +4,8 @@ A dlmrt step multiplies a block of B rows (16 by default) by every weight of the
 times that product for Qwen3-0.6B's weight shapes in fp32 two ways, each against its floor
 (weight bytes / the copy bandwidth measured here, orl/eval/scale.py):
 - aten's `linear` (what the model runs);
-- MKL's packed sgemm (`torch.ops.mkl._mkl_linear` on a weight packed once), the fastest fp32
-  path this torch build has for a fixed row count (inductor's CPU freezing uses it).
+- MKL's packed sgemm (`torch.ops.mkl._mkl_linear` on a weight whose panel layout was built
+  once by `_mkl_reorder_linear_weight`).
 The small projections fit in the last-level cache when timed alone, so their ratios are
 optimistic; the LM head (151,936 x 1,024, 622 MB) streams from memory like a whole model does.
 
