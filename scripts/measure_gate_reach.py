@@ -46,10 +46,9 @@ def gate_reach(ckpt_dir: str, preset_name: str, prompts: int, rhos=RHOS, batch: 
     rows = []
     for rho in rhos:
         parts = aec_parts(logits, states.masked, states.step > 0, states.prev_entropy, rho, cfg.aec_gate)
-        positions = float(parts.positions.sum())
-        total = float((parts.excess * parts.positions).sum())
-        removed = float((parts.excess * parts.closed).sum())
-        rows.append({"rho": rho, "aec_positions": int(positions), "closed_fraction": float(parts.closed.sum()) / positions,
+        closed, removed, positions = (float(t) for t in parts.gate_sums())  # what training logs per step
+        total = float(parts.terms(gated=False)[0])  # the ungated AEC sum
+        rows.append({"rho": rho, "aec_positions": int(positions), "closed_fraction": closed / positions,
                      "aec_loss": total / positions, "removed_aec": removed / positions,
                      "removed_share": removed / total if total else 0.0})
     return {"ckpt": str(ckpt_dir), "preset": preset_name, "prompts": prompts, "tau_gate": cfg.aec_gate,

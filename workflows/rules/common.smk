@@ -60,6 +60,8 @@ TRAIN_ORL = (f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5 {sys.executable} -m 
 # the shell string: a changed value then reruns the jobs it affects (Snakemake's params rerun trigger).
 TRAIN = {"preset": config.get("preset"), "device": config["device"],  # training jobs
          "preset_file": f"--config {config['train_config']}" if config.get("train_config") else ""}
+# The preset (with train_config) as the training jobs will read it, loaded once for preset_digest.
+TRAIN_PRESET = load_preset(config["preset"], config.get("train_config")) if TRAINS else None
 
 
 def preset_digest(stage):
@@ -67,10 +69,9 @@ def preset_digest(stage):
     STAGE_SECTIONS), as a param: an edited preset file or train_config reruns exactly the stages it
     changes, which no input file would tell Snakemake (the preset is not a file of this DAG).
     A fresh clone has no stored params, so its committed records stay up to date."""
-    if not TRAINS:
-        return ""
-    preset = load_preset(config["preset"], config.get("train_config"))
-    return preset.digest(*STAGE_SECTIONS[stage])
+    return TRAIN_PRESET.digest(*STAGE_SECTIONS[stage]) if TRAIN_PRESET is not None else ""
+
+
 # Instruct checkpoints (config `chat: true`): every job that decodes a suite sends its prompts through the
 # checkpoint's chat template (`--chat`), so quality, sweeps, speed and entropy all see the same prompts.
 DECODE = {"max_new_tokens": config["max_new_tokens"], "device": config["device"], "dtype": config["dtype"],
