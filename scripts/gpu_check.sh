@@ -10,7 +10,8 @@
 #                            tokens/s, TPF, overhead, speedups, identical-to-reference counts, host syncs
 #   nvfp4_kernel_bench.json  Triton W4A16 vs dequantize+matmul vs bf16 nn.Linear
 #   scale_qwen3-4b_b*.jsonl  scale_bench records: Qwen3-4B shapes against the bandwidth floor (issue 15)
-#   ckpt-0.6b-*/train_summary.json  one-GPU training at Qwen3-0.6B's layer shapes (issue 18)
+#   ckpt-0.6b-*/train_summary.json  one-GPU training at Qwen3-0.6B's layer shapes (issue 18): 20 conversion
+#                                   steps, one ORL iteration with dlmrt rollouts (train_orl_0.6b_dlmrt.jsonl)
 # SCALE (default 1) multiplies every step's time limit, for slower GPUs.
 # A failing step is logged and the next one runs. The script exits non-zero if any step failed.
 # GPU_CHECK_SKIP="name ..." leaves the named steps out (for a rerun of only what failed).
@@ -59,7 +60,8 @@ bench orl_fp32 150 orl threshold:0.5 --profile
 # checkout (whose orl/ lacks orl.engines and orl.kernels), at the front of sys.path.
 rm -rf "$OUT_DIR/.gpu_tests" && mkdir -p "$OUT_DIR/.gpu_tests" && cp -r "$REPO/tests" "$OUT_DIR/.gpu_tests/"
 step pytest_cuda 180 "$PY" -m pytest -q -p no:cacheprovider -c "$REPO/pyproject.toml" \
-  "$OUT_DIR/.gpu_tests/tests/test_cuda.py" "$OUT_DIR/.gpu_tests/tests/test_dlmrt.py" -k cuda
+  "$OUT_DIR/.gpu_tests/tests/test_cuda.py" "$OUT_DIR/.gpu_tests/tests/test_dlmrt.py" \
+  "$OUT_DIR/.gpu_tests/tests/test_dlmrt_rollout.py" -k cuda
 step kernel_bench 180 "$PY" -m orl.kernels.bench_gpu --out "$OUT_DIR/nvfp4_kernel_bench.json" --iters 100
 # S = 4 against the default S = 2: at TPF ~8 a 16-token block needs about two steps.
 bench orl_fp32_s4 120 orl threshold:0.5 --sync-every 4
@@ -86,6 +88,15 @@ step train_ar_0.6b 240 "$PY" -m orl.cli train-ar --preset smoke --config "$OUT_D
   --device cuda --no-progress --out "$OUT_DIR/ckpt-0.6b-ar"
 step convert_0.6b 300 "$PY" -m orl.cli convert --preset smoke --config "$OUT_DIR/qwen3-0.6b-shapes.yaml" \
   --device cuda --no-progress --init "$OUT_DIR/ckpt-0.6b-ar" --out "$OUT_DIR/ckpt-0.6b-dlm"
+# One ORL iteration on the converted model: a rollout of 8 prompts decoded by dlmrt in graph mode
+# (compile-graph), the sandboxed check, 2 replay steps; train_summary.json has rollout_s and peak memory.
+cat > "$OUT_DIR/orl-0.6b.yaml" <<'YAML'
+orl: {iterations_steps: 2, batch_size: 16, refresh_every: 2, rollout_prompts: 8}
+YAML
+cat "$OUT_DIR/qwen3-0.6b-shapes.yaml" "$OUT_DIR/orl-0.6b.yaml" > "$OUT_DIR/qwen3-0.6b-orl.yaml"
+step train_orl_0.6b_dlmrt 300 "$PY" -m orl.cli train-orl --preset smoke --config "$OUT_DIR/qwen3-0.6b-orl.yaml" \
+  --device cuda --no-progress --rollout-engine dlmrt --isolation fallback --init "$OUT_DIR/ckpt-0.6b-dlm" \
+  --out "$OUT_DIR/ckpt-0.6b-orl" --record "$OUT_DIR/train_orl_0.6b_dlmrt.jsonl"
 rm -rf "$OUT_DIR/.gpu_tests" "$OUT_DIR"/ckpt-0.6b-*/*.safetensors
 echo "=== done, failed=$failed" | tee -a "$LOG"
 exit "$failed"

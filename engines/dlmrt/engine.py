@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -33,6 +34,14 @@ from orl.engines.dlmrt.state import DecodeState, cache_bucket
 from orl.errors import CheckpointError, InputError
 from orl.model.checkpoint import Checkpoint
 from orl.model.transformer import avoid_per_length_attention_plans
+
+
+class StepWatcher(Protocol):
+    """Host-side hooks around every step of a request (block j, step k); see generate_ids."""
+
+    def before(self, block: int, step: int, state: DecodeState) -> None: ...
+
+    def after(self, block: int, step: int, state: DecodeState) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -148,8 +157,20 @@ class DlmrtEngine:
 
     @torch.inference_mode()
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:
+        return self.generate_ids(self.ckpt.tokenizer.encode(prompt), max_new_tokens)
+
+    @torch.inference_mode()
+    def generate_ids(self, prompt_ids: list[int], max_new_tokens: int, *,
+                     watcher: StepWatcher | None = None) -> Generation:
+        """One request from token ids (see the module docstring).
+
+        A `watcher` is called on the host before and after every step (the ORL rollout's state
+        capture, engines/dlmrt/rollout.py). It needs S = 1, where every chunk is one step and the
+        host already reads between two steps; it works in every mode, graph modes included.
+        """
         tok, B, S = self.ckpt.tokenizer, self.spec.block, self.spec.steps
-        prompt_ids = tok.encode(prompt)
+        if watcher is not None and S != 1:
+            raise InputError(f"dlmrt: a step watcher sees the state between steps; it needs sync_every 1, not {S}")
         plan = self.plan(len(prompt_ids), max_new_tokens)
         slot = self.slot(plan.end)
         state = slot.state
@@ -162,8 +183,12 @@ class DlmrtEngine:
             run = slot.run_start_block if j > 0 else slot.run_chunk
             chunk_index = 0
             while True:
+                if watcher is not None:
+                    watcher.before(j, chunk_index, state)
                 run()
                 steps_run += S
+                if watcher is not None:
+                    watcher.after(j, chunk_index, state)
                 if self.log_steps:
                     logs.append((j, chunk_index * S, state.log.clone()))
                 done, finished, nfe = state.status.tolist()  # the one host read per chunk

@@ -5,10 +5,13 @@ from __future__ import annotations
 from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device
 from orl.train.config import PRESETS
 
+ROLLOUT_ENGINES = ("recompute", "dlmrt", "dlmrt-eager")
+
 # What the train record keeps of the run's summary besides its cost (Table 5 reads both).
 SUMMARY_EXTRA = ("ablation", "seed", "refreshes", "rollout_tpf", "rollout_pass_rate", "replay_states",
                  "replay_state_bytes", "rollout_s", "steps", "reference_targets", "residual_alpha", "aec_gate",
-                 "gate_applied", "gated_fraction", "gated_fraction_mean", "gate_removed_aec", "world_size", "device",
+                 "gate_applied", "gated_fraction", "gated_fraction_mean", "gate_removed_aec", "rollout_engine", "world_size",
+                 "device",
                  "device_hours", "peak_memory_bytes_per_rank")
 
 
@@ -48,9 +51,26 @@ def register(subparsers) -> None:
     p.add_argument("--isolation", default=None, choices=["bwrap", "fallback"],
                    help="sandbox of the rollout rewards (default: the preset's orl.isolation, bwrap; "
                    "fallback: the weaker sandbox, named in the summary and the record)")
+    p.add_argument("--rollout-engine", default="recompute", choices=ROLLOUT_ENGINES,
+                   help="what decodes the rollouts: recompute (default: the batch together, full recompute, replay "
+                   "reproduces its logits exactly), dlmrt (the KV-cache engine, compiled / graph-captured, one "
+                   "prompt at a time: for GPUs) or dlmrt-eager; written to the record (extra.rollout_engine) "
+                   "and, when not recompute, part of the resume check")
     add_model_args(p, dtype=False)
     add_progress_flag(p)
     p.set_defaults(func=run_train_orl)
+
+
+def make_rollout(engine: str, init):
+    """The rollout decoder `--rollout-engine` names (orl.train.rollout.Rollout)."""
+    from orl.train.rollout import RecomputeRollout
+
+    if engine == "recompute":
+        return RecomputeRollout()
+    from orl.engines.dlmrt.rollout import DlmrtRollout
+
+    return DlmrtRollout(init.tokenizer, mode="eager" if engine == "dlmrt-eager" else None,
+                        where=init.path / "config.json")
 
 
 def run_train_orl(args) -> int:
@@ -64,7 +84,7 @@ def run_train_orl(args) -> int:
                      **({"seed": args.seed} if args.seed is not None else {})}
     preset = load_preset(args.preset, args.config, {"orl": orl_overrides} if orl_overrides else None)
     device = parse_device(args.device)
-    check_init(args.init, preset, device)
+    init = check_init(args.init, preset, device)
     if is_finished(args.out) and not args.record:
         print(f"{args.out}: already trained (delete it to retrain)")
         return 0
@@ -76,7 +96,7 @@ def run_train_orl(args) -> int:
     else:
         with training_world(device) as world:
             summary = train_orl(preset, args.init, args.out, ablation=args.ablation, world=world,
-                                progress=not args.no_progress)
+                                progress=not args.no_progress, rollout=make_rollout(args.rollout_engine, init))
         if not world.main:
             return 0  # rank 0 reports and writes the record
     print(f"wrote {args.out}: {summary['steps']} steps, {summary['refreshes']} rollouts, "

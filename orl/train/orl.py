@@ -45,7 +45,14 @@ from orl.train.loop import Micro, Step, train
 from orl.train.losses import aec_parts, dparallel_entropy_terms, masked_ce_terms
 from orl.train.pretrain import STAGE_SECTIONS, prepare
 from orl.train.replay import replay_logits
-from orl.train.rollout import CapturedStates, attach_targets, concat_states, prompt_prefixes, rollout
+from orl.train.rollout import (
+    CapturedStates,
+    RecomputeRollout,
+    Rollout,
+    attach_targets,
+    concat_states,
+    prompt_prefixes,
+)
 
 ABLATIONS = ("none", "no-residual", "offline", "no-aec", "aec-nogate", "dparallel")
 
@@ -101,11 +108,12 @@ def rollout_groups(problems: list[dict], preset: TrainPreset) -> list[tuple[list
 
 
 def collect_states(model, tokenizer, problems: list[dict], preset: TrainPreset, alpha: float, stats: OrlStats,
-                   progress: bool, world: World) -> CapturedStates | None:
+                   progress: bool, world: World, rollout: Rollout = RecomputeRollout()) -> CapturedStates | None:
     """Rollout, sandboxed check, keep the states of passing rollouts with their own completion as target.
 
-    Each rank decodes and checks its share of the prompts; the passing states of every rank are
-    gathered, in prompt order, so that every rank holds the same replay buffer.
+    Each rank decodes (with `rollout`: full recompute, or dlmrt) and checks its share of the prompts;
+    the passing states of every rank are gathered, in prompt order, so that every rank holds the same
+    replay buffer.
     """
     from orl.sandbox import check_many
 
@@ -205,8 +213,13 @@ def orl_step(model, batch: CapturedStates, preset: TrainPreset, ablation: str, r
 
 
 def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *, ablation: str = "none",
-              device: str = "cpu", progress: bool = True, world: World | None = None) -> dict:
-    """Post-train `init_dir` with ORL (or an ablation) and write the checkpoint to `out_dir`."""
+              device: str = "cpu", progress: bool = True, world: World | None = None,
+              rollout: Rollout = RecomputeRollout()) -> dict:
+    """Post-train `init_dir` with ORL (or an ablation) and write the checkpoint to `out_dir`.
+
+    `rollout` decodes the refreshes: full recompute (the default, and the tiny records') or dlmrt
+    (engines/dlmrt/rollout.py, what `orl train-orl --rollout-engine dlmrt` passes).
+    """
     world = world or World(device=torch.device(device))
     if ablation not in ABLATIONS:
         raise InputError(f"--ablation: unknown {ablation!r}; expected one of {', '.join(ABLATIONS)}")
@@ -237,7 +250,8 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
         source = initial if offline else replica.current()
         with torch.no_grad():
             problems = rollout_prompts(preset, step // cfg.refresh_every)
-            buffer["states"] = collect_states(source, tokenizer, problems, preset, alpha, stats, progress, world)
+            buffer["states"] = collect_states(source, tokenizer, problems, preset, alpha, stats, progress, world,
+                                              rollout)
         model.train()
 
     def step_fn(step: int) -> Step:
@@ -255,16 +269,17 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
         gate_log.append(metrics)  # filled in by the step's forwards
         return orl_step(model, batch, preset, ablation, residual, world, metrics)
 
-    # The resume check covers the ORL settings and the exact starting weights.
+    # The resume check covers the ORL settings, the exact starting weights and a rollout engine other
+    # than the default (its logits round differently, so its rollouts are not the same run's).
     digest = (f"{preset.digest(*STAGE_SECTIONS['orl'])}-orl-{ablation}"
-              f"-init{checkpoint_digest(init_dir)[:12]}")
+              f"-init{checkpoint_digest(init_dir)[:12]}" + ("" if rollout.name == "recompute" else f"-{rollout.name}"))
     summary = train(model, step_fn, optim, out_dir, tokenizer, digest=digest, stage=f"orl[{ablation}]", world=world,
                     progress=progress, model_name=f"{preset.name}-orl" + ("" if ablation == "none" else f"-{ablation}"))
     summary.update(ablation=ablation, refreshes=stats.refreshes, self_generated_tokens=stats.self_generated_tokens,
                    rollout_tpf=stats.rollout_tpf, rollout_pass_rate=stats.pass_rate, replay_states=stats.states,
                    replay_state_bytes=stats.state_bytes, rollout_s=stats.rollout_s,
                    reference_targets=stats.reference_targets, residual_alpha=alpha, isolation=cfg.isolation,
-                   seed=cfg.seed, aec_gate=cfg.aec_gate,
+                   seed=cfg.seed, aec_gate=cfg.aec_gate, rollout_engine=rollout.name,
                    gate_applied=ablation not in ("aec-nogate", "no-aec", "dparallel"),
                    gated_fraction=[m["gated"] for m in gate_log if "gated" in m],
                    gate_removed_aec=[m["gate_removed_aec"] for m in gate_log if "gated" in m])

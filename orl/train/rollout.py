@@ -17,6 +17,7 @@ the identical logits (orl/train/replay.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Protocol
 
 import torch
 
@@ -110,14 +111,22 @@ class StateCapture:
 
     def __call__(self, view: StepView) -> None:
         for i in view.active.nonzero().flatten().tolist():
-            m = view.masked[i]
-            self.entropy_per_step.setdefault(i, []).append(float(view.out.entropy[i][m].mean()))
-            for name, value in (("context", view.seq[i, view.pad[i]: view.lo]), ("mask_origin", self.origins[i]),
-                                ("request", i), ("block", view.block), ("step", view.step),
-                                ("tokens", view.tokens[i]), ("masked", view.masked[i]),
-                                ("residual", view.residual[i]), ("weight", view.weight[i]),
-                                ("prev_entropy", view.prev_entropy[i]), ("prev_confidence", view.prev_confidence[i])):
-                self.rows[name].append(value.cpu().clone() if torch.is_tensor(value) else value)
+            self.add(i, view.block, view.step, context=view.seq[i, view.pad[i]: view.lo], tokens=view.tokens[i],
+                     masked=view.masked[i], residual=view.residual[i], weight=view.weight[i],
+                     prev_entropy=view.prev_entropy[i], prev_confidence=view.prev_confidence[i],
+                     step_entropy=view.out.entropy[i])
+
+    def add(self, request: int, block: int, step: int, *, context: torch.Tensor, tokens: torch.Tensor,
+            masked: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, prev_entropy: torch.Tensor,
+            prev_confidence: torch.Tensor, step_entropy: torch.Tensor) -> None:
+        """One state of one request: what step k of block j started from ([B] rows, r [B, d]), and
+        `step_entropy`, the entropies that step computed (for the per-step mean over its masked positions)."""
+        self.entropy_per_step.setdefault(request, []).append(float(step_entropy[masked].mean()))
+        for name, value in (("context", context), ("mask_origin", self.origins[request]), ("request", request),
+                            ("block", block), ("step", step), ("tokens", tokens), ("masked", masked),
+                            ("residual", residual), ("weight", weight), ("prev_entropy", prev_entropy),
+                            ("prev_confidence", prev_confidence)):
+            self.rows[name].append(value.cpu().clone() if torch.is_tensor(value) else value)
 
     def states(self) -> CapturedStates:
         r = self.rows
@@ -144,10 +153,15 @@ class RolloutResult:
 def rollout(model: Transformer, prompts: list[list[int]], rule: DecodeRule, *, max_new_tokens: int,
             pad_id: int) -> RolloutResult:
     """Decode `prompts` (token ids) together; returns completions, NFE and the captured states."""
-    capture = StateCapture([0 if rule.layout == "absolute" else len(p) for p in prompts])
+    capture = StateCapture(mask_origins(prompts, rule))
     result = decode_blocks(model, prompts, rule, max_new_tokens=max_new_tokens, pad_id=pad_id, observer=capture)
     entropy = [capture.entropy_per_step.get(i, []) for i in range(len(prompts))]
     return RolloutResult(result.completions, result.nfe, capture.states(), entropy)
+
+
+def mask_origins(prompts: list[list[int]], rule: DecodeRule) -> list[int]:
+    """Per prompt, where its block-causal mask counts blocks from (orl.decoding.layout)."""
+    return [0 if rule.layout == "absolute" else len(p) for p in prompts]
 
 
 def prompt_prefixes(prompts: list[list[int]], rule: DecodeRule) -> list[int]:
@@ -170,3 +184,24 @@ def attach_targets(states: CapturedStates, completions: list[list[int]], block_s
         row = ids[max(lo, 0): lo + block_size]
         targets.append(torch.cat([tokens[: block_size - len(row)], torch.tensor(row, dtype=tokens.dtype)]))
     states.targets = torch.stack(targets)
+
+
+class Rollout(Protocol):
+    """What decodes ORL's rollouts (`orl train-orl --rollout-engine`): RecomputeRollout, the default,
+    or dlmrt's (engines/dlmrt/rollout.py). Both return the same states for the same rule."""
+
+    name: str
+
+    def __call__(self, model: Transformer, prompts: list[list[int]], rule: DecodeRule, *, max_new_tokens: int,
+                 pad_id: int) -> RolloutResult: ...
+
+
+@dataclass(frozen=True)
+class RecomputeRollout:
+    """`rollout` above: the batch decoded together by full recompute (replay reproduces its logits exactly)."""
+
+    name: str = "recompute"
+
+    def __call__(self, model: Transformer, prompts: list[list[int]], rule: DecodeRule, *, max_new_tokens: int,
+                 pad_id: int) -> RolloutResult:
+        return rollout(model, prompts, rule, max_new_tokens=max_new_tokens, pad_id=pad_id)

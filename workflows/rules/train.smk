@@ -2,7 +2,8 @@
 # and its ablations. The paper profile reads its checkpoints from the config and, when a preset is set,
 # trains ORL and its ablations from checkpoints.dlm under torchrun (config train_gpus, train_config).
 # ORL and the ablations are trained once per training seed (config `seeds`: `orl train-orl --seed N`;
-# checkpoints <key>_seed<N>). Each rule resumes from its last checkpoint when rerun after an
+# checkpoints <key>_seed<N>); config rollout_engine picks what decodes their rollouts (recompute, or
+# dlmrt on GPUs: `orl train-orl --rollout-engine`). Each rule resumes from its last checkpoint when rerun after an
 # interruption. Checkpoint folders are taken from the rule's own config.json input/output, so the
 # command names exactly the files snakemake tracks. NVFP4 quantization (of the primary seed's ORL
 # checkpoint) runs on every profile.
@@ -85,6 +86,7 @@ if TRAINS:
         params:
             **TRAIN,
             settings=preset_digest("orl"),
+            rollout=ROLLOUT_ENGINE,
             init=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output.ckpt),
             system=ROW[rows.TRAINED].system,
@@ -98,7 +100,7 @@ if TRAINS:
         shell:
             "{TRAIN_ORL} train-orl --preset {params.preset} {params.preset_file} --init {params.init} "
             "--out {params.out} --seed {wildcards.seed} --record {output.record} --system '{params.system}' "
-            "--device {params.device} > {log} 2>&1"
+            "--device {params.device} --rollout-engine {params.rollout} > {log} 2>&1"
 
     rule train_ablation:
         # The configured ablation rows (orl.rows.ABLATIONS): ORL with one part changed.
@@ -113,6 +115,7 @@ if TRAINS:
         params:
             **TRAIN,
             settings=preset_digest("orl"),
+            rollout=ROLLOUT_ENGINE,
             init=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output.ckpt),
             system=lambda wc: rows.ABLATIONS[wc.ablation].system,
@@ -126,7 +129,7 @@ if TRAINS:
         shell:
             "{TRAIN_ORL} train-orl --preset {params.preset} {params.preset_file} --init {params.init} "
             "--out {params.out} --ablation {wildcards.ablation} --seed {wildcards.seed} --record {output.record} "
-            "--system '{params.system}' --device {params.device} > {log} 2>&1"
+            "--system '{params.system}' --device {params.device} --rollout-engine {params.rollout} > {log} 2>&1"
 
 
 rule quantize_nvfp4:
