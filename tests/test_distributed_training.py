@@ -112,6 +112,23 @@ def test_orl_replay_on_two_ranks_follows_the_single_process_loss_curve(runs):
         assert abs(x["gated"] - y["gated"]) <= 1e-6, (x["step"], x["gated"], y["gated"])
 
 
+def test_two_ranks_rolling_out_with_dlmrt_follow_the_single_process_recompute_curve(runs):
+    """Each rank decodes its share of the prompts with dlmrt (the Replica's whole weights, one request at
+    a time); the gathered buffer replays to the recompute run's losses within the rounding of a cache."""
+    root, _ = runs
+    gate = root / "gate.yaml"
+    gate.write_text("orl: {aec_gate: 0.3}\n")
+    if not (root / "orl1" / "config.json").exists():  # written by the replay test above when it ran first
+        result = orl("train-orl", "--preset", "smoke", "--config", gate, "--init", root / "one", "--out", root / "orl1")
+        assert result.returncode == 0, result.stderr[-3000:]
+    result = torchrun("train-orl", "--preset", "smoke", "--config", gate, "--init", root / "one", "--out",
+                      root / "orl2-dlmrt", "--rollout-engine", "dlmrt-eager")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_same_curve(root / "orl1", root / "orl2-dlmrt")
+    summary = json.loads((root / "orl2-dlmrt" / "train_summary.json").read_text())
+    assert summary["rollout_engine"] == "dlmrt-eager" and summary["world_size"] == 2
+
+
 def test_a_rank_killed_mid_run_resumes_and_ends_bitwise_equal(runs, tmp_path):
     root, steps = runs
     script = tmp_path / "kill_rank_1.py"
