@@ -293,3 +293,16 @@ def test_smoke_profile_reproduces_everything(tmp_path):
     changed = snakemake("-n", "reproduce_all", "--config", "profile=smoke", f"train_config={edited}", cwd=tmp_path)
     assert {"train_orl", "train_ablation"} <= {job["rule"] for job in planned_jobs(changed.stdout)}
     assert "Params have changed" in changed.stdout, changed.stdout[-3000:]
+
+
+@pytest.mark.skipif(not (REPO / ".git").exists(), reason="needs the repository's git history (a clone of it)")
+def test_a_fresh_clone_plans_nothing_for_the_committed_tiny_records(tmp_path):
+    """`make reproduce` in a fresh clone only checks the committed records: the checkout writes them one
+    after another, and `make clone-times` gives them one time before the DAG's first run there."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=300)
+    subprocess.run(["make", "-s", "clone-times"], cwd=clone, check=True, timeout=120)
+    planned = subprocess.run([sys.executable, "-m", "snakemake", "-c2", "-n", "reproduce_all", "--config",
+                              "profile=tiny"], cwd=clone, capture_output=True, text=True, timeout=600)
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    assert "Nothing to be done" in planned.stdout + planned.stderr, (planned.stdout + planned.stderr)[-3000:]
