@@ -17,16 +17,26 @@ from typing import Any
 
 from orl.errors import CheckpointError, InputError
 
+# The process's umask, read once: a record written by an atomic write gets the mode a plain open()
+# would have given it (mkstemp creates its temporary file readable by its owner only).
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 # The checkout this package runs from (an editable install): results/, reports/ and the claims ledger.
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` via a temp file and rename (same filesystem)."""
+    """Write `data` to `path` via a temp file and rename (same filesystem).
+
+    The file keeps the mode of the one it replaces; a new file gets 0666 less the umask, as open() gives.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o666 & ~_UMASK
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
