@@ -23,21 +23,30 @@ EXACT = ("context", "mask_origin", "request", "block", "step", "tokens", "masked
 ROUNDED = ("residual", "weight", "prev_entropy", "prev_confidence")  # cache against recompute: float rounding
 
 
-@pytest.fixture(scope="module", params=["after-prompt", "absolute"])
-def dlm(request, smoke_models):
+def sharp_dlm(path, layout: str, device: str = "cpu"):
     """The smoke dLLM with the residual on (α = 1), sharpened so that threshold(0.7) commits several
-    positions per step (its own confidences stay below 0.35), in our layout and in SDAR's."""
-    ckpt = load_checkpoint(smoke_models[1])
+    positions per step (its own confidences stay below 0.35), in the given block layout."""
+    ckpt = load_checkpoint(path, device=device)
     ckpt.model.config.residual_alpha = 1.0
-    ckpt.model.config.block_layout = request.param
+    ckpt.model.config.block_layout = layout
     with torch.no_grad():
         ckpt.model.model.norm.weight.mul_(3.0)
     return ckpt
 
 
+@pytest.fixture(scope="module", params=["after-prompt", "absolute"])
+def dlm(request, smoke_models):
+    """sharp_dlm in our layout and in SDAR's."""
+    return sharp_dlm(smoke_models[1], request.param)
+
+
+def train_prompts(tokenizer) -> list[list[int]]:
+    return [tokenizer.encode(p["prompt"]) for p in tinycode.train_problems(11, 8, "easy")]
+
+
 @pytest.fixture(scope="module")
 def prompts(dlm):
-    return [dlm.tokenizer.encode(p["prompt"]) for p in tinycode.train_problems(11, 8, "easy")]
+    return train_prompts(dlm.tokenizer)
 
 
 def _rollouts(dlm, prompts, *, mode="eager", backend="inductor"):
@@ -71,11 +80,13 @@ def test_dlmrt_rollout_captures_the_recompute_rollouts_states(dlm, prompts):
         assert a == pytest.approx(b, abs=1e-4)
 
 
-def test_compiled_dlmrt_rollout_captures_the_same_states_and_follows_weight_updates(dlm, prompts):
+def test_compiled_dlmrt_rollout_captures_the_same_states_and_follows_weight_updates(smoke_models):
     """The watcher reads between chunk launches, so a compiled chunk (aot_eager: fullgraph, without
     inductor's code generation) captures the same states; after the weights change in place, as an
-    optimizer step changes them, the same compiled engine decodes with the new weights."""
-    dlm = copy.deepcopy(dlm)
+    optimizer step changes them, the same compiled engine decodes with the new weights. (Our layout:
+    the layouts share the chunk code, and the eager test covers both.)"""
+    dlm = sharp_dlm(smoke_models[1], "after-prompt")
+    prompts = train_prompts(dlm.tokenizer)
     rule = decode_rule(dlm.model.config, dlm.tokenizer.eos_ids, Policy("threshold", 0.7), residual=True)
     args = dict(max_new_tokens=MAX_NEW, pad_id=dlm.tokenizer.pad_id)
     compiled = DlmrtRollout(dlm.tokenizer, mode="compile", compile_backend="aot_eager")
@@ -155,11 +166,8 @@ def test_one_engine_per_model_and_rule_is_built_and_reused(dlm, prompts):
 @pytest.mark.parametrize("mode", ["cudagraph", "compile-graph"])
 def test_cuda_graph_rollout_captures_the_recompute_rollouts_states(smoke_models, mode):
     """On a GPU: the watcher between graph replays sees what the recompute rollout's observer sees."""
-    ckpt = load_checkpoint(smoke_models[1], device="cuda")
-    ckpt.model.config.residual_alpha = 1.0
-    with torch.no_grad():
-        ckpt.model.model.norm.weight.mul_(3.0)
-    prompts = [ckpt.tokenizer.encode(p["prompt"]) for p in tinycode.train_problems(11, 8, "easy")]
+    ckpt = sharp_dlm(smoke_models[1], "after-prompt", device="cuda")
+    prompts = train_prompts(ckpt.tokenizer)
     rule = decode_rule(ckpt.model.config, ckpt.tokenizer.eos_ids, Policy("threshold", 0.7), residual=True)
     args = dict(max_new_tokens=MAX_NEW, pad_id=ckpt.tokenizer.pad_id)
     reference = RecomputeRollout()(ckpt.model, prompts, rule, **args)
