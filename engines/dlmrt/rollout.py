@@ -49,21 +49,18 @@ class _RequestCapture:
     def before(self, block: int, step: int, state: DecodeState) -> None:
         B, E = self.rule.block, self.embedding
         context = state.seq[0, : self.plan.first + block * B].clone()
+        no_residual = torch.zeros(B, E.shape[1], device=E.device, dtype=E.dtype)
+        zeros = torch.zeros(B, device=E.device)
         if step == 0:  # a fresh block; for j > 0 the state still holds block j-1 until the chunk resets it
             tokens = state.tokens[0].clone() if block == 0 else torch.full_like(state.tokens[0], self.rule.mask_id)
             masked = state.masked[0].clone() if block == 0 else torch.ones_like(state.masked[0])
-            zeros = torch.zeros(B, device=E.device)
-            residual, weight = torch.zeros(B, E.shape[1], device=E.device, dtype=E.dtype), zeros
-            prev_entropy, prev_confidence = zeros, zeros
+            residual, weight, prev_entropy, prev_confidence = no_residual, zeros, zeros, zeros
         else:
             tokens, masked = state.tokens[0].clone(), state.masked[0].clone()
             probs, prev_entropy = state.probs[0], state.entropy[0].clone()
             prev_confidence = probs.amax(-1)
-            if self.rule.alpha:
-                residual, weight = residual_context(E, probs, prev_entropy, self.rule.alpha)
-            else:
-                residual = torch.zeros(B, E.shape[1], device=E.device, dtype=E.dtype)
-                weight = torch.zeros(B, device=E.device)
+            residual, weight = (residual_context(E, probs, prev_entropy, self.rule.alpha) if self.rule.alpha
+                                else (no_residual, zeros))
         self.pending = dict(context=context, tokens=tokens, masked=masked, residual=residual, weight=weight,
                             prev_entropy=prev_entropy, prev_confidence=prev_confidence)
 

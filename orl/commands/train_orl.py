@@ -10,9 +10,8 @@ ROLLOUT_ENGINES = ("recompute", "dlmrt", "dlmrt-eager")
 # What the train record keeps of the run's summary besides its cost (Table 5 reads both).
 SUMMARY_EXTRA = ("ablation", "seed", "refreshes", "rollout_tpf", "rollout_pass_rate", "replay_states",
                  "replay_state_bytes", "rollout_s", "steps", "reference_targets", "residual_alpha", "aec_gate",
-                 "gate_applied", "gated_fraction", "gated_fraction_mean", "gate_removed_aec", "rollout_engine", "world_size",
-                 "device",
-                 "device_hours", "peak_memory_bytes_per_rank")
+                 "gate_applied", "gated_fraction", "gated_fraction_mean", "gate_removed_aec", "rollout_engine",
+                 "world_size", "device", "device_hours", "peak_memory_bytes_per_rank")
 
 
 def cost_metrics(summary: dict) -> dict:

@@ -3,8 +3,8 @@
 # trains ORL and its ablations from checkpoints.dlm under torchrun (config train_gpus, train_config).
 # ORL and the ablations are trained once per training seed (config `seeds`: `orl train-orl --seed N`;
 # checkpoints <key>_seed<N>); config rollout_engine picks what decodes their rollouts (recompute, or
-# dlmrt on GPUs: `orl train-orl --rollout-engine`). Each rule resumes from its last checkpoint when rerun after an
-# interruption. Checkpoint folders are taken from the rule's own config.json input/output, so the
+# dlmrt on GPUs: `orl train-orl --rollout-engine`). Each rule resumes from its last checkpoint when
+# rerun after an interruption. Checkpoint folders are taken from the rule's own config.json input/output, so the
 # command names exactly the files snakemake tracks. NVFP4 quantization (of the primary seed's ORL
 # checkpoint) runs on every profile.
 
