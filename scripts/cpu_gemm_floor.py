@@ -5,7 +5,8 @@ times that product for Qwen3-0.6B's weight shapes in fp32 two ways, each against
 (weight bytes / the copy bandwidth measured here, orl/eval/scale.py):
 - aten's `linear` (what the model runs);
 - MKL's packed sgemm (`torch.ops.mkl._mkl_linear` on a weight whose panel layout was built
-  once by `_mkl_reorder_linear_weight`).
+  once by `_mkl_reorder_linear_weight`);
+- oneDNN on its packed weight (orl.kernels.onednn, what dlmrt's `cpu_linear` "onednn" runs).
 The small projections fit in the last-level cache when timed alone, so their ratios are
 optimistic; the LM head (151,936 x 1,024, 622 MB) streams from memory like a whole model does.
 
@@ -20,6 +21,7 @@ import time
 import torch
 
 from orl.eval.scale import copy_bandwidth
+from orl.kernels.onednn import onednn_linear
 
 # (in_features, out_features, how many per forward) of Qwen3-0.6B: 28 layers, tied LM head.
 SHAPES = [(1024, 2048, 28), (1024, 1024, 56), (2048, 1024, 28), (1024, 3072, 56), (3072, 1024, 28),
@@ -45,21 +47,23 @@ def main() -> int:
     bandwidth = copy_bandwidth("cpu")
     print(f"copy bandwidth {bandwidth / 1e9:.2f} GB/s, {torch.get_num_threads()} threads, {args.rows} rows")
     generator = torch.Generator().manual_seed(0)
-    totals = {"aten": 0.0, "mkl": 0.0, "floor": 0.0}
+    totals = {"aten": 0.0, "mkl": 0.0, "onednn": 0.0, "floor": 0.0}
     for k, n, count in SHAPES:
         x = torch.randn(args.rows, k, generator=generator)
         w = torch.randn(n, k, generator=generator) * 0.02
         packed = torch.ops.mkl._mkl_reorder_linear_weight(w, args.rows)
         aten = seconds(lambda x=x, w=w: torch.nn.functional.linear(x, w))
         mkl = seconds(lambda x=x, w=w, packed=packed: torch.ops.mkl._mkl_linear(x, packed, w, None, args.rows))
+        onednn = seconds(lambda x=x, w=w: onednn_linear(x, w))
         floor = w.numel() * w.element_size() / bandwidth
         print(f"{k:>5} x {n:<6} x{count:<3} aten {aten * 1e3:8.3f} ms ({aten / floor:.2f}x floor)   "
-              f"mkl packed {mkl * 1e3:8.3f} ms ({mkl / floor:.2f}x)")
+              f"mkl packed {mkl * 1e3:8.3f} ms ({mkl / floor:.2f}x)   onednn {onednn * 1e3:8.3f} ms ({onednn / floor:.2f}x)")
         totals["aten"] += aten * count
         totals["mkl"] += mkl * count
+        totals["onednn"] += onednn * count
         totals["floor"] += floor * count
     print(f"per forward: aten {totals['aten'] * 1e3:.1f} ms, mkl packed {totals['mkl'] * 1e3:.1f} ms, "
-          f"floor {totals['floor'] * 1e3:.1f} ms")
+          f"onednn {totals['onednn'] * 1e3:.1f} ms, floor {totals['floor'] * 1e3:.1f} ms")
     return 0
 
 

@@ -167,16 +167,21 @@ def test_csv_has_interval_columns_and_markdown_folds_them(records, claims, tmp_p
     assert "$\\pm$" in tex
 
 
-def scale(engine, arch, time_per_forward, floor, *, kernels=None):
+def scale(engine, arch, time_per_forward, floor, *, kernels=None, linear=None, cpu=None):
     extra = {"arch": arch, "block": 16, "prompt_len": 128, "random_weights": True,
              "per_request": [{"tokens": 256, "nfe": 256, "wall_s": 1.0}]}  # fmt: skip
     if kernels is not None:
         extra["kernels_per_step"] = kernels
-    return make_record("scale_bench", system=f"{arch} (random weights: speed only)", engine=engine,
+    if linear is not None:
+        extra["cpu_linear"] = {"backend": linear, "requested": "auto"}
+    record = make_record("scale_bench", system=f"{arch} (random weights: speed only)", engine=engine,
                        model={"name": arch, "precision": "float32"}, suite=None, n_problems=1, extra=extra,
                        metrics={"time_per_forward_s": time_per_forward, "floor_s": floor,
                                 "floor_ratio": time_per_forward / floor, "tokens_per_s": 100.0,
                                 "weight_bytes_read": 2.4e9})  # fmt: skip
+    if cpu is not None:
+        record["env"] = {**record["env"], "gpu_name": None, "cpu_model": cpu}
+    return record
 
 
 def test_table3b_lines_from_scale_bench_records():
@@ -188,6 +193,17 @@ def test_table3b_lines_from_scale_bench_records():
     assert dlmrt["max_new_tokens"] == 256 and "pass_at_1" not in frame.columns
     empty = build_table3b([])
     assert empty["status"].iloc[0].startswith("not run: no scale_bench records")
+
+
+def test_table3b_keeps_processors_and_cpu_linears_apart():
+    frame = build_table3b([scale("dlmrt", "qwen3-0.6b", 0.24, 0.1, cpu="Intel(R) Xeon(R) Processor"),
+                           scale("dlmrt", "qwen3-0.6b", 0.42, 0.08, cpu="AMD EPYC"),
+                           scale("dlmrt", "qwen3-0.6b", 0.18, 0.08, cpu="AMD EPYC", linear="onednn"),
+                           scale("reference", "qwen3-0.6b", 0.9, 0.08, cpu="AMD EPYC")])  # fmt: skip
+    lines = {(d, e, lin if isinstance(lin, str) else None)
+             for d, e, lin in zip(frame["device"], frame["engine"], frame["cpu_linear"], strict=True)}
+    assert lines == {("cpu (Intel(R) Xeon(R) Processor)", "dlmrt", "aten"), ("cpu (AMD EPYC)", "dlmrt", "aten"),
+                     ("cpu (AMD EPYC)", "dlmrt", "onednn"), ("cpu (AMD EPYC)", "reference", None)}
 
 
 def test_the_committed_tiny_records_still_render(tmp_path):

@@ -32,6 +32,7 @@ from orl.engines.dlmrt.capture import default_mode, make_prefill_runner, make_ru
 from orl.engines.dlmrt.chunk import ChunkSpec, StepObserver, denoise_chunk, prefill, start_block_chunk
 from orl.engines.dlmrt.state import DecodeState, cache_bucket
 from orl.errors import CheckpointError, InputError
+from orl.kernels.onednn import choose_linear, with_onednn_linears
 from orl.model.checkpoint import Checkpoint
 from orl.model.transformer import avoid_per_length_attention_plans
 
@@ -53,6 +54,7 @@ class DlmrtConfig:
     mode: str | None = None  # one of capture.MODES; None = from `compiled` and the device
     compile_backend: str | Callable = "inductor"  # torch.compile backend of "compile" mode ("aot_eager": capture only)
     observer: StepObserver | None = None  # eager mode only: sees every step's logits and decisions (parity)
+    cpu_linear: str = "aten"  # CPU matmuls: "aten" (MKL), "onednn" or "auto" (measured; kernels/onednn.py)
 
 
 @dataclass
@@ -82,6 +84,9 @@ class DlmrtEngine:
         self.ckpt, self.policy, self.log_steps = ckpt, policy, log_steps
         self.model = ckpt.model
         self.device = next(self.model.parameters()).device
+        self.linear = choose_linear(self.config.cpu_linear, self.model, self.rule.block, self.device)
+        if self.linear.backend == "onednn":
+            self.model = with_onednn_linears(self.model)  # shares the checkpoint's parameters
         avoid_per_length_attention_plans(self.device)
         self.mode = self.config.mode or default_mode(self.device, compiled)
         if self.config.observer is not None and self.mode != "eager":
@@ -110,7 +115,7 @@ class DlmrtEngine:
         rule = self.rule
         return checkpoint_info(self.name, self.ckpt, self.device, policy=rule.policy.to_record(), settings={
             "mode": self.mode, "sync_every": self.spec.steps, "residual_alpha": rule.alpha, "eos_fill": rule.eos_fill,
-            "stop_at_eos": rule.stop_at_eos, "layout": rule.layout,
+            "stop_at_eos": rule.stop_at_eos, "layout": rule.layout, "cpu_linear": self.linear.backend,
             "compile_backend": str(self.config.compile_backend) if self.mode == "compile" else None})
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> int:

@@ -47,6 +47,9 @@ def register(subparsers) -> None:
     p.add_argument("--gemm-size", type=int, default=2048,
                    help="side of the square matmul whose FLOP/s set the compute floor (default 2048)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    p.add_argument("--cpu-linear", choices=("auto", "aten", "onednn"), default="auto",
+                   help="dlmrt's CPU matmuls: auto (default) times F.linear (MKL) and oneDNN on the model's shapes "
+                   "and takes the faster; aten or onednn force one (kernels/onednn.py)")
     p.add_argument("--profile", action="store_true", help="count the kernels (CUDA) / operators (CPU) per dlmrt step")
     p.add_argument("--out", required=True, help="records file (.jsonl) to write")
     add_model_args(p)
@@ -66,11 +69,18 @@ def _check(args) -> list[str]:
     return names
 
 
+def _linear_line(choice) -> str:
+    if choice.aten_s is None:
+        return f"{choice.backend} ({choice.requested})"
+    return (f"{choice.backend} (auto: one step's linears {choice.aten_s * 1e3:.1f} ms with F.linear, "
+            f"{choice.onednn_s * 1e3:.1f} ms with oneDNN)")
+
+
 def run_bench_scale(args) -> int:
     import torch
 
     from orl.decoding import plan_blocks
-    from orl.engines.dlmrt import DlmrtEngine
+    from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
     from orl.engines.hf import HFEngine
     from orl.engines.reference import ReferenceDiffusion
     from orl.eval.engine_bench import chunk_step_time, profile_chunk
@@ -120,7 +130,9 @@ def run_bench_scale(args) -> int:
         elif name == "reference":
             engine = ReferenceDiffusion(ckpt, policy, ignore_eos=True)
         else:
-            engine = DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", ignore_eos=True)
+            engine = DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", ignore_eos=True,
+                                 config=DlmrtConfig(cpu_linear=args.cpu_linear))
+            print(f"{engine.name}: linears through {_linear_line(engine.linear)}", flush=True)
         run = measure_latency(engine, prompts, args.max_new_tokens, warmup=args.warmup, progress=not args.no_progress)
         summary = run.summary
         forwards = sum(t.nfe + t.prefill_forwards for t in run.timings)
@@ -134,6 +146,7 @@ def run_bench_scale(args) -> int:
             step = chunk_step_time(engine, prompts[0], args.max_new_tokens, args.repeats)
             metrics.update(step_time_s=step, time_per_forward_s=step)
             extra["time_per_forward"] = "one decoding step of the captured / compiled chunk, at the generation's end"
+            extra["cpu_linear"] = engine.linear.to_record()
             if args.profile:
                 extra["kernels_per_step"], _ = profile_chunk(engine, prompts[0], args.max_new_tokens)
         # Ignored here: the floor counts what a forward must read; the reference decoder and the AR

@@ -28,11 +28,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from orl.errors import InputError
+from orl.kernels.onednn import onednn_available, onednn_linear
 from orl.model.checkpoint import Checkpoint
 from orl.model.transformer import ModelConfig, Transformer
 
@@ -183,20 +185,28 @@ def flops_per_forward(model: torch.nn.Module, tokens: int, context: int) -> int:
 
 
 def gemm_rate(device, dtype: torch.dtype, size: int, repeats: int = 3) -> float:
-    """FLOP/s of one `size` x `size` x `size` matmul in `dtype` (best of `repeats`, after a warm-up)."""
+    """FLOP/s of one `size` x `size` x `size` matmul in `dtype` (best of `repeats`, after a warm-up).
+
+    On the CPU the faster of torch.mm (MKL) and oneDNN's packed linear counts: which one wins
+    depends on the processor (kernels/onednn.py), and the floor is what the device can do.
+    """
     generator = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     cuda = torch.device(device).type == "cuda"
+    calls = [partial(torch.mm, a, b)]
+    if not cuda and onednn_available() and dtype in (torch.float32, torch.bfloat16):
+        calls.append(partial(onednn_linear, a, b))
     best = float("inf")
-    for _ in range(repeats + 1):
-        if cuda:
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        torch.mm(a, b)
-        if cuda:
-            torch.cuda.synchronize(device)
-        best = min(best, time.perf_counter() - start)
+    for call in calls:
+        for _ in range(repeats + 1):
+            if cuda:
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            call()
+            if cuda:
+                torch.cuda.synchronize(device)
+            best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best
 
 

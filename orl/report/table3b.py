@@ -1,8 +1,9 @@
 """Table 3b: the engine against the hardware limit (random weights, speed only).
 
 Rows come from `scale_bench` records (`orl bench-scale`, orl/eval/scale.py), never from rows.py:
-one line per (architecture, block, precision, device, engine), the latest measured record of
-each. Columns: time per forward, the floor (weight + KV bytes read per forward over the copy
+one line per (architecture, block, precision, device, engine, CPU linears), the latest measured
+record of each; a CPU device is named by its processor, and dlmrt's CPU lines by the matmul
+path it ran (`cpu_linear`: aten = F.linear / MKL, onednn; kernels/onednn.py). Columns: time per forward, the floor (weight + KV bytes read per forward over the copy
 bandwidth measured in the same run), their ratio, for dlmrt the compute floor of a block forward
 and the ratio to the roofline (the larger floor), kernels (CUDA) or operators (CPU) per dlmrt
 step, tokens/s. Random weights decode nonsense, so this table has no accuracy column and is
@@ -18,7 +19,7 @@ from orl.report.attach import TABLE_TITLES
 
 TABLE = "3b"
 COLUMNS = ["arch", "block", "precision", "device", "engine", "max_new_tokens", "prompt_len", "time_per_forward_s",
-           "floor_s", "floor_ratio", "compute_floor_s", "roofline_ratio", "kernels_per_step", "tokens_per_s", "tpf", "weight_bytes_read", "kv_bytes_read",
+           "floor_s", "floor_ratio", "compute_floor_s", "roofline_ratio", "kernels_per_step", "cpu_linear", "tokens_per_s", "tpf", "weight_bytes_read", "kv_bytes_read",
            "bandwidth_gb_per_s", "status", "note"]  # fmt: skip
 ENGINE_ORDER = ("dlmrt", "dlmrt-eager", "reference", "hf")
 NO_RECORDS = ("not run: no scale_bench records (the DAG does not run `orl bench-scale`; run it, e.g. "
@@ -26,7 +27,17 @@ NO_RECORDS = ("not run: no scale_bench records (the DAG does not run `orl bench-
 
 
 def _device(record: dict) -> str:
-    return (record.get("extra") or {}).get("device") or record["env"]["gpu_name"] or "cpu"
+    env = record["env"]
+    cpu = f"cpu ({env['cpu_model']})" if env.get("cpu_model") else "cpu"
+    return (record.get("extra") or {}).get("device") or env["gpu_name"] or cpu
+
+
+def _cpu_linear(record: dict) -> str | None:
+    """The CPU matmul path of a dlmrt line; records from before the choice existed ran F.linear."""
+    if record["env"]["gpu_name"] or not record["engine"].startswith("dlmrt"):
+        return None
+    choice = (record.get("extra") or {}).get("cpu_linear")
+    return choice["backend"] if isinstance(choice, dict) else "aten"
 
 
 def _generated(extra: dict) -> int | None:
@@ -37,13 +48,14 @@ def _generated(extra: dict) -> int | None:
 
 def _key(record: dict) -> tuple:
     extra = record.get("extra") or {}
-    return (extra.get("arch"), extra.get("block"), record["model"]["precision"], _device(record), record["engine"])
+    return (extra.get("arch"), extra.get("block"), record["model"]["precision"], _device(record), record["engine"],
+            _cpu_linear(record))
 
 
 def _order(key: tuple) -> tuple:
-    arch, block, precision, device, engine = key
+    arch, block, precision, device, engine, linear = key
     rank = ENGINE_ORDER.index(engine) if engine in ENGINE_ORDER else len(ENGINE_ORDER)
-    return (str(arch), block or 0, str(precision), str(device), rank, str(engine))
+    return (str(arch), block or 0, str(precision), str(device), rank, str(engine), str(linear))
 
 
 def build_table3b(records: list[dict]) -> pd.DataFrame:
@@ -63,7 +75,7 @@ def build_table3b(records: list[dict]) -> pd.DataFrame:
             **{name: metrics.get(name) for name in ("time_per_forward_s", "floor_s", "floor_ratio", "compute_floor_s",
                                                     "roofline_ratio", "tokens_per_s", "tpf", "weight_bytes_read",
                                                     "kv_bytes_read", "bandwidth_gb_per_s")},
-            "kernels_per_step": extra.get("kernels_per_step"), "status": "measured",
+            "kernels_per_step": extra.get("kernels_per_step"), "cpu_linear": key[5], "status": "measured",
             "note": extra.get("time_per_forward"),
         })  # fmt: skip
     if not lines:

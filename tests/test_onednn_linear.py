@@ -1,0 +1,88 @@
+"""oneDNN linears on the CPU (kernels/onednn.py): equal to F.linear, follow in-place weight changes,
+leave the checkpoint's model alone, decode like the reference decoder inside dlmrt's compiled chunk."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from orl.decoding import Policy
+from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
+from orl.engines.reference import ReferenceDiffusion
+from orl.errors import InputError
+from orl.kernels.onednn import (
+    OneDnnLinear,
+    choose_linear,
+    onednn_available,
+    onednn_linear,
+    with_onednn_linears,
+)
+from orl.model.checkpoint import load_checkpoint
+from orl.tasks import load_suite
+
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN (mkldnn)")]
+
+
+@pytest.mark.parametrize("shape", [(5, 64), (1, 16, 64), (2, 3, 64)])
+def test_onednn_linear_equals_f_linear(shape):
+    gen = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(shape, generator=gen), torch.randn(48, 64, generator=gen)
+    out = onednn_linear(x, weight)
+    assert out.shape == (*shape[:-1], 48)
+    torch.testing.assert_close(out, nn.functional.linear(x, weight), rtol=1e-5, atol=1e-5)
+
+
+def test_a_weight_changed_in_place_is_packed_again():
+    gen = torch.Generator().manual_seed(1)
+    x, weight = torch.randn(4, 32, generator=gen), torch.randn(16, 32, generator=gen)
+    before = onednn_linear(x, weight)
+    with torch.no_grad():
+        weight.mul_(-2.0)  # what an optimizer step or a rollout's weight sync does
+    torch.testing.assert_close(onednn_linear(x, weight), -2.0 * before, rtol=1e-5, atol=1e-5)
+
+
+def test_the_onednn_copy_shares_parameters_and_leaves_the_model_alone(smoke_models):
+    model = load_checkpoint(smoke_models[1]).model
+    clone = with_onednn_linears(model)
+    assert {id(p) for p in clone.parameters()} == {id(p) for p in model.parameters()}
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert linears and all(type(m) is nn.Linear for m in linears)
+    assert all(type(m) is OneDnnLinear for m in clone.modules() if isinstance(m, nn.Linear))
+    ids = torch.tensor([[5, 9, 17, 33, 2, 40]])
+    with torch.no_grad():
+        torch.testing.assert_close(clone(ids), model(ids), rtol=1e-4, atol=1e-4)
+
+
+def test_compiled_dlmrt_with_onednn_decodes_like_the_reference_decoder(smoke_models):
+    ckpt = load_checkpoint(smoke_models[1])
+    ckpt.model.config.residual_alpha = 0.5
+    policy = Policy.parse("threshold:0.9")
+    prompts = [p["prompt"] for p in load_suite("tinycode", difficulty="easy", limit=4)]
+    config = DlmrtConfig(mode="compile", compile_backend="aot_eager", cpu_linear="onednn")
+    engine = DlmrtEngine(ckpt, policy, config=config)
+    assert engine.linear.backend == "onednn" and engine.describe().settings["cpu_linear"] == "onednn"
+    assert type(ckpt.model.lm_head) is nn.Linear  # the checkpoint's own model keeps F.linear
+    reference = ReferenceDiffusion(ckpt, policy)
+    for prompt in prompts:
+        ours, ref = engine.generate(prompt, 32), reference.generate(prompt, 32)
+        assert (ours.token_ids, ours.nfe) == (ref.token_ids, ref.nfe)
+
+
+def test_auto_times_every_linear_shape_and_picks_one(smoke_models):
+    model = load_checkpoint(smoke_models[1]).model
+    choice = choose_linear("auto", model, rows=8, device=torch.device("cpu"))
+    linears = sum(1 for m in model.modules() if isinstance(m, nn.Linear))
+    assert sum(count for _, _, count in choice.shapes) == linears
+    assert choice.aten_s > 0 and choice.onednn_s > 0 and choice.requested == "auto"
+    assert choice.backend == ("onednn" if choice.onednn_s < 0.9 * choice.aten_s else "aten")
+    assert choose_linear("aten", model, 8, torch.device("cpu")).aten_s is None  # nothing measured
+
+
+def test_bad_cpu_linear_requests_are_refused(smoke_models):
+    model = load_checkpoint(smoke_models[1]).model
+    with pytest.raises(InputError, match="cpu_linear: expected one of"):
+        choose_linear("mkl", model, 8, torch.device("cpu"))
+    with pytest.raises(InputError, match="float32 or bfloat16"):
+        choose_linear("onednn", model.to(torch.float64), 8, torch.device("cpu"))
