@@ -4,7 +4,7 @@ At batch 1 a decoding step is a stack of skinny matmuls (block-size rows against
 weight), and on the CPU their speed depends on the BLAS as much as on the chip. torch's
 `F.linear` calls MKL; oneDNN (also inside torch) can be much faster once the weight is
 reordered into its blocked layout. Measured on a 2-core AMD EPYC, 16 rows, fp32: 1024 -> 3072
-takes 1.3-1.8 ms through MKL and 0.52 ms through packed oneDNN; Qwen3-0.6B's LM head 144 ms
+takes 1.3-1.8 ms through MKL and 0.52-0.78 ms through packed oneDNN; Qwen3-0.6B's LM head 144 ms
 against 36 ms. For small weights it is the other way round (a 64 x 64 linear: 5 us against
 15 us, oneDNN's call overhead), and where MKL takes its fast path the gap may close. So the
 engine measures:
@@ -45,6 +45,16 @@ _packed: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
 
 def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available()
+
+
+def onednn_usable(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """Whether onednn_linear runs here: CPU tensors in float32 or bfloat16, oneDNN built in."""
+    return torch.device(device).type == "cpu" and onednn_available() and dtype in (torch.float32, torch.bfloat16)
+
+
+def _swappable(module: nn.Module) -> bool:
+    """The layers oneDNN takes over: plain bias-free nn.Linear (not subclasses such as quantized ones)."""
+    return type(module) is nn.Linear and module.bias is None
 
 
 def _packed_weight(weight: torch.Tensor, rows: int) -> torch.Tensor:
@@ -88,7 +98,7 @@ def with_onednn_linears(model: nn.Module) -> nn.Module:
     shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
     clone = copy.deepcopy(model, memo=shared)
     for module in clone.modules():
-        if type(module) is nn.Linear and module.bias is None:
+        if _swappable(module):
             module.__class__ = OneDnnLinear
     return clone
 
@@ -127,7 +137,7 @@ def measure_linears(model: nn.Module, rows: int, repeats: int = 3) -> tuple[floa
     """
     counts: dict[tuple[int, int], tuple[int, torch.Tensor]] = {}
     for module in model.modules():
-        if isinstance(module, nn.Linear) and module.bias is None:
+        if _swappable(module):
             shape = tuple(module.weight.shape)
             count, weight = counts.get(shape, (0, module.weight))
             counts[shape] = (count + 1, weight)
@@ -146,8 +156,7 @@ def choose_linear(requested: str, model: nn.Module, rows: int, device: torch.dev
     if requested not in CPU_LINEARS:
         raise InputError(f"cpu_linear: expected one of {CPU_LINEARS}, got {requested!r}")
     dtype = next(model.parameters()).dtype
-    usable = device.type == "cpu" and onednn_available() and dtype in (torch.float32, torch.bfloat16)
-    if requested == "aten" or not usable:
+    if requested == "aten" or not onednn_usable(device, dtype):
         if requested == "onednn":
             raise InputError(f"cpu_linear 'onednn' needs float32 or bfloat16 weights on the CPU with oneDNN "
                              f"built in; got {dtype} on {device}")

@@ -23,6 +23,7 @@ SCALE_ENGINES = ("dlmrt", "dlmrt-eager", "reference", "hf")
 
 def register(subparsers) -> None:
     from orl.eval.scale import ARCHS
+    from orl.kernels.onednn import CPU_LINEARS
 
     p = subparsers.add_parser(
         "bench-scale", help="random-weight real-size model: time per forward against the bandwidth floor",
@@ -47,7 +48,7 @@ def register(subparsers) -> None:
     p.add_argument("--gemm-size", type=int, default=2048,
                    help="side of the square matmul whose FLOP/s set the compute floor (default 2048)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
-    p.add_argument("--cpu-linear", choices=("auto", "aten", "onednn"), default="auto",
+    p.add_argument("--cpu-linear", choices=CPU_LINEARS, default="auto",
                    help="dlmrt's CPU matmuls: auto (default) times F.linear (MKL) and oneDNN on the model's shapes "
                    "and takes the faster; aten or onednn force one (kernels/onednn.py)")
     p.add_argument("--profile", action="store_true", help="count the kernels (CUDA) / operators (CPU) per dlmrt step")

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from orl.errors import InputError
-from orl.kernels.onednn import onednn_available, onednn_linear
+from orl.kernels.onednn import onednn_linear, onednn_usable
 from orl.model.checkpoint import Checkpoint
 from orl.model.transformer import ModelConfig, Transformer
 
@@ -195,7 +195,7 @@ def gemm_rate(device, dtype: torch.dtype, size: int, repeats: int = 3) -> float:
     b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     cuda = torch.device(device).type == "cuda"
     calls = [partial(torch.mm, a, b)]
-    if not cuda and onednn_available() and dtype in (torch.float32, torch.bfloat16):
+    if onednn_usable(device, dtype):
         calls.append(partial(onednn_linear, a, b))
     best = float("inf")
     for call in calls:
