@@ -11,13 +11,18 @@ engine measures:
 
     cpu_linear = "auto":   time every distinct linear shape of the model both ways, at the
                            step's row count, and take oneDNN only if it is clearly faster;
-                 "aten":   F.linear (MKL), the default, bit for bit what training computes;
+                 "aten":   F.linear (MKL), the default, bit for bit what aten training computes;
                  "onednn": always oneDNN.
 
 Inductor lowers oneDNN's packed linear only for frozen weights, which the rollouts (weights
 updated in place between refreshes) cannot have; so the packed call is a custom op, opaque to
 the compiler, and the packed copy is redone whenever the weight's version counter moves: a
 weight changed in place is never multiplied stale.
+
+Training takes the same choice (orl/train/pretrain.py, `--cpu-linear`): a swapped layer in train
+mode multiplies unpacked (its weight changes every step) and so does its backward, dx = dy W and
+dW = dy^T x. On the AMD machine a 4096-row fp32 linear of the tiny model runs 2.2x faster that
+way; the whole training step 1.16-1.33x (results/training/cpu_linear_amd-epyc.json).
 """
 
 from __future__ import annotations
@@ -81,10 +86,41 @@ def _(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
+def _times_transposed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b.T for 2-D operands through oneDNN, b unpacked (in training it changes every step)."""
+    return torch.ops.mkldnn._linear_pointwise(a.contiguous(), b.contiguous(), None, "none", [], "")
+
+
+class _TrainingLinear(torch.autograd.Function):
+    """y = x W^T with its backward, dx = dy W and dW = dy^T x (rows flattened), all three through
+    oneDNN: on a CPU whose MKL path is slow the training step's matmuls are most of its time."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        rows = x.reshape(-1, x.shape[-1])
+        return _times_transposed(rows, weight).view(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        x, weight = ctx.saved_tensors
+        grad_rows = grad.reshape(-1, grad.shape[-1])
+        grad_x = grad_w = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _times_transposed(grad_rows, weight.t()).view(x.shape)
+        if ctx.needs_input_grad[1]:
+            grad_w = _times_transposed(grad_rows.t(), x.reshape(-1, x.shape[-1]).t())
+        return grad_x, grad_w
+
+
 class OneDnnLinear(nn.Linear):
     """An nn.Linear whose forward runs through oneDNN; the parameter is the original's."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Training: unpacked operands and a backward. Evaluation (decoding, rollouts): the packed
+        # copy, kept until the weight changes.
+        if self.training and torch.is_grad_enabled():
+            return _TrainingLinear.apply(x, self.weight)
         return onednn_linear(x, self.weight)
 
 
@@ -96,11 +132,16 @@ def with_onednn_linears(model: nn.Module) -> nn.Module:
     is untouched, so other users of the checkpoint keep F.linear.
     """
     shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
-    clone = copy.deepcopy(model, memo=shared)
-    for module in clone.modules():
+    return use_onednn_linears(copy.deepcopy(model, memo=shared))
+
+
+def use_onednn_linears(model: nn.Module) -> nn.Module:
+    """`model` itself, its bias-free nn.Linear layers now running through oneDNN (forward and
+    backward): for a model that has no other users, such as the one a training run builds."""
+    for module in model.modules():
         if _swappable(module):
             module.__class__ = OneDnnLinear
-    return clone
+    return model
 
 
 @dataclass(frozen=True)
@@ -112,6 +153,13 @@ class LinearChoice:
     aten_s: float | None = None  # one step's linears, summed over the model's shapes
     onednn_s: float | None = None
     shapes: list[list[int]] = field(default_factory=list)  # [out, in, count] per distinct shape
+
+    def describe(self) -> str:
+        """One line for a log: the path taken and, when measured, both timings."""
+        if self.aten_s is None:
+            return f"{self.backend} ({self.requested})"
+        return (f"{self.backend} (auto: the model's linears once, {self.aten_s * 1e3:.1f} ms with F.linear, "
+                f"{self.onednn_s * 1e3:.1f} ms with oneDNN)")
 
     def to_record(self) -> dict:
         return {"backend": self.backend, "requested": self.requested, "aten_s": self.aten_s,

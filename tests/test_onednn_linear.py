@@ -1,7 +1,10 @@
 """oneDNN linears on the CPU (kernels/onednn.py): equal to F.linear, follow in-place weight changes,
-leave the checkpoint's model alone, decode like the reference decoder inside dlmrt's compiled chunk."""
+leave the checkpoint's model alone, decode like the reference decoder inside dlmrt's compiled chunk,
+and train (forward and backward) like F.linear."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -16,10 +19,13 @@ from orl.kernels.onednn import (
     choose_linear,
     onednn_available,
     onednn_linear,
+    use_onednn_linears,
     with_onednn_linears,
 )
 from orl.model.checkpoint import load_checkpoint
 from orl.tasks import load_suite
+from orl.train.distributed import World
+from orl.train.pretrain import training_linear
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
               pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN (mkldnn)")]
@@ -86,3 +92,35 @@ def test_bad_cpu_linear_requests_are_refused(smoke_models):
         choose_linear("mkl", model, 8, torch.device("cpu"))
     with pytest.raises(InputError, match="float32 or bfloat16"):
         choose_linear("onednn", model.to(torch.float64), 8, torch.device("cpu"))
+
+
+def test_training_through_onednn_gives_f_linears_loss_and_gradients(smoke_models):
+    """A training step of the smoke dLLM: in train mode the swapped layers run forward and backward
+    through oneDNN (the backward's matmuls too), in eval mode through the packed copy."""
+    model = load_checkpoint(smoke_models[1]).model.train()
+    swapped = use_onednn_linears(copy.deepcopy(model)).train()
+    ids = torch.tensor([[5, 9, 17, 33, 2, 40, 7, 11]])
+    losses = []
+    for net in (model, swapped):
+        logits = net(ids)
+        loss = nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:])
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-5)
+    grads = [dict(net.named_parameters()) for net in (model, swapped)]
+    for name, param in grads[0].items():
+        torch.testing.assert_close(grads[1][name].grad, param.grad, rtol=1e-4, atol=1e-5, msg=name)
+    assert type(swapped.lm_head) is OneDnnLinear
+    assert "TrainingLinear" in type(swapped.lm_head(torch.randn(2, model.config.hidden_size)).grad_fn).__name__
+    with torch.no_grad():
+        assert swapped.eval().lm_head(torch.randn(2, model.config.hidden_size)).grad_fn is None
+
+
+def test_a_training_world_of_several_ranks_keeps_f_linear(smoke_models):
+    model = load_checkpoint(smoke_models[1]).model
+    two_ranks = World(rank=0, size=2)
+    assert training_linear("auto", model, two_ranks, "/nonexistent").backend == "aten"
+    with pytest.raises(InputError, match="one training process only"):
+        training_linear("onednn", model, two_ranks, "/nonexistent")
+    with pytest.raises(InputError, match="--cpu-linear: expected one of"):
+        training_linear("mkl", model, World(), "/nonexistent")

@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from orl.sandbox import (
     run_program,
     runner,
 )
-from orl.sandbox.cleanup import PREFIX, clean_stale, owner_tag
+from orl.sandbox.cleanup import PREFIX, clean_stale, environment_of, owner_tag
 from orl.sandbox.wire import MAX_DEPTH, NotPlainData, WireError, dumps, loads, receive, send
 from tests.sandbox_attacks import ADD, THREE_CHILDREN_OF_700_MB, body
 
@@ -401,6 +402,12 @@ def test_leftovers_of_a_dead_harness_are_cleaned_at_the_next_start(tmp_path):
     folder.mkdir()
     mine = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{owner_tag()}-"))
     sleeper = subprocess.Popen(["sleep", "60"], env={"ORL_SANDBOX_OWNER": "999999999.1"})
+    # Popen may return while the child is still inside execve (a vfork parent resumes when the old
+    # memory is dropped, before the new environment is laid out), and /proc then shows no environment:
+    # wait until the marker is readable, as it is for any harness process that has got to run.
+    deadline = time.monotonic() + 5
+    while b"ORL_SANDBOX_OWNER=999999999.1" not in environment_of(sleeper.pid) and time.monotonic() < deadline:
+        time.sleep(0.001)
     try:
         clean_stale.__wrapped__()
         assert not folder.exists() and mine.exists()

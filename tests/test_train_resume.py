@@ -120,6 +120,27 @@ def test_resume_refuses_a_different_configuration(straight_run, tmp_path):
     assert "state.json: config_digest" in second.stderr
 
 
+def test_a_run_through_onednn_resumes_through_it_bitwise_and_refuses_another_path(straight_run, tmp_path):
+    tokenizer, straight = straight_run
+    args = ("train-ar", "--preset", "smoke", "--tokenizer", tokenizer)
+    uninterrupted = run_orl(*args, "--out", str(tmp_path / "straight"), "--cpu-linear", "onednn")
+    assert uninterrupted.returncode == 0, uninterrupted.stderr
+    out = tmp_path / "ar"
+    killed = run_orl(*args, "--out", str(out), "--cpu-linear", "onednn", kill_at=14)
+    assert killed.returncode == -signal.SIGKILL
+    assert json.loads((out / STATE_DIR / "state.json").read_text())["settings"] == {"cpu_linear": "onednn"}
+    refused = run_orl(*args, "--out", str(out), "--cpu-linear", "aten")
+    assert refused.returncode == 2 and "state.json: settings.cpu_linear" in refused.stderr
+    resumed = run_orl(*args, "--out", str(out), "--cpu-linear", "auto")  # auto keeps the run's own path
+    assert resumed.returncode == 0, resumed.stderr
+    assert (out / "model.safetensors").read_bytes() == (tmp_path / "straight" / "model.safetensors").read_bytes()
+    summary = json.loads((out / "train_summary.json").read_text())
+    assert summary["cpu_linear"] == "onednn"
+    # The same run as F.linear's up to rounding: the loss curve agrees to 1e-4.
+    losses = [[line["loss"] for line in _log(folder)] for folder in (out, straight)]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-4)
+
+
 # ------------------------------------------------------------------------------------------
 # The resume state in-process: a tiny model, no subprocess
 # ------------------------------------------------------------------------------------------

@@ -70,13 +70,6 @@ def _check(args) -> list[str]:
     return names
 
 
-def _linear_line(choice) -> str:
-    if choice.aten_s is None:
-        return f"{choice.backend} ({choice.requested})"
-    return (f"{choice.backend} (auto: one step's linears {choice.aten_s * 1e3:.1f} ms with F.linear, "
-            f"{choice.onednn_s * 1e3:.1f} ms with oneDNN)")
-
-
 def run_bench_scale(args) -> int:
     import torch
 
@@ -133,7 +126,7 @@ def run_bench_scale(args) -> int:
         else:
             engine = DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", ignore_eos=True,
                                  config=DlmrtConfig(cpu_linear=args.cpu_linear))
-            print(f"{engine.name}: linears through {_linear_line(engine.linear)}", flush=True)
+            print(f"{engine.name}: linears through {engine.linear.describe()}", flush=True)
         run = measure_latency(engine, prompts, args.max_new_tokens, warmup=args.warmup, progress=not args.no_progress)
         summary = run.summary
         forwards = sum(t.nfe + t.prefill_forwards for t in run.timings)

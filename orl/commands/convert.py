@@ -29,7 +29,8 @@ def run_convert(args) -> int:
         print(f"{args.out}: already trained (delete it to retrain)")
         return 0
     with training_world(device) as world:
-        summary = convert_to_diffusion(preset, args.init, args.out, world=world, progress=not args.no_progress)
+        summary = convert_to_diffusion(preset, args.init, args.out, world=world, progress=not args.no_progress,
+                                       cpu_linear=args.cpu_linear)
         if world.main:
             print(f"wrote {args.out}: {summary['tokens']:,} tokens, final loss {summary['final_loss']:.4f}, "
                   f"{summary['wall_s']:.1f} s, world size {world.size}")

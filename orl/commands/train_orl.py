@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device
+from orl.commands.train_ar import add_cpu_linear_flag
 from orl.train.config import PRESETS
 
 ROLLOUT_ENGINES = ("recompute", "dlmrt", "dlmrt-eager")
@@ -11,7 +12,7 @@ ROLLOUT_ENGINES = ("recompute", "dlmrt", "dlmrt-eager")
 SUMMARY_EXTRA = ("ablation", "seed", "refreshes", "rollout_tpf", "rollout_pass_rate", "replay_states",
                  "replay_state_bytes", "rollout_s", "steps", "reference_targets", "residual_alpha", "aec_gate",
                  "gate_applied", "gated_fraction", "gated_fraction_mean", "gate_removed_aec", "rollout_engine",
-                 "world_size", "device", "device_hours", "peak_memory_bytes_per_rank")
+                 "cpu_linear", "world_size", "device", "device_hours", "peak_memory_bytes_per_rank")
 
 
 def cost_metrics(summary: dict) -> dict:
@@ -55,6 +56,7 @@ def register(subparsers) -> None:
                    "reproduces its logits exactly), dlmrt (the KV-cache engine, compiled / graph-captured, one "
                    "prompt at a time: for GPUs) or dlmrt-eager; written to the record (extra.rollout_engine) "
                    "and, when not recompute, part of the resume check")
+    add_cpu_linear_flag(p)
     add_model_args(p, dtype=False)
     add_progress_flag(p)
     p.set_defaults(func=run_train_orl)
@@ -95,7 +97,8 @@ def run_train_orl(args) -> int:
     else:
         with training_world(device) as world:
             summary = train_orl(preset, args.init, args.out, ablation=args.ablation, world=world,
-                                progress=not args.no_progress, rollout=make_rollout(args.rollout_engine, init))
+                                progress=not args.no_progress, rollout=make_rollout(args.rollout_engine, init),
+                                cpu_linear=args.cpu_linear)
         if not world.main:
             return 0  # rank 0 reports and writes the record
     print(f"wrote {args.out}: {summary['steps']} steps, {summary['refreshes']} rollouts, "

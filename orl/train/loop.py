@@ -131,13 +131,18 @@ def train(
     progress: bool = True,
     model_name: str | None = None,
     max_shard_bytes: int | None = None,
+    settings: dict | None = None,
 ) -> dict:
     """Run `cfg.steps` optimizer steps of `step_fn(step)`, resuming if OUT/train_state exists.
 
-    `model` is this rank's (FSDP-sharded when the world is larger than one). Returns a summary
-    dict (also written to OUT/train_summary.json by rank 0).
+    `model` is this rank's (FSDP-sharded when the world is larger than one). `settings`: how the
+    run computes (not what it trains, so not in the digest), kept in the resume state
+    (state.resumed_settings) and the summary. Returns a summary dict (also written to
+    OUT/train_summary.json by rank 0).
     """
     from tqdm import tqdm
+
+    settings = settings or {}
 
     world = world or World(device=next(model.parameters()).device)
     out_dir = Path(out_dir)
@@ -188,7 +193,7 @@ def train(
                     log.flush()
                 save_train_state(out_dir, model, optimizer, {
                     "step": done, "tokens": tokens_seen, "config_digest": digest, "stage": stage,
-                    "elapsed_s": elapsed + (time.perf_counter() - t0), "loss": loss_value,
+                    "elapsed_s": elapsed + (time.perf_counter() - t0), "loss": loss_value, "settings": settings,
                 }, world)
     finally:
         if log is not None:
@@ -199,7 +204,7 @@ def train(
     summary = {"stage": stage, "steps": cfg.steps, "tokens": tokens_seen, "final_loss": loss_value, "wall_s": wall,
                "config_digest": digest, "world_size": world.size, "device": world.device.type,
                "device_hours": wall / 3600 * world.size, "tokens_per_s_per_device": tokens_seen / wall / world.size
-               if wall else None, "peak_memory_bytes_per_rank": peaks}
+               if wall else None, "peak_memory_bytes_per_rank": peaks, **settings}
     export_model(model, tokenizer, out_dir, world, extra_config={"orl_model_name": model_name} if model_name else None,
                  max_shard_bytes=max_shard_bytes)
     if world.main:

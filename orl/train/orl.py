@@ -214,7 +214,7 @@ def orl_step(model, batch: CapturedStates, preset: TrainPreset, ablation: str, r
 
 def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *, ablation: str = "none",
               device: str = "cpu", progress: bool = True, world: World | None = None,
-              rollout: Rollout = RecomputeRollout()) -> dict:
+              rollout: Rollout = RecomputeRollout(), cpu_linear: str = "aten") -> dict:
     """Post-train `init_dir` with ORL (or an ablation) and write the checkpoint to `out_dir`.
 
     `rollout` decodes the refreshes: full recompute (the default, and the tiny records') or dlmrt
@@ -240,7 +240,7 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
                         warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
                         seed=cfg.seed, checkpoint_every=cfg.refresh_every, micro_batch_size=cfg.micro_batch_size,
                         activation_checkpointing=cfg.activation_checkpointing)
-    model = prepare(model, optim, world)
+    model, linear = prepare(model, optim, world, out_dir, cpu_linear)
     replica = Replica(model, world)  # what rolls out: the current weights, whole on every rank
     stats = OrlStats()
     buffer: dict[str, CapturedStates | None] = {"states": None}
@@ -274,7 +274,8 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
     digest = (f"{preset.digest(*STAGE_SECTIONS['orl'])}-orl-{ablation}"
               f"-init{checkpoint_digest(init_dir)[:12]}" + ("" if rollout.name == "recompute" else f"-{rollout.name}"))
     summary = train(model, step_fn, optim, out_dir, tokenizer, digest=digest, stage=f"orl[{ablation}]", world=world,
-                    progress=progress, model_name=f"{preset.name}-orl" + ("" if ablation == "none" else f"-{ablation}"))
+                    progress=progress, model_name=f"{preset.name}-orl" + ("" if ablation == "none" else f"-{ablation}"),
+                    settings={"cpu_linear": linear.backend})
     summary.update(ablation=ablation, refreshes=stats.refreshes, self_generated_tokens=stats.self_generated_tokens,
                    rollout_tpf=stats.rollout_tpf, rollout_pass_rate=stats.pass_rate, replay_states=stats.states,
                    replay_state_bytes=stats.state_bytes, rollout_s=stats.rollout_s,

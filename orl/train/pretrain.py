@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from orl.errors import CheckpointError, ConfigError
+from orl.errors import CheckpointError, ConfigError, InputError
+from orl.kernels.onednn import CPU_LINEARS, LinearChoice, choose_linear, use_onednn_linears
 from orl.model.checkpoint import checkpoint_digest, load_checkpoint
 from orl.model.masks import BLOCK_LAYOUTS
 from orl.model.transformer import ModelConfig, Transformer, count_parameters
@@ -25,6 +26,7 @@ from orl.train.data import TokenBatch, pair_batch
 from orl.train.distributed import World, micro_batches, shard_model
 from orl.train.loop import Micro, Step, train
 from orl.train.objectives import Noise, ar_count, ar_sum, masked_block_sum, noise_one_block
+from orl.train.state import STATE_DIR, resumed_settings
 
 
 def build_tokenizer(preset: TrainPreset) -> Tokenizer:
@@ -72,24 +74,60 @@ def diffusion_step(model: Transformer, batch: TokenBatch, noise: Noise, world: W
     return Step(("ce",), (1.0,), micros)
 
 
-def prepare(model: Transformer, optim: OptimConfig, world: World) -> Transformer:
-    """The model as this rank trains it: activation checkpointing when asked, FSDP2-sharded past one rank."""
+# Rows one training matmul multiplies at once (a batch of sequences, flattened): the row count
+# "auto" times the model's linear shapes at.
+TRAINING_ROWS = 4096
+
+
+def training_linear(requested: str, model: Transformer, world: World, out_dir: str | Path) -> LinearChoice:
+    """The CPU matmul path of a training run (kernels/onednn.py: aten, onednn or auto, measured).
+
+    A resumed run keeps the path it started with: the two round differently, so switching midway
+    would make it a different run from the uninterrupted one.
+    """
+    if requested not in CPU_LINEARS:
+        raise InputError(f"--cpu-linear: expected one of {', '.join(CPU_LINEARS)}, got {requested!r}")
+    settings = resumed_settings(out_dir)
+    started = None if settings is None else settings.get("cpu_linear", "aten")  # older states: F.linear only
+    if started is not None:
+        if requested not in ("auto", started):
+            raise CheckpointError(f"{Path(out_dir) / STATE_DIR / 'state.json'}: settings.cpu_linear: the run being "
+                                  f"resumed multiplies through {started!r}, not {requested!r}; pass --cpu-linear "
+                                  f"{started} (or auto), or delete {Path(out_dir) / STATE_DIR} to start over")
+        return LinearChoice(started, requested)
+    if world.distributed and requested != "aten":
+        if requested == "onednn":
+            raise InputError("--cpu-linear onednn: one training process only; FSDP ranks multiply through F.linear")
+        return LinearChoice("aten", requested)
+    return choose_linear(requested, model, TRAINING_ROWS, world.device)
+
+
+def prepare(model: Transformer, optim: OptimConfig, world: World, out_dir: str | Path,
+            cpu_linear: str = "aten") -> tuple[Transformer, LinearChoice]:
+    """The model as this rank trains it: activation checkpointing when asked, its linears through
+    oneDNN when `cpu_linear` resolves so (training_linear), FSDP2-sharded past one rank."""
     model.activation_checkpointing = optim.activation_checkpointing
-    return shard_model(model, world, bf16=world.device.type == "cuda")
+    choice = training_linear(cpu_linear, model, world, out_dir)
+    if choice.backend == "onednn":
+        use_onednn_linears(model)
+    if world.main and choice.requested != "aten":
+        print(f"training linears through {choice.describe()}", flush=True)
+    return shard_model(model, world, bf16=world.device.type == "cuda"), choice
 
 
 def train_ar(
     preset: TrainPreset, out_dir: str | Path, *, draft: bool = False, tokenizer_path: str | Path | None = None,
-    device: str = "cpu", progress: bool = True, world: World | None = None,
+    device: str = "cpu", progress: bool = True, world: World | None = None, cpu_linear: str = "aten",
 ) -> dict:
-    """Train the AR target (or, with draft=True, the small draft model) and write OUT as a checkpoint."""
+    """Train the AR target (or, with draft=True, the small draft model) and write OUT as a checkpoint.
+    `cpu_linear`: the CPU matmul path (training_linear)."""
     world = world or World(device=torch.device(device))
     tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path else build_tokenizer(preset)
     size, optim = (preset.draft_model, preset.draft) if draft else (preset.model, preset.ar)
     torch.manual_seed(optim.seed)
     model = Transformer(model_config(size, tokenizer)).to(world.device)
     parameters = count_parameters(model)
-    model = prepare(model, optim, world)
+    model, linear = prepare(model, optim, world, out_dir, cpu_linear)
     mix = preset.task_mix()
     max_len = size.max_position_embeddings
 
@@ -99,15 +137,17 @@ def train_ar(
 
     stage = "draft" if draft else "ar"
     summary = train(model, step, optim, out_dir, tokenizer, digest=_stage_digest(preset, stage), stage=stage,
-                    world=world, progress=progress, model_name=f"{preset.name}-{stage}")
+                    world=world, progress=progress, model_name=f"{preset.name}-{stage}",
+                    settings={"cpu_linear": linear.backend})
     return {**summary, "parameters": parameters}
 
 
 def convert_to_diffusion(
     preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *, device: str = "cpu", progress: bool = True,
-    world: World | None = None,
+    world: World | None = None, cpu_linear: str = "aten",
 ) -> dict:
-    """Continue training an AR checkpoint as a block-diffusion model (residual α = 0: the base dLLM)."""
+    """Continue training an AR checkpoint as a block-diffusion model (residual α = 0: the base dLLM).
+    `cpu_linear`: the CPU matmul path (training_linear)."""
     world = world or World(device=torch.device(device))
     init = load_checkpoint(init_dir, device=world.device)
     if init.is_diffusion:
@@ -132,7 +172,7 @@ def convert_to_diffusion(
     mix = preset.task_mix()
     max_len = model.config.max_position_embeddings
 
-    model = prepare(model, optim, world)
+    model, linear = prepare(model, optim, world, out_dir, cpu_linear)
 
     def step(i: int) -> Step:
         batch = pair_batch(tokenizer, optim.seed, i, optim.batch_size, mix, max_len,
@@ -143,4 +183,4 @@ def convert_to_diffusion(
 
     digest = _stage_digest(preset, "convert", f"-B{block}-{layout}-init{checkpoint_digest(init_dir)[:12]}")
     return train(model, step, optim, out_dir, tokenizer, digest=digest, stage="convert", world=world,
-                 progress=progress, model_name=f"{preset.name}-dlm")
+                 progress=progress, model_name=f"{preset.name}-dlm", settings={"cpu_linear": linear.backend})

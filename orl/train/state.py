@@ -120,6 +120,21 @@ def _read_manifest(state_dir: Path, digest: str) -> dict:
     return info
 
 
+def resumed_settings(out_dir: str | Path) -> dict | None:
+    """The `settings` an unfinished run in `out_dir` started with (how it computes, e.g. its CPU
+    matmul path): None when there is no resume state, {} for a state written before settings were
+    kept. Read before the model is built, so a resumed run keeps them; the state itself is checked
+    when it is loaded."""
+    path = Path(out_dir) / STATE_DIR / "state.json"
+    if not path.is_file():
+        return None
+    try:
+        settings = json.loads(path.read_text()).get("settings", {})
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return {}  # load_train_state names the damage
+    return settings if isinstance(settings, dict) else {}
+
+
 def load_train_state(out_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, digest: str,
                      world: World) -> dict | None:
     """Restore the last committed checkpoint of this run into `model` and `optimizer`; None when there is none."""

@@ -59,7 +59,8 @@ TRAIN_ORL = (f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5 {sys.executable} -m 
 # The config values a job's command uses go in as params (`params: **DECODE`), never read from config in
 # the shell string: a changed value then reruns the jobs it affects (Snakemake's params rerun trigger).
 TRAIN = {"preset": config.get("preset"), "device": config["device"],  # training jobs
-         "preset_file": f"--config {config['train_config']}" if config.get("train_config") else ""}
+         "preset_file": f"--config {config['train_config']}" if config.get("train_config") else "",
+         "cpu_linear": config.get("cpu_linear", "auto")}
 ROLLOUT_ENGINE = config.get("rollout_engine", "recompute")  # ORL training jobs: `train-orl --rollout-engine`
 # The preset (with train_config) as the training jobs will read it, loaded once for preset_digest.
 TRAIN_PRESET = load_preset(config["preset"], config.get("train_config")) if TRAINS else None

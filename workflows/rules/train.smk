@@ -26,7 +26,7 @@ if not PAPER:
             gpu=GPU,
         shell:
             "{ORL} train-ar --preset {params.preset} {params.preset_file} --out {params.out} "
-            "--device {params.device} > {log} 2>&1"
+            "--device {params.device} --cpu-linear {params.cpu_linear} > {log} 2>&1"
 
     rule train_draft:
         input:
@@ -47,7 +47,7 @@ if not PAPER:
             gpu=GPU,
         shell:
             "{ORL} train-ar --preset {params.preset} {params.preset_file} --draft --tokenizer {params.tokenizer} "
-            "--out {params.out} --device {params.device} > {log} 2>&1"
+            "--out {params.out} --device {params.device} --cpu-linear {params.cpu_linear} > {log} 2>&1"
 
     rule convert:
         input:
@@ -68,7 +68,7 @@ if not PAPER:
             gpu=GPU,
         shell:
             "{ORL} convert --preset {params.preset} {params.preset_file} --init {params.init} --out {params.out} "
-            "--device {params.device} > {log} 2>&1"
+            "--device {params.device} --cpu-linear {params.cpu_linear} > {log} 2>&1"
 
 
 if TRAINS:
@@ -100,7 +100,8 @@ if TRAINS:
         shell:
             "{TRAIN_ORL} train-orl --preset {params.preset} {params.preset_file} --init {params.init} "
             "--out {params.out} --seed {wildcards.seed} --record {output.record} --system '{params.system}' "
-            "--device {params.device} --rollout-engine {params.rollout} > {log} 2>&1"
+            "--device {params.device} --rollout-engine {params.rollout} "
+            "--cpu-linear {params.cpu_linear} > {log} 2>&1"
 
     rule train_ablation:
         # The configured ablation rows (orl.rows.ABLATIONS): ORL with one part changed.
@@ -129,7 +130,8 @@ if TRAINS:
         shell:
             "{TRAIN_ORL} train-orl --preset {params.preset} {params.preset_file} --init {params.init} "
             "--out {params.out} --ablation {wildcards.ablation} --seed {wildcards.seed} --record {output.record} "
-            "--system '{params.system}' --device {params.device} --rollout-engine {params.rollout} > {log} 2>&1"
+            "--system '{params.system}' --device {params.device} --rollout-engine {params.rollout} "
+            "--cpu-linear {params.cpu_linear} > {log} 2>&1"
 
 
 rule quantize_nvfp4:
