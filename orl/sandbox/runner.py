@@ -40,7 +40,7 @@ import warnings
 from dataclasses import dataclass
 
 from orl.errors import InputError
-from orl.sandbox import cleanup, memory
+from orl.sandbox import cleanup, memory, wire
 from orl.sandbox.isolation import (
     ISOLATION_CHOICES,
     SANDBOX_PATH,
@@ -56,7 +56,7 @@ from orl.sandbox.stub import launch
 
 TICK_S = 0.02  # how often the memory of a run is measured
 DRAIN_S = 0.1  # how long output is still read after the verdict
-VERDICT_CAP = 4096  # bytes read from the verdict pipe; a verdict is one short line
+VERDICT_CAP = 4 + 4096 + 1  # bytes kept from the verdict pipe: one frame of judge.VERDICT_BYTES, and one byte to see more
 CONFINE_MODES = {"bwrap": "bwrap", "fallback+ns": "namespaces", "fallback": "plain"}
 
 
@@ -343,12 +343,22 @@ def _teardown(sides: list[_Side], label: str, run_id: str, bound) -> None:
 
 
 def _parse_verdict(data: bytes) -> dict | None:
-    """The test process's verdict line (orl/sandbox/judge.py), or None without one."""
-    lines = data.decode("utf-8", "replace").splitlines()
-    ended, _, result = lines[-1].partition(" ") if lines else ("", "", "")
-    if ended not in ("0", "1") or not result:
+    """The test process's verdict frame (orl/sandbox/judge.py), or None without exactly one valid frame.
+
+    The frame is read by its length prefix and decoded as plain data: its `passed` is a bool the
+    test process set, and no character of the result text (which may quote the candidate) is read
+    as a separator."""
+    if len(data) < 4 or int.from_bytes(data[:4], "big") != len(data) - 4:
         return None
-    return {"passed": result == "passed", "result": result, "candidate_ended": ended == "1"}
+    try:
+        verdict = wire.loads(data[4:])
+    except wire.WireError:
+        return None
+    if not (type(verdict) is dict and set(verdict) == {"passed", "result", "candidate_ended"}
+            and type(verdict["passed"]) is bool and type(verdict["result"]) is str
+            and type(verdict["candidate_ended"]) is bool and verdict["result"]):  # fmt: skip
+        return None
+    return verdict
 
 
 def describe_exit(returncode: int | None) -> str:
