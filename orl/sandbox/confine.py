@@ -20,8 +20,11 @@ standard library only. The harness describes what to do in the job's "confine" s
 
 Then, in the role process: a fresh uid when the harness is root (so RLIMIT_NPROC counts
 only this run and file permissions protect the machine), no capabilities, no_new_privs,
-not dumpable (a same-uid process can neither ptrace it nor read its memory or fds), and
-RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC and RLIMIT_CORE.
+not dumpable (a same-uid process can neither ptrace it nor read its memory or fds), the
+seccomp filter of orl/sandbox/seccomp.py (no memfds, SysV shared memory or message
+queues: memory no process maps; bwrap loads it itself), and RLIMIT_CPU, RLIMIT_AS,
+RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_NOFILE (pipes and sockets hold kernel memory too) and
+RLIMIT_CORE.
 """
 
 import _signal as signal  # the builtin core of `signal`, whose wrapper imports enum: 30 ms per sandbox start
@@ -34,7 +37,8 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 0x1, 0x2, 0x4, 0x8, 0x20
 MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 4, 22, 38
+SECCOMP_MODE_FILTER = 2
 NEW_ROOT = "/tmp"  # mount point of the new root inside the private mount namespace
 DEVICES = ("null", "zero", "full", "random", "urandom")
 
@@ -212,15 +216,28 @@ def _supervise(spec: dict) -> None:
     _exit_like(status)
 
 
+def _load_seccomp(program: bytes) -> None:
+    """Install the filter of orl/sandbox/seccomp.py (an array of struct sock_filter)."""
+    import ctypes
+
+    class Program(ctypes.Structure):  # struct sock_fprog
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    _call(_libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(Program(len(program) // 8, program)), 0, 0),
+          "seccomp")
+
+
 def _drop_privileges(spec: dict) -> None:
     uid = spec["uid"]
     if uid is not None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)  # all uids non-zero: the capabilities are cleared too
-    if spec["mode"] != "bwrap":  # bwrap has done both (see _libc)
+    if spec["mode"] != "bwrap":  # bwrap has done these (see _libc; it loads the filter from --seccomp)
         _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binaries from here on
         _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        if spec.get("seccomp"):
+            _load_seccomp(spec["seccomp"])
     for name, value in spec["rlimits"].items():
         kind = getattr(resource, name)
         ceiling = resource.getrlimit(kind)[1]  # an unprivileged process cannot raise its hard limit

@@ -18,6 +18,7 @@ class SandboxLimits:
     memory_mb: int = 1024  # every process of the run together (orl/sandbox/memory.py), and RLIMIT_AS of each
     file_size_mb: int = 16  # RLIMIT_FSIZE: largest file a process may write
     max_processes: int = 8  # RLIMIT_NPROC: processes (threads count too) of each side
+    max_open_files: int = 1024  # RLIMIT_NOFILE of each process: pipes and sockets hold kernel memory
     tmpfs_mb: int = 64  # size of each private /tmp and /dev/shm
     output_bytes: int = 8192  # tail of stdout+stderr kept in the result
     wire_bytes: int = 4 << 20  # largest message between the two processes (arguments or a returned value)

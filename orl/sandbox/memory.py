@@ -1,6 +1,6 @@
 """The memory bound of one sample: its whole process tree together, not each process alone.
 
-Two ways, and every result says which one ran (ExecutionResult.memory_bound):
+Three ways, and every result says which one ran (ExecutionResult.memory_bound):
 
 ``cgroup``
     cgroup v2, when this process may create memory-limited cgroups: a child of the
@@ -9,12 +9,25 @@ Two ways, and every result says which one ran (ExecutionResult.memory_bound):
     ORL_SANDBOX_CGROUP environment variable. Each sample gets its own cgroup with
     memory.max = the limit and no swap; the kernel enforces it, OOM-kills the group and
     the run fails. The sandbox processes wait on a pipe until they have been moved in.
+    The cgroup is charged for shared memory, tmpfs files and memfds too.
+``watchdog+tmpfs``
+    everywhere else, in bwrap and in the fallback with namespaces: the harness sums, each
+    tick and once more when the verdict arrives, the proportional set size (Pss: shared
+    pages counted once) of every process of the sample and the bytes held by the sample's
+    private /tmp and /dev/shm tmpfs (files, unlinked files kept open, POSIX shared memory
+    from shm_open: memory no process needs to map), and kills the sample over the limit.
+    Memory that is neither mapped nor in those files cannot be made: the seccomp filter
+    (orl/sandbox/seccomp.py) refuses memfd_create, SysV shared memory and message queues,
+    each side has its own IPC namespace, and RLIMIT_NOFILE bounds the pipes and sockets a
+    process can hold. Between two ticks the tree can briefly hold more; RLIMIT_AS still
+    caps each process at the limit, and RLIMIT_NPROC the number of processes.
 ``watchdog``
-    everywhere else: the harness sums the proportional set size (Pss: shared pages
-    counted once) of every process of the sample each tick, and once more when the
-    verdict arrives, and kills the sample over the limit. Between two ticks the tree
-    can briefly hold more; RLIMIT_AS still caps each process at the limit, and
-    RLIMIT_NPROC the number of processes.
+    the same without the tmpfs term: the weak fallback (no namespaces: /tmp and /dev/shm
+    are the machine's, where only RLIMIT_FSIZE bounds each file), or a machine without
+    the seccomp filter (neither x86_64 nor aarch64), where memfds are not refused.
+
+Every kind is also bounded by the tmpfs sizes (SandboxLimits.tmpfs_mb each) where the
+view has its own /tmp and /dev/shm.
 """
 
 from __future__ import annotations
@@ -68,18 +81,57 @@ def process_memory(pid: int) -> int:
         return 0
 
 
+def _host_devices() -> set[int]:
+    """The devices of the harness's own /, /tmp and /dev/shm: never a run's private tmpfs."""
+    devices = set()
+    for folder in ("/", "/tmp", "/dev/shm"):
+        try:
+            devices.add(os.stat(folder).st_dev)
+        except OSError:
+            pass
+    return devices
+
+
+def tmpfs_usage(pids: Iterable[int], skip: set[int]) -> int:
+    """Bytes held by the private /tmp and /dev/shm tmpfs of the processes' filesystem views, each
+    filesystem once (files, unlinked files still open, POSIX shared memory); devices in `skip` are
+    not counted."""
+    seen, total = set(skip), 0
+    for pid in pids:
+        for folder in ("tmp", "dev/shm"):
+            path = f"/proc/{pid}/root/{folder}"
+            try:
+                device = os.stat(path).st_dev
+                if device in seen:
+                    continue
+                seen.add(device)
+                info = os.statvfs(path)
+            except OSError:
+                continue
+            total += (info.f_blocks - info.f_bfree) * info.f_frsize
+    return total
+
+
 class TreeWatchdog:
-    """Sums the memory of a sample's processes; `over()` when the total passes the limit."""
+    """Sums the memory of a sample's processes; `over()` when the total passes the limit.
 
-    kind = "watchdog"
+    With `tmpfs`, the run's private /tmp and /dev/shm count too (see the module docstring)."""
 
-    def __init__(self, limit_bytes: int, roots: list[int], extra: Callable[[], set[int]] | None = None) -> None:
+    def __init__(self, limit_bytes: int, roots: list[int], extra: Callable[[], set[int]] | None = None,
+                 tmpfs: bool = False) -> None:  # fmt: skip
         self.limit, self.roots, self.extra = limit_bytes, roots, extra
+        self.skip = _host_devices() if tmpfs else None
         self.peak = 0
+
+    @property
+    def kind(self) -> str:
+        return "watchdog+tmpfs" if self.skip is not None else "watchdog"
 
     def over(self) -> bool:
         pids = descendants(self.roots) | (self.extra() if self.extra else set())
         total = sum(process_memory(pid) for pid in pids)
+        if self.skip is not None:
+            total += tmpfs_usage(pids, self.skip)
         self.peak = max(self.peak, total)
         return total > self.limit
 

@@ -40,7 +40,7 @@ import warnings
 from dataclasses import dataclass
 
 from orl.errors import InputError
-from orl.sandbox import cleanup, memory, wire
+from orl.sandbox import cleanup, memory, seccomp, wire
 from orl.sandbox.isolation import (
     ISOLATION_CHOICES,
     SANDBOX_PATH,
@@ -178,20 +178,22 @@ def _spawn(role: str, job: dict, fds: tuple[int, ...], out_w: int, label: str, l
         "mode": mode, "uid": uid, "cwd": cwd, "harness_pid": os.getpid(), "sync_fd": sync_r,
         "view": view if mode == "namespaces" else None,
         "rlimits": {"RLIMIT_CPU": limits.cpu_s or int(limits.timeout_s) + 1, "RLIMIT_AS": limits.memory_mb << 20,
-                    "RLIMIT_FSIZE": limits.file_size_mb << 20, "RLIMIT_NPROC": nproc, "RLIMIT_CORE": 0},
+                    "RLIMIT_FSIZE": limits.file_size_mb << 20, "RLIMIT_NPROC": nproc, "RLIMIT_CORE": 0,
+                    "RLIMIT_NOFILE": limits.max_open_files},
+        "seccomp": seccomp.program() if mode != "bwrap" else None,
     }  # fmt: skip
     bootstrap, code_fd = launch(role)
     argv = [interpreter(), "-I", "-S", "-u", "-c", *bootstrap]
+    filter_fd = None
     if mode == "bwrap":
-        argv = [*bwrap_command(view, env), "--", *argv]
-    stdin = os.memfd_create("orl-sandbox-job")  # the job, read once by the sandbox's trusted code
+        filter_fd = _memfd("orl-sandbox-seccomp", seccomp.program())
+        argv = [*bwrap_command(view, env), *(["--seccomp", str(filter_fd)] if filter_fd is not None else []), "--",
+                *argv]  # fmt: skip
+    stdin = _memfd("orl-sandbox-job", marshal.dumps(job))  # the job, read once by the sandbox's trusted code
     try:
-        with open(stdin, "wb", closefd=False) as handle:
-            handle.write(marshal.dumps(job))
-        os.lseek(stdin, 0, os.SEEK_SET)
         try:
-            proc = subprocess.Popen(argv, stdin=stdin, stdout=out_w, stderr=subprocess.STDOUT,
-                                    pass_fds=fds + (code_fd,) + ((sync_r,) if sync_r is not None else ()),
+            extra = tuple(fd for fd in (code_fd, sync_r, filter_fd) if fd is not None)
+            proc = subprocess.Popen(argv, stdin=stdin, stdout=out_w, stderr=subprocess.STDOUT, pass_fds=fds + extra,
                                     start_new_session=True, env=env, cwd=workdir or "/")  # fmt: skip
         except BaseException:
             if workdir:
@@ -202,7 +204,20 @@ def _spawn(role: str, job: dict, fds: tuple[int, ...], out_w: int, label: str, l
                 os.close(sync_r)
     finally:
         os.close(stdin)
+        if filter_fd is not None:
+            os.close(filter_fd)
     return _Side(proc, uid, workdir, sync_w)
+
+
+def _memfd(name: str, data: bytes | None) -> int | None:
+    """A memfd holding `data`, read from its start by the sandbox (None for None)."""
+    if data is None:
+        return None
+    fd = os.memfd_create(name)
+    with open(fd, "wb", closefd=False) as handle:
+        handle.write(data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _run_sample(code: str, test: str, entry_point: str | None, helpers: str, task_id: str, limits: SandboxLimits,
@@ -241,7 +256,8 @@ def _run_sample(code: str, test: str, entry_point: str | None, helpers: str, tas
             bound.adopt(roots)
             for side in sides:
                 os.write(side.sync_w, b"g")
-        guard = bound or memory.TreeWatchdog(limits.memory_mb << 20, roots, _weak_members(label, sides, run_id))
+        guard = bound or memory.TreeWatchdog(limits.memory_mb << 20, roots, _weak_members(label, sides, run_id),
+                                             tmpfs=label != "fallback" and seccomp.program() is not None)
         output, verdict_bytes, outcome = _collect(out_r, verdict_r, start + limits.timeout_s, limits.output_bytes,
                                                   guard)  # fmt: skip
         verdict = _parse_verdict(verdict_bytes)
