@@ -75,22 +75,30 @@ def read_json_object(path: Path) -> dict:
 def read_regular_file(path: str | os.PathLike, what: str, max_bytes: int) -> bytes:
     """The bytes of a regular file of at most `max_bytes`; InputError naming the file otherwise.
 
-    Devices, pipes and folders are refused before anything is read (/dev/zero never ends),
-    and at most max_bytes + 1 bytes are read (a file may grow while it is read).
+    Devices, pipes, FIFOs, sockets and folders are refused before anything is read: the file is
+    opened non-blocking (opening a FIFO would otherwise wait for a writer forever) and checked
+    with fstat before the first read (/dev/zero never ends). At most max_bytes + 1 bytes are read
+    (a file may grow while it is read).
     """
     path = Path(path)
     try:
-        with open(path, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise InputError(f"{path}: not a regular file; expected a {what} file")
-            data = handle.read(max_bytes + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise InputError(f"{path}: no such {what} file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a folder; expected a {what} file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read {what} file: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise InputError(f"{path}: is a folder; expected a {what} file")
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(f"{path}: not a regular file; expected a {what} file")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(max_bytes + 1)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read {what} file: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     if len(data) > max_bytes:
         raise InputError(f"{path}: larger than {max_bytes >> 20} MiB; not a {what} file this harness reads")
     return data

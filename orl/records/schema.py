@@ -13,6 +13,7 @@ import datetime as _dt
 import functools
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,44 @@ def load_schema() -> dict:
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
+def _full(pattern: str, text: str) -> bool:
+    """JSON Schema's `pattern` searches, and Python's `$` also matches before a final newline, so
+    "^[0-9a-f]{7,64}$" would accept a git_sha ending in "\n". Every pattern of the record schema
+    must match the whole string instead."""
+    return re.fullmatch(pattern, text) is not None
+
+
+def _error(message: str):
+    from jsonschema.exceptions import ValidationError  # jsonschema is imported when a record is validated
+
+    return ValidationError(message)
+
+
+def _pattern(validator, pattern, instance, schema):
+    if validator.is_type(instance, "string") and not _full(pattern, instance):
+        yield _error(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator, patterns, instance, schema):
+    if validator.is_type(instance, "object"):
+        for pattern, subschema in patterns.items():
+            for key, value in instance.items():
+                if _full(pattern, key):
+                    yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator, allowed, instance, schema):
+    if not validator.is_type(instance, "object"):
+        return
+    known, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
+    extras = [key for key in instance if key not in known and not any(_full(p, key) for p in patterns)]
+    if validator.is_type(allowed, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], allowed, path=key)
+    elif not allowed and extras:
+        yield _error(f"unexpected properties: {', '.join(repr(key) for key in sorted(extras))}")
+
+
 @functools.lru_cache(maxsize=1)
 def _validator():
     import jsonschema
@@ -36,7 +75,9 @@ def _validator():
     schema = load_schema()
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
-    return cls(schema)
+    full = jsonschema.validators.extend(cls, {"pattern": _pattern, "patternProperties": _pattern_properties,
+                                              "additionalProperties": _additional_properties})  # fmt: skip
+    return full(schema)
 
 
 def known_metrics() -> list[str]:
@@ -104,6 +145,8 @@ def not_run(kind: str, *, system: str, engine: str, reason: str, **fields: Any) 
 def _json_path(parts) -> str:
     out = ""
     for part in parts:
+        if isinstance(part, str) and not part.isprintable():
+            part = repr(part)  # a key with a newline or a control character: shown, not printed
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
