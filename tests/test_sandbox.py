@@ -207,7 +207,7 @@ def test_a_sample_tree_cannot_hold_more_than_its_memory_limit(mode):
     """Three children of 700 MB each under a 1 GB limit: the run fails for its memory."""
     result = check_completion(ADD, THREE_CHILDREN_OF_700_MB, timeout_s=30, isolation=mode)
     assert result.result.startswith("failed: memory limit: the run's processes held more than 1024 MB together")
-    assert result.memory_bound in ("cgroup", "watchdog") and result.duration_s < 30
+    assert result.memory_bound in ("cgroup", "watchdog+tmpfs") and result.duration_s < 30
     small = check_completion(ADD, body("block = b'x' * (300 << 20)\nreturn a + b"), timeout_s=30, isolation=mode)
     assert small.passed, small.result
 
@@ -365,7 +365,7 @@ def test_check_many_keeps_input_order_and_record_entries_fit_the_schema():
     assert [(r.task_id, r.passed) for r in results] == [("T/0", True), ("T/1", False), ("T/2", True)]
     make_record("quality", system="test", engine="none", model={"name": "none", "precision": "float32"},
                 metrics={"pass_at_1": 2 / 3}, n_problems=3, per_problem=[r.to_record() for r in results])  # fmt: skip
-    assert {r.to_record()["memory_bound"] for r in results} <= {"cgroup", "watchdog"}
+    assert {r.to_record()["memory_bound"] for r in results} <= {"cgroup", "watchdog+tmpfs"}
 
 
 # ------------------------------------------------------------------------------------------
@@ -391,7 +391,7 @@ def test_cgroup_bound_writes_the_limit_and_reads_oom_kills(tmp_path):
 def test_where_the_memory_bound_comes_from_here():
     parent = memory.cgroup_parent()
     result = check_completion(ADD, body("return a + b"), timeout_s=TIMEOUT_S, isolation="fallback")
-    assert result.memory_bound == ("cgroup" if parent is not None else "watchdog")
+    assert result.memory_bound == ("cgroup" if parent is not None else "watchdog+tmpfs")
     if parent is None:
         pytest.skip("no writable cgroup v2 with the memory controller here: the watchdog bounds each run")
 
@@ -471,7 +471,7 @@ def test_evaluate_quality_records_its_sandbox_and_takes_the_fallback_only_by_nam
     engine = _CannedEngine({problems[0]["prompt"]: body("return a + b"), problems[1]["prompt"]: body("return 0")})
     result = evaluate_quality(engine, problems, 8, progress=False, isolation="fallback")
     assert result.pass_at_1 == 0.5 and result.isolation == runner.fallback_label()
-    assert result.memory_bound in ("cgroup", "watchdog")
+    assert result.memory_bound in ("cgroup", "watchdog+tmpfs")
     with pytest.raises(InputError, match="isolation: expected one of"):
         evaluate_quality(engine, problems, 8, progress=False, isolation="none")
 

@@ -140,7 +140,7 @@ def _check_case(suite: dict, name: str, labels: tuple[str, ...]) -> None:
     assert result.isolation in labels
     assert result.result.startswith(expected), f"{name}: got {result.result!r}, expected {expected!r}..."
     assert result.passed == (expected == "passed")
-    assert result.memory_bound in ("cgroup", "watchdog")
+    assert result.memory_bound in ("cgroup", "watchdog+tmpfs", "watchdog")
     assert len(result.stdout_tail.encode()) <= SandboxLimits().output_bytes + 4  # utf-8 replacement slack
     assert suite["leftover_runs"][name] == [], f"{name}: processes survived the run"
     assert suite["leftover_folders"] == []

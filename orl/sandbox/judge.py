@@ -175,12 +175,13 @@ class Link:
             cls = namespace.get(name, getattr(builtins, name, None))
             if not (isinstance(cls, type) and issubclass(cls, BaseException)):
                 continue
-            if not issubclass(cls, Exception) or issubclass(cls, CONTROL_FLOW):
-                return self.fail("failed: " + (f"{name}: {message}" if message else name)[:TEXT_CHARS])
             try:
-                return cls(message)
+                exc = cls(message)
             except Exception:  # a class whose constructor wants other arguments: try its base
                 continue
+            if not isinstance(exc, Exception) or isinstance(exc, CONTROL_FLOW):
+                return self.fail("failed: " + (f"{name}: {message}" if message else name)[:TEXT_CHARS])
+            return exc
         return Exception(message)
 
 
