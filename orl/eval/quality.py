@@ -20,7 +20,7 @@ class QualityResult:
     per_problem: list[dict]
     generations: list[Generation]
     isolation: str
-    memory_bound: str  # how the sandbox bounded each run's memory: "cgroup" or "watchdog"
+    memory_bound: str  # how the sandbox bounded each run's memory: "cgroup", "watchdog+tmpfs" or "watchdog"
 
 
 def generate_all(engine: Engine, problems: list[dict], max_new_tokens: int, progress: bool = True,

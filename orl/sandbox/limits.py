@@ -36,7 +36,7 @@ class ExecutionResult:
     stdout_tail: str = ""
     returncode: int | None = None  # of the candidate's sandbox
     run_id: str = ""  # the ORL_SANDBOX_RUN marker in the programs' environment
-    memory_bound: str = ""  # "cgroup" or "watchdog" (orl/sandbox/memory.py)
+    memory_bound: str = ""  # "cgroup", "watchdog+tmpfs" or "watchdog" (orl/sandbox/memory.py)
     peak_memory_mb: float = 0.0  # the most the run's processes held together, as last measured
 
     def to_record(self) -> dict:

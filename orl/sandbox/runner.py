@@ -3,7 +3,9 @@
 The candidate process (orl/sandbox/candidate.py) runs prompt + completion and answers
 calls; the test process (orl/sandbox/judge.py) runs the prompt's helpers and the tests,
 calls the candidate through a proxy that carries only plain data (orl/sandbox/wire.py),
-and writes the verdict to a pipe only it holds. The candidate can reach neither that
+and writes the verdict to a pipe only it holds, as one length-prefixed wire frame that
+this module decodes (_parse_verdict): never split into lines, so no character the
+candidate put in a message can end a line early and forge "passed". The candidate can reach neither that
 pipe, nor the tests, nor the test process's memory: the two run in separate PID
 namespaces, and as root under separate uids. Whatever the candidate does to its own
 interpreter (patched builtins, a fake `math`, an object equal to everything, frames,
@@ -20,7 +22,9 @@ and as results name what ran: "bwrap"; "fallback+ns" (the fallback as root where
 unshare(2) works: the same namespaces and filesystem view as bwrap, built by
 confine.py); "fallback" (the weak one: no namespaces, the real filesystem and /tmp,
 and a private uid only as root). The view: orl/sandbox/isolation.py. The limits:
-SandboxLimits; memory per run: orl/sandbox/memory.py; cleanup: orl/sandbox/cleanup.py.
+SandboxLimits; memory per run: orl/sandbox/memory.py and orl/sandbox/seccomp.py; what
+crosses and how exceptions and iterators are rebuilt: orl/sandbox/judge.py and
+orl/sandbox/candidate.py; cleanup: orl/sandbox/cleanup.py.
 """
 
 from __future__ import annotations

@@ -23,7 +23,10 @@ bytes, nesting deeper than MAX_DEPTH and frames longer than its limit (checked o
 4-byte length prefix, before the frame is read).
 
 A message is a dict with str keys (its values any plain data), sent as one frame: a
-4-byte big-endian length, then the encoded dict.
+4-byte big-endian length, then the encoded dict. The test process's verdict to the
+harness is one such frame too (orl/sandbox/judge.py), read by its length, never as text.
+Generators and other iterators are not plain data here; the candidate process drains
+them into a list before it replies (orl/sandbox/candidate.py).
 """
 
 import os
