@@ -75,24 +75,28 @@ def read_json_object(path: Path) -> dict:
 def read_regular_file(path: str | os.PathLike, what: str, max_bytes: int) -> bytes:
     """The bytes of a regular file of at most `max_bytes`; InputError naming the file otherwise.
 
-    Devices, pipes, FIFOs, sockets and folders are refused before anything is read: the file is
-    opened non-blocking (opening a FIFO would otherwise wait for a writer forever) and checked
-    with fstat before the first read (/dev/zero never ends). At most max_bytes + 1 bytes are read
-    (a file may grow while it is read).
+    Devices, pipes, FIFOs, sockets and folders are refused before the file is opened (stat), and
+    again by fstat on what was opened, which is opened non-blocking (should the path have become a
+    FIFO in between, opening it would otherwise wait for a writer forever), before the first read
+    (/dev/zero never ends). At most max_bytes + 1 bytes are read (a file may grow while it is read).
     """
     path = Path(path)
+
+    def check(mode: int) -> None:
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{path}: is a folder; expected a {what} file")
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{path}: not a regular file; expected a {what} file")
+
     try:
+        check(os.stat(path).st_mode)  # before opening: opening a device may itself do something
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise InputError(f"{path}: no such {what} file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read {what} file: {exc.strerror or exc}") from None
     try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise InputError(f"{path}: is a folder; expected a {what} file")
-        if not stat.S_ISREG(info.st_mode):
-            raise InputError(f"{path}: not a regular file; expected a {what} file")
+        check(os.fstat(fd).st_mode)  # what was opened, if the path changed in between
         with os.fdopen(fd, "rb", closefd=False) as handle:
             data = handle.read(max_bytes + 1)
     except OSError as exc:

@@ -69,6 +69,7 @@ def main() -> int:
     trees = {"baseline": args.baseline_tree.resolve(), "this": REPO}
     times: dict[str, dict[str, list[float]]] = {mode: {name: [] for name in trees} for mode in args.modes.split(",")}
     labels = {}
+    load_before = [round(x, 2) for x in os.getloadavg()]
     for round_index in range(args.rounds):
         order = list(trees) if round_index % 2 == 0 else list(reversed(trees))
         for mode in times:
@@ -90,6 +91,8 @@ def main() -> int:
         "cpu_model": next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                            if line.startswith("model name")), None),
         "baseline_sha": git_sha(trees["baseline"]), "this_sha": git_sha(REPO), "modes": summary,
+        # 1/5/15-minute load averages: on a shared machine other work slows both trees alike (interleaved)
+        "load_average_before": load_before, "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }  # fmt: skip
     atomic_write_json(args.out, record)
     for mode, info in summary.items():

@@ -195,8 +195,8 @@ def _describe(error) -> tuple[str, str]:
         name = missing[0] if missing else "?"
         return _json_path([*path, name]), "missing field"
     if kind == "additionalProperties":
-        known = set(error.schema.get("properties", {}))
-        extra = [key for key in value if key not in known]
+        known, patterns = set(error.schema.get("properties", {})), error.schema.get("patternProperties", {})
+        extra = [key for key in value if key not in known and not any(_full(p, key) for p in patterns)]
         name = extra[0] if extra else "?"
         if path == ["metrics"]:
             return _json_path([*path, name]), (
