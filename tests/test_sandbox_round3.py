@@ -131,6 +131,10 @@ def test_record_readers_and_submit_refuse_a_fifo_without_blocking(tmp_path, mode
             finished, error = _in_thread(lambda reader=reader: reader(fifo))
             assert finished, f"{reader.__name__} blocked on a FIFO"
             assert isinstance(error, InputError) and "not a regular file" in str(error)
+        done = subprocess.run([sys.executable, "-m", "orl.cli", "submit", str(fifo), "--root", str(tmp_path / "filed")],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode != 0 and "not a regular file" in done.stderr
+        assert not (tmp_path / "filed").exists() or not any((tmp_path / "filed").rglob("*.jsonl"))
     finally:
         _unblock(fifo)
 
