@@ -173,3 +173,13 @@ def test_a_trailing_newline_fails_the_schema_and_submit(tmp_path, mode):
     path.write_text(json.dumps(bad) + "\n")
     with pytest.raises(InputError, match="unknown metric"):
         load_records(path)
+
+
+def test_the_tmpfs_term_counts_only_filesystems_of_the_views_size():
+    """While bwrap builds a view, a process's /tmp can be the machine's disk for a moment: a filesystem
+    larger than the view's tmpfs is never counted (this harness's own /tmp and /dev/shm are such)."""
+    from orl.sandbox import memory
+
+    own = [os.getpid()]
+    assert memory.tmpfs_usage(own, set(), SandboxLimits().tmpfs_mb << 20) == 0
+    assert memory.tmpfs_usage(own, set(), 1 << 62) > 0 or os.statvfs("/tmp").f_bfree == os.statvfs("/tmp").f_blocks

@@ -92,22 +92,31 @@ def _host_devices() -> set[int]:
     return devices
 
 
-def tmpfs_usage(pids: Iterable[int], skip: set[int]) -> int:
+def tmpfs_usage(pids: Iterable[int], skip: set[int], largest: int) -> int:
     """Bytes held by the private /tmp and /dev/shm tmpfs of the processes' filesystem views, each
-    filesystem once (files, unlinked files still open, POSIX shared memory); devices in `skip` are
-    not counted."""
+    filesystem once (files, unlinked files still open, POSIX shared memory).
+
+    Only filesystems of at most `largest` bytes count (the view's tmpfs size): while bwrap or
+    confine.py build a view, a process's /tmp may still be the machine's disk; and devices in
+    `skip` never count. Each folder is opened once and measured through that fd, so a view that
+    changes in between (pivot_root) cannot pair one filesystem's device with another's usage."""
     seen, total = set(skip), 0
     for pid in pids:
         for folder in ("tmp", "dev/shm"):
-            path = f"/proc/{pid}/root/{folder}"
             try:
-                device = os.stat(path).st_dev
-                if device in seen:
-                    continue
-                seen.add(device)
-                info = os.statvfs(path)
+                fd = os.open(f"/proc/{pid}/root/{folder}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError:
                 continue
+            try:
+                device = os.fstat(fd).st_dev
+                info = os.fstatvfs(fd)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            if device in seen or info.f_blocks * info.f_frsize > largest:
+                continue
+            seen.add(device)
             total += (info.f_blocks - info.f_bfree) * info.f_frsize
     return total
 
@@ -115,12 +124,14 @@ def tmpfs_usage(pids: Iterable[int], skip: set[int]) -> int:
 class TreeWatchdog:
     """Sums the memory of a sample's processes; `over()` when the total passes the limit.
 
-    With `tmpfs`, the run's private /tmp and /dev/shm count too (see the module docstring)."""
+    With `tmpfs_bytes` (their size), the run's private /tmp and /dev/shm count too (see the module
+    docstring)."""
 
     def __init__(self, limit_bytes: int, roots: list[int], extra: Callable[[], set[int]] | None = None,
-                 tmpfs: bool = False) -> None:  # fmt: skip
+                 tmpfs_bytes: int | None = None) -> None:  # fmt: skip
         self.limit, self.roots, self.extra = limit_bytes, roots, extra
-        self.skip = _host_devices() if tmpfs else None
+        self.skip = _host_devices() if tmpfs_bytes is not None else None
+        self.tmpfs_bytes = tmpfs_bytes or 0
         self.peak = 0
 
     @property
@@ -131,7 +142,7 @@ class TreeWatchdog:
         pids = descendants(self.roots) | (self.extra() if self.extra else set())
         total = sum(process_memory(pid) for pid in pids)
         if self.skip is not None:
-            total += tmpfs_usage(pids, self.skip)
+            total += tmpfs_usage(pids, self.skip, self.tmpfs_bytes)
         self.peak = max(self.peak, total)
         return total > self.limit
 

@@ -261,7 +261,8 @@ def _run_sample(code: str, test: str, entry_point: str | None, helpers: str, tas
             for side in sides:
                 os.write(side.sync_w, b"g")
         guard = bound or memory.TreeWatchdog(limits.memory_mb << 20, roots, _weak_members(label, sides, run_id),
-                                             tmpfs=label != "fallback" and seccomp.program() is not None)
+                                             tmpfs_bytes=limits.tmpfs_mb << 20
+                                             if label != "fallback" and seccomp.program() is not None else None)
         output, verdict_bytes, outcome = _collect(out_r, verdict_r, start + limits.timeout_s, limits.output_bytes,
                                                   guard)  # fmt: skip
         verdict = _parse_verdict(verdict_bytes)
