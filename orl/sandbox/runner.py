@@ -5,8 +5,8 @@ calls; the test process (orl/sandbox/judge.py) runs the prompt's helpers and the
 calls the candidate through a proxy that carries only plain data (orl/sandbox/wire.py),
 and writes the verdict to a pipe only it holds, as one length-prefixed wire frame that
 this module decodes (_parse_verdict): never split into lines, so no character the
-candidate put in a message can end a line early and forge "passed". The candidate can reach neither that
-pipe, nor the tests, nor the test process's memory: the two run in separate PID
+candidate put in a message can end a line early and forge "passed". The candidate can
+reach neither that pipe, nor the tests, nor the test process's memory: the two run in separate PID
 namespaces, and as root under separate uids. Whatever the candidate does to its own
 interpreter (patched builtins, a fake `math`, an object equal to everything, frames,
 gc, exit codes, printing "passed") changes only the values it sends back. (The weak
@@ -188,13 +188,13 @@ def _spawn(role: str, job: dict, fds: tuple[int, ...], out_w: int, label: str, l
     }  # fmt: skip
     bootstrap, code_fd = launch(role)
     argv = [interpreter(), "-I", "-S", "-u", "-c", *bootstrap]
-    filter_fd = None
-    if mode == "bwrap":
-        filter_fd = _memfd("orl-sandbox-seccomp", seccomp.program())
-        argv = [*bwrap_command(view, env), *(["--seccomp", str(filter_fd)] if filter_fd is not None else []), "--",
-                *argv]  # fmt: skip
     stdin = _memfd("orl-sandbox-job", marshal.dumps(job))  # the job, read once by the sandbox's trusted code
+    filter_fd = None
     try:
+        if mode == "bwrap":  # bwrap reads the seccomp filter from an fd
+            filter_fd = _memfd("orl-sandbox-seccomp", seccomp.program())
+            seccomp_args = ["--seccomp", str(filter_fd)] if filter_fd is not None else []
+            argv = [*bwrap_command(view, env), *seccomp_args, "--", *argv]
         try:
             extra = tuple(fd for fd in (code_fd, sync_r, filter_fd) if fd is not None)
             proc = subprocess.Popen(argv, stdin=stdin, stdout=out_w, stderr=subprocess.STDOUT, pass_fds=fds + extra,
