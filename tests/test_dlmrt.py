@@ -264,14 +264,17 @@ def test_bench_engine_rounds_medians_step_time_and_profile_on_the_cpu(smoke_mode
 def test_cudnn_attention_is_left_out_on_cuda_only():
     from orl.model.transformer import avoid_per_length_attention_plans
 
-    assert torch.backends.cuda.cudnn_sdp_enabled()
-    avoid_per_length_attention_plans(torch.device("cpu"))
-    assert torch.backends.cuda.cudnn_sdp_enabled()
+    # The flag is process-wide and an earlier CUDA test's engine leaves it off: start from "on" and
+    # put back whatever was there.
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(True)
     try:
+        avoid_per_length_attention_plans(torch.device("cpu"))
+        assert torch.backends.cuda.cudnn_sdp_enabled()
         avoid_per_length_attention_plans(torch.device("cuda"))  # only flips a flag: no GPU needed
         assert not torch.backends.cuda.cudnn_sdp_enabled()
     finally:
-        torch.backends.cuda.enable_cudnn_sdp(True)
+        torch.backends.cuda.enable_cudnn_sdp(before)
 
 
 @pytest.mark.slow
