@@ -447,3 +447,16 @@ def test_prefill_writes_the_prompt_and_sets_up_block_zero(dlm, prompts):
     assert state.seq[0, : len(ids)].tolist() == ids
     assert int(state.start) == int(state.mask_origin) == len(ids)
     assert state.masked.all() and (state.tokens == engine.spec.mask_id).all() and int(state.nfe) == 0
+
+
+def test_profiling_is_prepared_for_cuda_graphs_on_cuda_only(monkeypatch):
+    import torch.profiler._utils as profiler_utils
+
+    from orl.eval.engine_bench import prepare_graph_profiling
+
+    calls = []
+    monkeypatch.setattr(profiler_utils, "_init_for_cuda_graphs", lambda: calls.append(1))
+    prepare_graph_profiling(torch.device("cpu"))
+    assert calls == []
+    prepare_graph_profiling(torch.device("cuda"))  # only sets up tracing: no GPU touched by the stand-in
+    assert calls == [1]
