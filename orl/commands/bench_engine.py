@@ -104,7 +104,13 @@ def run_bench_engine(args) -> int:
     from orl.decoding import Policy
     from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
     from orl.engines.reference import ReferenceDiffusion
-    from orl.eval.engine_bench import chunk_step_time, host_sync_in_chunk, profile_chunk, run_rounds
+    from orl.eval.engine_bench import (
+        chunk_step_time,
+        host_sync_in_chunk,
+        prepare_graph_profiling,
+        profile_chunk,
+        run_rounds,
+    )
     from orl.eval.latency import timings_as_dicts
     from orl.model.checkpoint import load_checkpoint
     from orl.records import make_record, write_records
@@ -120,6 +126,8 @@ def run_bench_engine(args) -> int:
     chat = chat_renderer(args)
     prompts = [chat(p["prompt"]) if chat else p["prompt"] for p in problems]
     ckpt = load_checkpoint(args.ckpt, device=device, dtype=torch_dtype(args.dtype, args.device))
+    if args.profile:
+        prepare_graph_profiling(device)  # before any engine captures a CUDA graph
     residual, ignore_eos = not args.no_residual, args.ignore_eos
     config = DlmrtConfig(sync_every=args.sync_every, compile_backend=args.compile_backend)
     engines = {name: ReferenceDiffusion(ckpt, policy, residual=residual, ignore_eos=ignore_eos) if name == "reference"

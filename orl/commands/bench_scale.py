@@ -77,7 +77,7 @@ def run_bench_scale(args) -> int:
     from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
     from orl.engines.hf import HFEngine
     from orl.engines.reference import ReferenceDiffusion
-    from orl.eval.engine_bench import chunk_step_time, profile_chunk
+    from orl.eval.engine_bench import chunk_step_time, prepare_graph_profiling, profile_chunk
     from orl.eval.latency import measure_latency, timings_as_dicts
     from orl.eval.scale import (
         Floor,
@@ -99,6 +99,8 @@ def run_bench_scale(args) -> int:
     dtype = torch_dtype(args.dtype, device) or torch.float32
     policy = parse_policy(args.policy)
     ckpt = random_checkpoint(args.arch, device, dtype, args.block)
+    if args.profile:
+        prepare_graph_profiling(device)  # before any engine captures a CUDA graph
     config = ckpt.model.config
     prompts = random_prompts(config, args.requests, args.prompt_len)
     plan = plan_blocks(args.prompt_len, args.max_new_tokens, config.block_size, config.block_layout,

@@ -102,6 +102,19 @@ def host_sync_in_chunk(engine: DlmrtEngine, prompt: str, max_new_tokens: int) ->
     return None
 
 
+def prepare_graph_profiling(device: torch.device) -> None:
+    """On CUDA, start the profiler's CUDA tracing before any graph is captured.
+
+    Kernels replayed from a CUDA graph are seen by the profiler only when its tracing (CUPTI) was
+    set up before the graph was captured; a profiler first started after capture counts a graph's
+    replay, not the kernels inside it. Call this before an engine captures, when a run profiles.
+    """
+    if torch.device(device).type == "cuda":
+        from torch.profiler._utils import _init_for_cuda_graphs  # torch's own hook for exactly this
+
+        _init_for_cuda_graphs()
+
+
 def profile_chunk(engine: DlmrtEngine, prompt: str, max_new_tokens: int, top: int = 12) -> tuple[float, str]:
     """(kernels per step, the profiler's table of the costliest ones) for one S-step chunk.
 

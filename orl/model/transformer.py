@@ -136,14 +136,31 @@ class Attention(nn.Module):
             cache.k[layer].index_copy_(2, slots, k.to(cache.k[layer].dtype))
             cache.v[layer].index_copy_(2, slots, v.to(cache.v[layer].dtype))
             k, v = cache.k[layer].to(q.dtype), cache.v[layer].to(q.dtype)
-        # enable_gqa lets SDPA share each key/value head across its query group without
-        # materialising repeated copies of the cache on every step.
-        gqa = self.n_kv != self.n_heads
-        if mask is None:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=gqa)
+        out = grouped_attention(q, k, v, mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+
+
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Grouped-query attention: q [b, Hq, t, d] over k, v [b, Hkv, s, d], Hq a multiple of Hkv.
+
+    Query head h reads key/value head h // (Hq / Hkv). Without a mask (causal AR training) SDPA's own
+    `enable_gqa` shares the key/value heads. With an explicit mask it is not used: on CUDA the flash
+    kernel takes no mask and the memory-efficient kernel no `enable_gqa`, so SDPA would fall back to
+    its math kernel, which builds float copies of K and V for every layer at every step. Instead the
+    G query heads of one group are stacked along the query axis (t -> G·t) and the mask is repeated
+    to match: plain multi-head attention over the Hkv heads, which the memory-efficient kernel runs,
+    with the same result (each stacked query row still sees exactly its own mask row).
+    """
+    b, n_heads, t, d = q.shape
+    n_kv = k.shape[1]
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=n_heads != n_kv)
+    group = n_heads // n_kv
+    if group == 1:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+    stacked = q.reshape(b, n_kv, group * t, d)  # heads kv·G + g -> rows g·t + i of kv head `kv`
+    out = F.scaled_dot_product_attention(stacked, k, v, attn_mask=mask[:, None].repeat(1, 1, group, 1))
+    return out.reshape(b, n_heads, t, d)
 
 
 class MLP(nn.Module):
