@@ -11,7 +11,10 @@ from snakemake.utils import min_version
 
 min_version("8.0")
 
-PROFILE = config.get("profile", "tiny")
+from orl.workflow_config import profile_of
+
+# A --configfile must name its profile (orl/workflow_config.py): without one it would override tiny's values.
+PROFILE = profile_of(config, workflow.overwrite_configfiles)
 
 
 configfile: f"{workflow.basedir}/workflows/config/{PROFILE}.yaml"

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import argparse
 
+from orl.commands.checks import out_file, positive_int
 from orl.commands.common import (
     add_chat_flag,
     add_model_args,
     add_progress_flag,
     chat_renderer,
+    compile_notice,
     model_block,
     parse_device,
     policy_arg,
     torch_dtype,
 )
+from orl.commands.eval_quality import SHORT_DIFFICULTIES
 from orl.tasks import SUITES
 
 BENCH_ENGINES = ("dlmrt", "dlmrt-eager", "reference")
@@ -35,8 +38,8 @@ def register(subparsers) -> None:
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
-    p.add_argument("--difficulty", default="medium", help="TinyCode difficulty")
-    p.add_argument("--limit", type=int, default=32, help="first N problems of the suite")
+    p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES, help="TinyCode difficulty")
+    p.add_argument("--limit", type=positive_int, default=32, help="first N problems of the suite")
     p.add_argument("--policy", default="threshold:0.9", help="commit policy: fixed:K, threshold:T, "
                    "strict-threshold:T or factor:F, or @FILE.json from `orl operating-point`")
     p.add_argument("--system", default=None, help="table row name stored in the records (default: model name)")
@@ -60,7 +63,7 @@ def register(subparsers) -> None:
                    "dlmrt chunk launches per step, and print where their time goes")
     p.add_argument("--check-sync", action="store_true", help="CUDA only: check that no chunk synchronises with the "
                    "host (sync debug mode 'error'); a sync found is recorded and makes the exit code 1")
-    p.add_argument("--out", required=True, help="records file (.jsonl) to write")
+    p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
     add_chat_flag(p)
     add_model_args(p)
     add_progress_flag(p)
@@ -126,6 +129,8 @@ def run_bench_engine(args) -> int:
                else DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, ignore_eos=ignore_eos,
                                 config=config) for name in names}
     rounds = args.rounds or (5 if ckpt.model.embedding.device.type == "cuda" else 1)
+    if "dlmrt" in names:
+        compile_notice("dlmrt", device, "bench-engine")
     results = run_rounds(engines, prompts, args.max_new_tokens, rounds=rounds, warmup=args.warmup,
                          progress=not args.no_progress)
     for name, engine in engines.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from orl.commands.checks import check_training_counts
 from orl.commands.common import parse_device
 from orl.commands.train_ar import add_training_args, seed_override
 
@@ -24,6 +25,7 @@ def run_convert(args) -> int:
     from orl.train.pretrain import convert_to_diffusion
 
     preset = load_preset(args.preset, args.config, seed_override(args, "convert"))
+    check_training_counts(preset, "convert")
     device = parse_device(args.device)
     if is_finished(args.out):
         print(f"{args.out}: already trained (delete it to retrain)")
