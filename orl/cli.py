@@ -40,8 +40,25 @@ COMMAND_MODULES = [
 ]
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the text already names one (no flag goes without)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("default" in text or not action.option_strings or action.default in (None, False, argparse.SUPPRESS)
+                or isinstance(action, argparse._HelpAction)):
+            return text
+        return text + " (default: %(default)s)"
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, with a bad argument reported as one line (its usage is one `--help` away) and exit 2."""
+    """argparse, with a bad argument reported as one line (its usage is one `--help` away) and exit 2, and
+    every subcommand's help listing its defaults the same way (DefaultsFormatter)."""
+
+    def __init__(self, *args, **kwargs):
+        if kwargs.get("formatter_class") in (None, argparse.HelpFormatter):
+            kwargs["formatter_class"] = DefaultsFormatter
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

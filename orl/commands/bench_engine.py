@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from orl.commands.checks import out_file, positive_int
+from orl.commands.checks import nonneg_int, out_file, positive_int
 from orl.commands.common import (
     add_chat_flag,
     add_model_args,
@@ -46,10 +46,10 @@ def register(subparsers) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64, help="generation budget per prompt")
     p.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
     p.add_argument("--ignore-eos", action="store_true", help="fixed-length speed runs: decode every prompt to "
-                   "--max-new-tokens whatever the model emits (METHOD.md §4); TPF and NFE are counted the same way")
+                   "--max-new-tokens whatever the model emits (docs/metrics.md); TPF and NFE are counted the same way")
     p.add_argument("--engines", default=",".join(BENCH_ENGINES), help="comma-separated subset of "
                    f"{', '.join(BENCH_ENGINES)}")
-    p.add_argument("--warmup", type=int, default=2, help="discarded requests per engine, besides one per "
+    p.add_argument("--warmup", type=nonneg_int, default=2, help="discarded requests per engine, besides one per "
                    "compiled shape (compilation and capture happen there)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved passes over the prompts; each engine "
                    "reports its median round (default: 5 on CUDA, where one pass lasts well under a second, else 1)")

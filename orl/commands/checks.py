@@ -33,6 +33,45 @@ def positive_int(text: str) -> int:
     return value
 
 
+def nonneg_int(text: str) -> int:
+    """An argparse type: an integer >= 0 (--warmup)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number > 0 (--timeout seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def add_ckpt_arg(parser: argparse.ArgumentParser, help: str) -> None:
+    """CKPT as a positional argument (as it always was here) or as --ckpt, the name every other command uses."""
+    parser.add_argument("ckpt_positional", nargs="?", metavar="CKPT", help=f"{help} (or --ckpt CKPT)")
+    parser.add_argument("--ckpt", default=None, help=help)
+
+
+def resolve_ckpt(args) -> str:
+    """The checkpoint add_ckpt_arg's two spellings name: exactly one of them."""
+    if args.ckpt and args.ckpt_positional and args.ckpt != args.ckpt_positional:
+        raise InputError(f"checkpoint given twice: {args.ckpt_positional} and --ckpt {args.ckpt}")
+    ckpt = args.ckpt or args.ckpt_positional
+    if not ckpt:
+        raise InputError("CKPT: required (a checkpoint directory, positional or --ckpt)")
+    args.ckpt = ckpt
+    return ckpt
+
+
 def thresholds(text: str) -> list[float]:
     """An argparse type: comma-separated thresholds τ, each in (0, 1], at least one, no repeats."""
     from orl.decoding import Policy

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orl.commands.checks import out_file, positive_int
+from orl.commands.checks import out_file, positive_float, positive_int
 from orl.commands.common import (
     add_engine_args,
     add_progress_flag,
@@ -30,10 +30,10 @@ def register(subparsers) -> None:
     p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES,
                    help="TinyCode difficulty (default: medium)")
     p.add_argument("--system", default=None, help="table row name stored in the record (default: derived)")
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds per problem's tests (default: 5)")
+    p.add_argument("--timeout", type=positive_float, default=5.0, help="seconds per problem's tests (default: 5)")
     p.add_argument("--workers", type=positive_int, default=None, help="parallel sandboxes (default: CPU count)")
     p.add_argument("--isolation", default="bwrap", choices=["bwrap", "fallback"],
-                   help="sandbox (default bwrap, required; fallback: the weaker sandbox, named in the record)")
+                   help="sandbox (default: bwrap, required; fallback: the weaker sandbox, named in the record)")
     p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
     add_progress_flag(p)
     p.set_defaults(func=run_eval_quality)

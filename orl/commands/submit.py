@@ -13,7 +13,7 @@ def register(subparsers) -> None:
         "one commit) and file it as <root>/<gpu-slug>/<date>-<sha>.jsonl for Table 4. Never overwrites; "
         "writes nothing on any failure.",
     )
-    submit.add_argument("results_file", metavar="RESULTS.jsonl")
+    submit.add_argument("results_file", metavar="RESULTS.jsonl", help="record file of one GPU and one commit")
     submit.add_argument("--root", help="where submissions are filed (default: results/hardware)")
     submit.set_defaults(func=run_submit)
 

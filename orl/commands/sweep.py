@@ -25,10 +25,11 @@ def register(subparsers) -> None:
         "per τ and aup= last.",
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint")
-    p.add_argument("--suite", default="tinycode", choices=SUITES)
+    p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
     p.add_argument("--thresholds", default="0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95", type=thresholds,
                    help="comma-separated τ values, each in (0, 1] (default: %(default)s)")
-    p.add_argument("--engine", default="dlmrt", choices=["dlmrt", "dlmrt-eager", "reference"])
+    p.add_argument("--engine", default="dlmrt", choices=["dlmrt", "dlmrt-eager", "reference"],
+                   help="dLLM engine (compiled dlmrt is the speed default; on a CPU it compiles first)")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget (default: 64)")
     p.add_argument("--system", default=None, help="table row name stored in the records")

@@ -37,7 +37,7 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "train-orl", help="ORL post-training of a block-diffusion checkpoint (or one of its ablations)",
-        description="On-policy residual learning (METHOD.md §3): rollouts of the current model with residual "
+        description="On-policy residual learning (docs/method.md §3): rollouts of the current model with residual "
         "context, self-generated targets that pass their unit tests, replay with CE + λ·AEC, rollouts refreshed "
         "every R steps. --ablation selects a Table 5 variant.",
     )
