@@ -207,3 +207,55 @@ def test_render_warns_about_systems_no_row_reads(capsys, tmp_path):
                  str(tmp_path / "reports"), "--tables", "2", "--no-index"]) == 0
     err = capsys.readouterr().err
     assert "'my system'" in err and "orl rows" in err
+
+
+# --- Tables read at a glance ---
+
+
+@pytest.fixture(scope="module")
+def tiny_table2():
+    from orl.records import load_record_tree
+    from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
+    from orl.report.tables import build_table2
+
+    claims = load_claims(DEFAULT_CLAIMS_PATH)
+    return build_table2(load_record_tree(REPO / "results" / "tiny"), claims), claims
+
+
+def test_table2_opens_on_a_compact_headline(tiny_table2, tmp_path):
+    import re
+
+    from orl.report.render import table_paths, write_table
+
+    frame, claims = tiny_table2
+    write_table(frame, tmp_path, claims)
+    paths = table_paths(tmp_path, 2)
+    md = paths["md"].read_text()
+    head = md.split("**Caveats**")[0]
+    assert "single GPU" not in head and "Measured on: CPU" in head
+    assert "| system | verification | TPF | tokens/s | pass@1 | matched | speedup vs AR |" in head
+    assert re.search(r"\| dLLM \+ ORL \| none \(dLLM commits\) \| [0-9.]+ \[[0-9.]+, [0-9.]+\] \|", head)
+    assert "**Not run**" in head and "- AR (vLLM) (vllm): needs CUDA and vllm (tinycode" in head
+    assert "not run" not in head.split("**Not run**")[0].lower().replace("lines measured", "")  # none in the tables
+    assert "## All columns" in md and "| system | engine | suite |" in md  # the full table stays, after
+    tex = paths["tex"].read_text()
+    assert all(line.count("&") <= 6 for line in tex.splitlines())  # 7 columns: fits a page
+    html = paths["html"].read_text()
+    assert "<table>" in html and "Not run" in html and "AR (hf)" in html
+
+
+def test_reproduce_summary_names_table2_and_what_ran(tmp_path):
+    import os
+
+    from orl.report.summary import summary
+
+    (tmp_path / "results" / "tiny" / "quality").mkdir(parents=True)
+    (tmp_path / "reports" / "tiny").mkdir(parents=True)
+    record = tmp_path / "results" / "tiny" / "quality" / "q.jsonl"
+    record.write_text("{}\n")
+    os.utime(record, (1000, 1000))
+    (tmp_path / "reports" / "tiny" / "table2.csv").write_text("system,status\na,measured\nb,not run: x\n")
+    lines = summary("tiny", "2", since=2000, root=tmp_path)
+    assert "reports/tiny/table2.md" in lines[0] and "1 of 2 lines measured" in lines[0]
+    assert "wrote no record" in lines[1] and "1 record files" in lines[1]
+    assert "wrote 1 of the 1" in summary("tiny", "2", since=500, root=tmp_path)[1]

@@ -333,11 +333,11 @@ def table_html(frame: pd.DataFrame, title: str, shown: pd.DataFrame, csv_name: s
     """A table as an HTML fragment for the report page: the headline and what did not run (Tables 1, 2,
     3, 5), or the whole table (3b, 4, which are small)."""
     n_measured = int((frame["status"] == "measured").sum())
-    parts = [f"<h2>{html.escape(title)}</h2>",
-             f"<p>Measured on: {html.escape(measured_on(frame))}. {n_measured} of {len(frame)} lines measured. "
-             f"Each cell: value [95% interval]. Every column: {html.escape(csv_name)} (category Tables); the "
-             f"metrics: {DOCS_METRICS}.</p>"]
+    parts = [f"<h2>{html.escape(title)}</h2>"]
     if frame.attrs["table"] in HEADLINE_TABLES:
+        parts.append(f"<p>Measured on: {html.escape(measured_on(frame))}. {n_measured} of {len(frame)} lines "
+                     f"measured. Each cell: value [95% interval]. Every column: {html.escape(csv_name)} (category "
+                     f"Tables); the metrics: {DOCS_METRICS}.</p>")
         for part in headlines(frame):
             if part.suite:
                 parts.append(f"<h3>{html.escape(part.suite)}</h3>")
@@ -347,5 +347,7 @@ def table_html(frame: pd.DataFrame, title: str, shown: pd.DataFrame, csv_name: s
             items = "".join(f"<li>{html.escape(line)}</li>" for line in missing)
             parts.append(f"<p>Not run ({len(frame) - n_measured} lines):</p><ul>{items}</ul>")
     else:
+        parts.append(f"<p>{n_measured} of {len(frame)} lines measured. Also as {html.escape(csv_name)} (category "
+                     f"Tables); the metrics: {DOCS_METRICS}.</p>")
         parts.append(_html_table(shown))
-    return "\n".join(parts) + "\n"
+    return '<div class="orl-table">\n' + "\n".join(parts) + "\n</div>\n"
