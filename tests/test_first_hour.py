@@ -259,3 +259,30 @@ def test_reproduce_summary_names_table2_and_what_ran(tmp_path):
     assert "reports/tiny/table2.md" in lines[0] and "1 of 2 lines measured" in lines[0]
     assert "wrote no record" in lines[1] and "1 record files" in lines[1]
     assert "wrote 1 of the 1" in summary("tiny", "2", since=500, root=tmp_path)[1]
+
+
+def test_every_option_shows_its_default():
+    """Help is formatted one way everywhere: an option with a default says it (orl.cli.DefaultsFormatter)."""
+    import argparse
+
+    from orl.cli import build_parser
+
+    def walk(parser, name):
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, subparser in action.choices.items():
+                    yield from walk(subparser, f"{name} {sub}")
+            elif action.option_strings and not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+                assert action.help, f"{name} {action.option_strings[0]}: no help text"
+                if action.default not in (None, False):
+                    assert "default" in formatter._get_help_string(action), f"{name} {action.option_strings[0]}"
+                yield action
+
+    assert len(list(walk(build_parser(), "orl"))) > 100
+
+
+def test_quantize_takes_ckpt_like_every_command(capsys, tmp_path):
+    one_line_error(capsys, ["quantize", "--out", str(tmp_path / "q")], "CKPT: required")
+    one_line_error(capsys, ["quantize", str(tmp_path / "a"), "--ckpt", str(tmp_path / "b"), "--out",
+                            str(tmp_path / "q")], "checkpoint given twice")

@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate = records_sub.add_parser(
         "validate",
         help="check a record file against the schema",
-        description="Validate every line of a record file; exit non-zero with the line and field of the first "
+        description="Validate every line of a record file against the schema and the value rules `orl submit` "
+        "applies too (TPF in [0, 1024], docs/metrics.md); exit non-zero with the line and field of the first "
         "error, or when the file holds no record.",
     )
     validate.add_argument("file", type=Path, help="records file (.jsonl)")
