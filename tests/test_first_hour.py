@@ -286,3 +286,21 @@ def test_quantize_takes_ckpt_like_every_command(capsys, tmp_path):
     one_line_error(capsys, ["quantize", "--out", str(tmp_path / "q")], "CKPT: required")
     one_line_error(capsys, ["quantize", str(tmp_path / "a"), "--ckpt", str(tmp_path / "b"), "--out",
                             str(tmp_path / "q")], "checkpoint given twice")
+
+
+def test_accuracy_figure_averages_seeds_per_threshold():
+    from orl.report.figures import mean_curves
+
+    curves = {("ORL", "dlmrt", "tinycode", "a"): [(4.0, 0.8, 0.9, None), (6.0, 0.6, 0.5, None)],
+              ("ORL", "dlmrt", "tinycode", "b"): [(5.0, 0.7, 0.9, None), (8.0, 0.5, 0.5, None)]}
+    assert mean_curves(curves) == {("ORL", "dlmrt", "tinycode"): [(0.9, 4.5, 0.75, 0.7, 0.8),
+                                                                  (0.5, 7.0, 0.55, 0.5, 0.6)]}
+
+
+def test_the_report_page_shows_every_table():
+    from orl.report.tables import TABLE_IDS
+
+    page = (REPO / "workflows" / "report" / "workflow.rst").read_text()
+    shown = [line.split("/")[-1] for line in page.splitlines() if line.strip().startswith(":file:")]
+    assert shown[0] == "table2.html" and sorted(shown) == sorted(f"table{t}.html" for t in TABLE_IDS)
+    assert all((REPO / "reports" / "tiny" / name).is_file() for name in shown)  # committed with the records
