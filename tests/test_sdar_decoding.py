@@ -99,13 +99,13 @@ def test_orl_generate_on_an_sdar_directory(sdar_ckpt, ours, oracle, capsys):
         assert last == f"nfe={nfe} tokens={len(tokens)} tpf={len(tokens) / nfe:.3f}"
 
 
-@pytest.mark.parametrize("budget", [5, 12])
-def test_the_budget_is_a_hard_cap(ours, budget):
+def test_the_budget_is_a_hard_cap(ours, sdar_ckpt):
     """Fixed-length runs return exactly the budget whatever the prompt's place in its block (SDAR's own loop
     would return whole blocks), and TPF counts the returned tokens over every forward spent."""
+    budget = sdar_ckpt.block_size + 2  # not a multiple of B: the last block reaches past it in both layouts
     engines = [ReferenceDiffusion(ours, Policy.parse("fixed:1"), ignore_eos=True),
                DlmrtEngine(ours, Policy.parse("fixed:1"), compiled=False, ignore_eos=True)]
-    for prompt in PROMPTS:
+    for prompt in PROMPTS[:3]:
         for engine in engines:
             gen = engine.generate(prompt, budget)
             assert gen.num_tokens == budget, (type(engine).__name__, prompt)
