@@ -270,14 +270,16 @@ def plot_speedup_vs_length(records: list[dict], paths: list[Path]) -> list[Path]
 
 
 def floor_points(records: list[dict]) -> dict[tuple, list[tuple]]:
-    """{(engine, precision, device): [(weight GB read per forward, time per forward s, floor s, arch), ...]}
+    """{(engine, precision, device, cpu linear): [(weight GB read per forward, time per forward s, floor s, arch),
+    ...]}
     from the latest measured scale_bench record of each (arch, block, engine, precision, device)."""
     table = build_table3b(records)
     series: dict[tuple, list] = {}
     for line in table[table["status"] == "measured"].to_dict("records"):
         if line["weight_bytes_read"] is None or line["time_per_forward_s"] is None:
             continue
-        key = (line["engine"], line["precision"], line["device"])
+        linear = line.get("cpu_linear")
+        key = (line["engine"], line["precision"], line["device"], None if pd.isna(linear) else linear)
         arch = f"{line['arch']} b{line['block']}" if line["block"] else str(line["arch"])
         series.setdefault(key, []).append((line["weight_bytes_read"] / 1e9, line["time_per_forward_s"],
                                            line["floor_s"], arch))  # fmt: skip
@@ -286,20 +288,24 @@ def floor_points(records: list[dict]) -> dict[tuple, list[tuple]]:
 
 def plot_floor(records: list[dict], paths: list[Path]) -> list[Path]:
     series = floor_points(records)
-    fig = _new_figure()
+    fig = _new_figure(6.4, 5.2)
     ax = fig.subplots()
     if not series:
         _empty(ax, "no scale_bench records (orl bench-scale --arch ...; the DAG does not run it by default)")
         return _save(fig, paths)
     floors = {}
-    for (engine, precision, device), points in series.items():
-        ax.plot([p[0] for p in points], [1e3 * p[1] for p in points], marker="o",
-                label=f"{engine} ({precision}) on {device}")
+    for (engine, precision, device, linear), points in series.items():
+        via = f", {linear} linears" if linear else ""
+        ax.plot([p[0] for p in points], [1e3 * p[1] for p in points], marker="o", linestyle="-" if len(points) > 1
+                else "none", label=f"{engine} ({precision}{via}) on {device}")
         for x, _, floor, arch in points:
-            floors[(x, arch, precision, device)] = floor
-    for (x, arch, _, _), floor in sorted(floors.items(), key=str):
+            floors[(x, arch, device, linear)] = floor
+    for (x, arch, device, linear), floor in sorted(floors.items(), key=str):
+        # Each run measures its machine's bandwidth, so each has its own floor: the label says whose it is.
         ax.plot([x], [1e3 * floor], marker="_", markersize=18, color="black")
-        ax.annotate(arch, (x, 1e3 * floor), textcoords="offset points", xytext=(4, -10), fontsize=6)
+        run = f", {linear} run" if linear else ""
+        ax.annotate(f"{arch} floor: {device}{run}", (x, 1e3 * floor), textcoords="offset points", xytext=(6, -3),
+                    fontsize=6)
     ax.plot([], [], marker="_", markersize=12, color="black", linestyle="none", label="hardware floor (bytes / bandwidth)")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -307,7 +313,7 @@ def plot_floor(records: list[dict], paths: list[Path]) -> list[Path]:
     ax.set_ylabel("time per forward (ms)")
     ax.set_title("Table 3b: time per forward against the hardware floor (random weights, speed only)", fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     return _save(fig, paths)
 
 
