@@ -41,9 +41,12 @@ clone-times:
 	@if [ -z "$$(ls -A .snakemake/metadata 2>/dev/null)" ] && git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
 	  git ls-files -z results reports | xargs -0 -r touch -d "@$$(git log -1 --format=%ct)"; fi
 
+# Ends with where Table 2 is and what the run did (orl/report/summary.py).
 reproduce: venv clone-times
 	$(VENV)/bin/snakemake --unlock --config profile=$(PROFILE) >/dev/null 2>&1 || true
-	$(SNAKEMAKE) reproduce_table2 $(FORCE_FLAG) --config profile=$(PROFILE)
+	@start=$$(date +%s); echo "$(SNAKEMAKE) reproduce_table2 $(FORCE_FLAG) --config profile=$(PROFILE)"; \
+	  $(SNAKEMAKE) reproduce_table2 $(FORCE_FLAG) --config profile=$(PROFILE) \
+	  && $(PY) -m orl.report.summary --profile $(PROFILE) --table 2 --since $$start
 
 reproduce-all: venv clone-times
 	$(VENV)/bin/snakemake --unlock --config profile=$(PROFILE) >/dev/null 2>&1 || true
@@ -51,7 +54,9 @@ reproduce-all: venv clone-times
 
 # The HTML report (figures and tables) of a finished run: reports/<profile>/report.html.
 report: venv
-	$(VENV)/bin/snakemake --report reports/$(PROFILE)/report.html reproduce_all --config profile=$(PROFILE)
+	$(VENV)/bin/snakemake --report reports/$(PROFILE)/report.html --report-metadata workflows/report/metadata.yaml \
+	  reproduce_all --config profile=$(PROFILE)
+	@echo "wrote reports/$(PROFILE)/report.html (it opens on the tables; open it in a browser)"
 
 lint: venv
 	$(VENV)/bin/ruff check .

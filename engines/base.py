@@ -8,7 +8,7 @@ never new code (shared/design/ARCHITECTURE.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -52,6 +52,19 @@ class Generation:
     def tpf(self) -> float:
         """Tokens per forward: generated tokens / NFE (METHOD.md §4)."""
         return self.num_tokens / self.nfe if self.nfe else 0.0
+
+
+def within_budget(gen: Generation, max_new_tokens: int, decode: Callable[[list[int]], str]) -> Generation:
+    """`gen` with at most `max_new_tokens` tokens, as a serving engine's max_tokens caps its output.
+
+    Block decoders fill whole blocks, so their last block may reach past the budget (an SDAR prompt that
+    ends inside a block, or a budget that is not a multiple of B); what lies past it is dropped. The
+    forwards stay counted: they were spent, and TPF is the returned tokens over them (docs/metrics.md).
+    """
+    if len(gen.token_ids) <= max_new_tokens:
+        return gen
+    kept = gen.token_ids[:max_new_tokens]
+    return replace(gen, token_ids=kept, text=decode(kept))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from orl.decoding import DecodeRule, Policy, StepView, cut_at_eos, decode_blocks, decode_rule, plan_request
-from orl.engines.base import EngineInfo, Generation, StepLog, checkpoint_info
+from orl.engines.base import EngineInfo, Generation, StepLog, checkpoint_info, within_budget
 from orl.errors import CheckpointError
 from orl.model.checkpoint import Checkpoint
 from orl.model.transformer import avoid_per_length_attention_plans
@@ -72,9 +72,10 @@ class ReferenceDiffusion:
         result = decode_blocks(self.ckpt.model, [ids], self.rule, max_new_tokens=max_new_tokens,
                                pad_id=tok.pad_id, observer=observe)
         generated = result.completions[0]
-        return Generation(token_ids=generated, text=tok.decode_completion(generated), nfe=result.nfe[0],
-                          prefill_forwards=0, wall_time_s=time.perf_counter() - start,
-                          steps=steps if self.log_steps else None)
+        gen = Generation(token_ids=generated, text=tok.decode_completion(generated), nfe=result.nfe[0],
+                         prefill_forwards=0, wall_time_s=time.perf_counter() - start,
+                         steps=steps if self.log_steps else None)
+        return within_budget(gen, max_new_tokens, tok.decode_completion)
 
 
 class ReferenceAR:

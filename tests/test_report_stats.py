@@ -163,8 +163,8 @@ def test_csv_has_interval_columns_and_markdown_folds_them(records, claims, tmp_p
     md = table_paths(tmp_path, 5)["md"].read_text()
     assert "pass_at_1_lo" not in md and "0.725 ± 0.025 [" in md and "(s0: 0.725; s1: 0.75; s2: 0.7)" in md
     assert "unresolved (p=" in md and "Residual Context Diffusion" not in md  # ledger notes need the ledger
-    tex = table_paths(tmp_path, 5)["tex"].read_text()
-    assert "$\\pm$" in tex
+    tex = table_paths(tmp_path, 5)["tex"].read_text()  # the headline: value [interval], every column in the CSV
+    assert "\\begin{tabular}" in tex and "0.725 [" in tex and "table5.csv" in tex
 
 
 def scale(engine, arch, time_per_forward, floor, *, kernels=None, linear=None, cpu=None):

@@ -46,7 +46,8 @@ def oracle(sdar_ckpt, ours):
                                     remasking_strategy=strategy, confidence_threshold=threshold,
                                     stop_ids=list(tok.eos_ids))
             assert out.overwrites == 0  # one token per step never rewrites a committed position
-            cache[key] = (cut_at_eos(out.completion, tok.eos_ids), out.denoise_forwards)
+            # SDAR's loop returns whole blocks; ours stop at the budget (a hard cap, as max_tokens is in vLLM).
+            cache[key] = (cut_at_eos(out.completion[:MAX_NEW], tok.eos_ids), out.denoise_forwards)
         return cache[key]
 
     return run
@@ -96,3 +97,16 @@ def test_orl_generate_on_an_sdar_directory(sdar_ckpt, ours, oracle, capsys):
                      "--dtype", "float32", "--max-new-tokens", str(MAX_NEW), "--prompt", prompt]) == 0
         last = capsys.readouterr().out.strip().splitlines()[-1]
         assert last == f"nfe={nfe} tokens={len(tokens)} tpf={len(tokens) / nfe:.3f}"
+
+
+def test_the_budget_is_a_hard_cap(ours, sdar_ckpt):
+    """Fixed-length runs return exactly the budget whatever the prompt's place in its block (SDAR's own loop
+    would return whole blocks), and TPF counts the returned tokens over every forward spent."""
+    budget = sdar_ckpt.block_size + 2  # not a multiple of B: the last block reaches past it in both layouts
+    engines = [ReferenceDiffusion(ours, Policy.parse("fixed:1"), ignore_eos=True),
+               DlmrtEngine(ours, Policy.parse("fixed:1"), compiled=False, ignore_eos=True)]
+    for prompt in PROMPTS[:3]:
+        for engine in engines:
+            gen = engine.generate(prompt, budget)
+            assert gen.num_tokens == budget, (type(engine).__name__, prompt)
+            assert gen.tpf == budget / gen.nfe

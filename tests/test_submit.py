@@ -98,7 +98,7 @@ def _two_gpus(records):
         (lambda: _without_env(contribution()), "line 1: env: missing field"),
         (lambda: _cpu_only(contribution()), "env.gpu_name: missing"),
         (lambda: _no_sha(contribution()), "line 2: env.git_sha: missing"),
-        (lambda: contribution(tpf=0.5), "metrics.tpf: 0.5 is below 1"),
+        (lambda: contribution(tpf=2000.0), "metrics.tpf: 2000.0 is above 1024"),
         (lambda: contribution(tokens_per_s=0.0), "metrics.tokens_per_s: 0.0 is not positive"),
         (lambda: _two_gpus(contribution()), "different GPUs"),
         (lambda: contribution()[1:], "no measured 'latency' record"),

@@ -27,7 +27,7 @@ from typing import Protocol
 import torch
 
 from orl.decoding import Policy, cut_at_eos, decode_rule, plan_blocks
-from orl.engines.base import EngineInfo, Generation, StepLog, checkpoint_info
+from orl.engines.base import EngineInfo, Generation, StepLog, checkpoint_info, within_budget
 from orl.engines.dlmrt.capture import default_mode, make_prefill_runner, make_runner
 from orl.engines.dlmrt.chunk import ChunkSpec, StepObserver, denoise_chunk, prefill, start_block_chunk
 from orl.engines.dlmrt.state import DecodeState, cache_bucket
@@ -162,7 +162,9 @@ class DlmrtEngine:
 
     @torch.inference_mode()
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:
-        return self.generate_ids(self.ckpt.tokenizer.encode(prompt), max_new_tokens)
+        tok = self.ckpt.tokenizer  # the budget caps what a request returns; rollouts keep whole blocks
+        return within_budget(self.generate_ids(tok.encode(prompt), max_new_tokens), max_new_tokens,
+                             tok.decode_completion)
 
     @torch.inference_mode()
     def generate_ids(self, prompt_ids: list[int], max_new_tokens: int, *,

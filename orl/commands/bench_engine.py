@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import argparse
 
+from orl.commands.checks import nonneg_int, out_file, positive_int
 from orl.commands.common import (
     add_chat_flag,
     add_model_args,
     add_progress_flag,
     chat_renderer,
+    compile_notice,
     model_block,
     parse_device,
     policy_arg,
     torch_dtype,
 )
+from orl.commands.eval_quality import SHORT_DIFFICULTIES
 from orl.tasks import SUITES
 
 BENCH_ENGINES = ("dlmrt", "dlmrt-eager", "reference")
@@ -35,18 +38,18 @@ def register(subparsers) -> None:
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
-    p.add_argument("--difficulty", default="medium", help="TinyCode difficulty")
-    p.add_argument("--limit", type=int, default=32, help="first N problems of the suite")
+    p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES, help="TinyCode difficulty")
+    p.add_argument("--limit", type=positive_int, default=32, help="first N problems of the suite")
     p.add_argument("--policy", default="threshold:0.9", help="commit policy: fixed:K, threshold:T, "
                    "strict-threshold:T or factor:F, or @FILE.json from `orl operating-point`")
     p.add_argument("--system", default=None, help="table row name stored in the records (default: model name)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generation budget per prompt")
     p.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
     p.add_argument("--ignore-eos", action="store_true", help="fixed-length speed runs: decode every prompt to "
-                   "--max-new-tokens whatever the model emits (METHOD.md §4); TPF and NFE are counted the same way")
+                   "--max-new-tokens whatever the model emits (docs/metrics.md); TPF and NFE are counted the same way")
     p.add_argument("--engines", default=",".join(BENCH_ENGINES), help="comma-separated subset of "
                    f"{', '.join(BENCH_ENGINES)}")
-    p.add_argument("--warmup", type=int, default=2, help="discarded requests per engine, besides one per "
+    p.add_argument("--warmup", type=nonneg_int, default=2, help="discarded requests per engine, besides one per "
                    "compiled shape (compilation and capture happen there)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved passes over the prompts; each engine "
                    "reports its median round (default: 5 on CUDA, where one pass lasts well under a second, else 1)")
@@ -60,7 +63,7 @@ def register(subparsers) -> None:
                    "dlmrt chunk launches per step, and print where their time goes")
     p.add_argument("--check-sync", action="store_true", help="CUDA only: check that no chunk synchronises with the "
                    "host (sync debug mode 'error'); a sync found is recorded and makes the exit code 1")
-    p.add_argument("--out", required=True, help="records file (.jsonl) to write")
+    p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
     add_chat_flag(p)
     add_model_args(p)
     add_progress_flag(p)
@@ -134,6 +137,8 @@ def run_bench_engine(args) -> int:
                else DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, ignore_eos=ignore_eos,
                                 config=config) for name in names}
     rounds = args.rounds or (5 if ckpt.model.embedding.device.type == "cuda" else 1)
+    if "dlmrt" in names:
+        compile_notice("dlmrt", device, "bench-engine")
     results = run_rounds(engines, prompts, args.max_new_tokens, rounds=rounds, warmup=args.warmup,
                          progress=not args.no_progress)
     for name, engine in engines.items():

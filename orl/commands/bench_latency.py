@@ -1,9 +1,10 @@
-"""`orl bench-latency`: the batch-1 latency protocol (METHOD.md §4) for one table row, as a record."""
+"""`orl bench-latency`: the batch-1 latency protocol (docs/metrics.md) for one table row, as a record."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from orl.commands.checks import nonneg_int, out_file, positive_int
 from orl.commands.common import (
     add_engine_args,
     add_progress_flag,
@@ -11,6 +12,7 @@ from orl.commands.common import (
     chat_renderer,
     model_block,
 )
+from orl.commands.eval_quality import SHORT_DIFFICULTIES
 from orl.engines.serving import SERVING_ENGINES
 from orl.tasks import SUITES
 
@@ -30,22 +32,23 @@ def register(subparsers) -> None:
     )
     add_engine_args(p, None)
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
-    p.add_argument("--difficulty", default="medium", help="TinyCode difficulty (default: medium)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up requests, not measured (default: 3)")
+    p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES,
+                   help="TinyCode difficulty (default: medium)")
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N prompts (default: all)")
+    p.add_argument("--warmup", type=nonneg_int, default=3, help="warm-up requests, not measured (default: 3)")
     p.add_argument("--ignore-eos", action="store_true", help="speed runs: generate every request to "
-                   "--max-new-tokens whatever the model emits (as serving benchmarks do; METHOD.md §4)")
+                   "--max-new-tokens whatever the model emits (as serving benchmarks do; docs/metrics.md)")
     p.add_argument("--system", default=None, help="table row name stored in the record (default: derived)")
     p.add_argument("--kind", default="latency", choices=RECORD_KINDS, help="record kind: latency (Tables 1 and 2; "
                    "default) or engine_bench (a serving stack's line of Table 3, timed by this protocol in its own "
                    "process)")
-    p.add_argument("--out", required=True, help="records file (.jsonl) to write")
+    p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
     add_progress_flag(p)
     p.set_defaults(func=run_bench_latency)
 
 
 def acceptance_length(generations) -> float | None:
-    """Tokens per verifying target forward, the bonus token included, prefill excluded (METHOD.md §4).
+    """Tokens per verifying target forward, the bonus token included, prefill excluded (docs/metrics.md).
 
     The one definition of every speculative row. A generation's `extra["verify_forwards"]` says how
     many of its `nfe` target forwards verified a draft (vLLM, SGLang: engines/serving.py); the others

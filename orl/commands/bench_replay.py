@@ -14,12 +14,12 @@ def register(subparsers) -> None:
         "on the same states padded one per row and packed into fixed-token rows; writes two 'train' records "
         "(extra.packing false/true) with step_tokens_per_s.",
     )
-    p.add_argument("--preset", default="tiny", choices=PRESETS)
+    p.add_argument("--preset", default="tiny", choices=PRESETS, help="training preset whose replay batches are timed")
     p.add_argument("--init", required=True, help="block-diffusion checkpoint")
-    p.add_argument("--steps", type=int, default=10, help="timed steps per layout (default 10)")
-    p.add_argument("--pack-tokens", type=int, default=512, help="tokens per packed row (default 512)")
-    p.add_argument("--system", default=ROW[PACKING].system)
-    p.add_argument("--out", required=True)
+    p.add_argument("--steps", type=int, default=10, help="timed steps per layout (default: 10)")
+    p.add_argument("--pack-tokens", type=int, default=512, help="tokens per packed row (default: 512)")
+    p.add_argument("--system", default=ROW[PACKING].system, help="table row name stored in the records")
+    p.add_argument("--out", required=True, help="records file (.jsonl) to write")
     add_model_args(p, dtype=False)
     p.set_defaults(func=run_bench_replay)
 

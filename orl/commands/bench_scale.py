@@ -35,7 +35,7 @@ def register(subparsers) -> None:
         "random weights decode nonsense.",
     )
     p.add_argument("--arch", required=True, choices=sorted(ARCHS), help="architecture (shapes of the real config)")
-    p.add_argument("--block", type=int, default=None, help="block size for qwen3-* / tiny (default 16; sdar-* fix theirs)")
+    p.add_argument("--block", type=int, default=None, help="block size for qwen3-* / tiny (default: 16; sdar-* fix theirs)")
     p.add_argument("--policy", default="fixed:1", help="commit policy; fixed:K commits K tokens per step (TPF K)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="tokens generated per request (end token ignored)")
     p.add_argument("--prompt-len", type=int, default=128, help="random prompt tokens per request")
@@ -46,7 +46,7 @@ def register(subparsers) -> None:
     p.add_argument("--repeats", type=int, default=20, help="chunk repetitions for dlmrt's step time")
     p.add_argument("--copy-mb", type=int, default=1024, help="size of the bandwidth-measuring copy (past every cache)")
     p.add_argument("--gemm-size", type=int, default=2048,
-                   help="side of the square matmul whose FLOP/s set the compute floor (default 2048)")
+                   help="side of the square matmul whose FLOP/s set the compute floor (default: 2048)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--cpu-linear", choices=CPU_LINEARS, default="auto",
                    help="dlmrt's CPU matmuls: auto (default) times F.linear (MKL) and oneDNN on the model's shapes "

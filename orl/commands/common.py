@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
+
+from orl.commands.checks import check_engine_args, positive_int
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -91,13 +94,17 @@ def add_model_args(parser, *, dtype: bool = True) -> None:
                             "CPU, bfloat16 on CUDA")
 
 
-def add_engine_args(parser, default_engine: str) -> None:
-    """The arguments that choose an engine and what it runs (generate, eval-quality, bench-latency)."""
+def add_engine_args(parser, default_engine: str | None, *, default_note: str | None = None) -> None:
+    """The arguments that choose an engine and what it runs (generate, eval-quality, bench-latency).
+
+    `default_note` describes a default the command resolves itself (the engine then defaults to None)."""
     from orl.engines.registry import ENGINE_NAMES
 
     parser.add_argument("--ckpt", required=True, help="checkpoint directory (HF layout; NVFP4-quantized ones too)")
-    parser.add_argument("--engine", default=default_engine, required=default_engine is None, choices=ENGINE_NAMES,
-                        help="engine or baseline" + (f" (default: {default_engine})" if default_engine else "")
+    default = default_note or (f"default: {default_engine}" if default_engine else None)
+    parser.add_argument("--engine", default=default_engine,
+                        required=default_engine is None and default_note is None, choices=ENGINE_NAMES,
+                        help="engine or baseline" + (f" ({default})" if default else "")
                         + "; 'reference' picks greedy AR decoding for an AR checkpoint and LLaDA-style block "
                         "decoding for a dLLM")
     parser.add_argument("--policy", default="fixed:1", help="dLLM commit policy: fixed:K, threshold:T, "
@@ -108,7 +115,7 @@ def add_engine_args(parser, default_engine: str) -> None:
     parser.add_argument("--method", default=None, help="vllm / sglang only: the row's method (vllm: ar, draft_model, "
                         "eagle3, dflash; sglang: ar, standalone, eagle3, dflash, dllm); default ar for an AR "
                         "checkpoint, dllm for a block-diffusion one")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="generation budget (default: 64)")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget (default: 64)")
     parser.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
     add_chat_flag(parser)
     add_model_args(parser)
@@ -123,10 +130,20 @@ def build_from_args(args, log_steps: bool = False):
     """The engine the --engine/--ckpt/--policy/... arguments name (orl.engines.registry)."""
     from orl.engines.registry import build_engine
 
+    check_engine_args(args)
     return build_engine(args.engine, args.ckpt, policy=parse_policy(args.policy), draft_dir=args.draft,
                         device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device),
                         residual=not args.no_residual,
                         log_steps=log_steps, ignore_eos=getattr(args, "ignore_eos", False), method=args.method)
+
+
+def compile_notice(engine: str, device: str, command: str) -> None:
+    """Say on stderr, before it starts, that compiled dlmrt compiles first: on a CPU the first request of
+    each cache length spends a minute or more in torch.compile with nothing to show."""
+    if engine == "dlmrt" and not str(device).startswith("cuda"):
+        print(f"orl {command}: dlmrt compiles its decoding step for each cache length on first use (on a CPU "
+              "about 1-2 minutes before the first token; --engine dlmrt-eager starts at once) ...",
+              file=sys.stderr, flush=True)
 
 
 def chat_renderer(args):

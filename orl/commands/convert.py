@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from orl.commands.checks import check_training_counts
 from orl.commands.common import parse_device
 from orl.commands.train_ar import add_training_args, seed_override
 
@@ -10,7 +11,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "convert", help="convert an AR checkpoint to a block-diffusion model by continued training",
         description="Start from an AR checkpoint, switch attention to block-causal and continue training with "
-        "the masked-block diffusion objective (METHOD.md §1). The result is the base dLLM (residual α = 0).",
+        "the masked-block diffusion objective (docs/method.md §1). The result is the base dLLM (residual α = 0).",
     )
     add_training_args(p)
     p.add_argument("--init", required=True, help="AR checkpoint directory to start from")
@@ -24,6 +25,7 @@ def run_convert(args) -> int:
     from orl.train.pretrain import convert_to_diffusion
 
     preset = load_preset(args.preset, args.config, seed_override(args, "convert"))
+    check_training_counts(preset, "convert")
     device = parse_device(args.device)
     if is_finished(args.out):
         print(f"{args.out}: already trained (delete it to retrain)")

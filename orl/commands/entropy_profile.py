@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from orl.commands.checks import out_file, positive_int
 from orl.commands.common import (
     add_chat_flag,
     add_model_args,
@@ -21,13 +22,14 @@ def register(subparsers) -> None:
         description="Decode the suite with a policy and record, per step index within a block, the mean entropy "
         "of the positions still masked at that step (the 'uncertainty drops faster' figure).",
     )
-    p.add_argument("--ckpt", required=True)
-    p.add_argument("--suite", default="tinycode", choices=SUITES)
-    p.add_argument("--policy", default="fixed:1")
-    p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--system", default=None)
-    p.add_argument("--out", required=True)
+    p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
+    p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
+    p.add_argument("--policy", default="fixed:1", help="commit policy: fixed:K, threshold:T, strict-threshold:T "
+                   "or factor:F, or @FILE.json from `orl operating-point`")
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget")
+    p.add_argument("--system", default=None, help="table row name stored in the record (default: the model name)")
+    p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
     add_chat_flag(p)
     add_model_args(p)
     add_progress_flag(p)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from orl.commands.checks import out_file, positive_float, positive_int
 from orl.commands.common import (
     add_engine_args,
     add_progress_flag,
     build_from_args,
     chat_renderer,
+    compile_notice,
     model_block,
 )
 from orl.tasks import SUITES
+from orl.tasks.tinycode import DIFFICULTIES
+
+# --difficulty of the tinycode suite (tinycode-long has its own).
+SHORT_DIFFICULTIES = tuple(name for name, d in DIFFICULTIES.items() if not d.long)
 
 
 def register(subparsers) -> None:
@@ -20,14 +26,15 @@ def register(subparsers) -> None:
     )
     add_engine_args(p, "reference")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
-    p.add_argument("--limit", type=int, default=None, help="only the first N problems")
-    p.add_argument("--difficulty", default="medium", help="TinyCode difficulty (default: medium)")
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
+    p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES,
+                   help="TinyCode difficulty (default: medium)")
     p.add_argument("--system", default=None, help="table row name stored in the record (default: derived)")
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds per problem's tests (default: 5)")
-    p.add_argument("--workers", type=int, default=None, help="parallel sandboxes (default: CPU count)")
+    p.add_argument("--timeout", type=positive_float, default=5.0, help="seconds per problem's tests (default: 5)")
+    p.add_argument("--workers", type=positive_int, default=None, help="parallel sandboxes (default: CPU count)")
     p.add_argument("--isolation", default="bwrap", choices=["bwrap", "fallback"],
-                   help="sandbox (default bwrap, required; fallback: the weaker sandbox, named in the record)")
-    p.add_argument("--out", required=True, help="records file (.jsonl) to write")
+                   help="sandbox (default: bwrap, required; fallback: the weaker sandbox, named in the record)")
+    p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
     add_progress_flag(p)
     p.set_defaults(func=run_eval_quality)
 
@@ -47,6 +54,7 @@ def run_eval_quality(args) -> int:
                                          suite=args.suite, n_problems=len(problems))])
         print(f"{system}: not run: {exc}")
         return 0
+    compile_notice(args.engine, args.device, "eval-quality")
     result = evaluate_quality(engine, problems, args.max_new_tokens, timeout_s=args.timeout,
                               progress=not args.no_progress, workers=args.workers, chat=chat_renderer(args),
                               isolation=args.isolation)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 
+from orl.commands.checks import add_ckpt_arg, resolve_ckpt
+
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
 
@@ -24,7 +26,7 @@ def register(subparsers) -> None:
         "checkpoint (SDARForCausalLM: SDAR's generate.py, SGLang's dLLM backend and LMDeploy read it), "
         "--format qwen3 for an AR one. Prints the files written and what other runtimes will do differently.",
     )
-    p.add_argument("ckpt", metavar="CKPT", help="checkpoint directory to export")
+    add_ckpt_arg(p, "checkpoint directory to export")
     p.add_argument("--format", required=True, choices=("sdar", "qwen3"), help="target format")
     p.add_argument("--out", required=True, help="new directory to write (must not exist or be empty)")
     p.add_argument("--max-shard-size", default="5GB", type=parse_size,
@@ -38,6 +40,7 @@ def register(subparsers) -> None:
 def run_export(args) -> int:
     from orl.model.export import describe, export_checkpoint
 
+    resolve_ckpt(args)
     result = export_checkpoint(args.ckpt, args.out, args.format, max_shard_bytes=args.max_shard_size,
                                sdar_code=args.sdar_code)
     print(describe(result))

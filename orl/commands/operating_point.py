@@ -1,4 +1,4 @@
-"""`orl operating-point`: the matched-accuracy threshold chosen from a sweep (METHOD.md §4)."""
+"""`orl operating-point`: the matched-accuracy threshold chosen from a sweep (docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "operating-point", help="choose the matched-accuracy threshold from a sweep",
-        description="Matched accuracy (METHOD.md §4): the fastest threshold of --sweep that matches the "
+        description="Matched accuracy (docs/metrics.md): the fastest threshold of --sweep that matches the "
         "--reference record (the AR target's greedy pass@1): its pass@1 is at least the reference's minus "
         "--tolerance AND the paired bootstrap over the problems does not show it worse (95% interval of the "
         "difference not below 0). Without a match, the most accurate point, marked unmatched; a chosen point at "

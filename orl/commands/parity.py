@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from orl.commands.checks import positive_int
 from orl.commands.common import add_model_args, parse_device, parse_policy, torch_dtype
+from orl.commands.eval_quality import SHORT_DIFFICULTIES
 from orl.engines.dlmrt.capture import MODES
 from orl.tasks import SUITES
 
@@ -20,9 +22,9 @@ def register(subparsers) -> None:
     p.add_argument("--mode", default=None, choices=MODES, help="dlmrt execution mode (default: compile on "
                    "the CPU, compile-graph on CUDA)")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
-    p.add_argument("--difficulty", default="medium", help="TinyCode difficulty")
-    p.add_argument("--limit", type=int, default=None, help="only the first N problems")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES, help="TinyCode difficulty")
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget")
     p.add_argument("--ignore-eos", action="store_true", help="decode every prompt to --max-new-tokens")
     p.add_argument("--sync-every", type=int, default=None, help="dlmrt steps per chunk between host reads")
     p.add_argument("--no-residual", action="store_true", help="decode with the residual context off")

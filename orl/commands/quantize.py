@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from orl.commands.checks import add_ckpt_arg, resolve_ckpt
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -10,8 +12,8 @@ def register(subparsers) -> None:
         "NVFP4 weights: E2M1 values, one E4M3 scale per 16 inputs, one FP32 scale per tensor, stored as "
         "weight / weight_scale / weight_scale_2. The output loads with every command that takes --ckpt.",
     )
-    p.add_argument("ckpt", metavar="CKPT", help="checkpoint directory to quantize")
-    p.add_argument("--format", default="nvfp4", choices=["nvfp4"], help="quantization format (default nvfp4)")
+    add_ckpt_arg(p, "checkpoint directory to quantize")
+    p.add_argument("--format", default="nvfp4", choices=["nvfp4"], help="quantization format (default: nvfp4)")
     p.add_argument("--mode", default="w4a16", choices=["w4a16", "w4a4"],
                    help="w4a16: 4-bit weights, 16-bit activations (Triton kernel); w4a4: activations quantized "
                    "too (native on Blackwell, emulated elsewhere)")
@@ -27,6 +29,7 @@ def run_quantize(args) -> int:
     from orl.kernels.quantize import quantization_config, quantize_model
     from orl.model.checkpoint import load_checkpoint, save_checkpoint
 
+    resolve_ckpt(args)
     ckpt = load_checkpoint(args.ckpt)
     if ckpt.config.get("quantization_config"):
         raise InputError(f"{args.ckpt}/config.json: quantization_config: this checkpoint is already quantized")

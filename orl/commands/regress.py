@@ -23,7 +23,7 @@ def register(subparsers) -> None:
         "(repeatable; default exact)",
     )  # fmt: skip
     regress.add_argument("--timing-threshold", type=float, default=1.5,
-                         help="largest allowed slowdown relative to the reference timing (default 1.5)")  # fmt: skip
+                         help="largest allowed slowdown relative to the reference timing (default: 1.5)")  # fmt: skip
     regress.add_argument("--reference-system", default=None,
                          help="system name of the reference timing record (default 'reference timing')")  # fmt: skip
     regress.add_argument("--strict", action="store_true",

@@ -56,4 +56,25 @@ def run_render(args: argparse.Namespace) -> int:
     )
     for path in written:
         print(f"wrote {path}")
+    warn_unmatched(args.results or f"results/{args.profile}")
     return 0
+
+
+def warn_unmatched(results_dir: str) -> None:
+    """Records whose system no table row reads would leave their lines 'not run' without a word: say so."""
+    import sys
+
+    from orl.records import load_record_tree
+    from orl.rows import ROWS
+
+    systems = {row.system for row in ROWS}
+    records = load_record_tree(results_dir, missing_ok=True)
+    # Table 3b reads scale_bench records by kind, whatever their system (orl/report/table3b.py).
+    unmatched = sorted({r["system"] for r in records if r["kind"] != "scale_bench"} - systems)
+    if not records:
+        print(f"warning: {results_dir}: no records; every table line is 'not run'", file=sys.stderr)
+    elif unmatched:
+        shown = ", ".join(repr(s) for s in unmatched[:5]) + (f" and {len(unmatched) - 5} more" if len(unmatched) > 5
+                                                            else "")
+        print(f"warning: {results_dir}: {len(unmatched)} system name(s) in the records match no table row, so "
+              f"no table shows them: {shown} (`orl rows` lists the names each table reads)", file=sys.stderr)

@@ -11,9 +11,10 @@ def register(subparsers) -> None:
         help="validate a contributor's records and file them under results/hardware/<gpu>/",
         description="Check RESULTS.jsonl (schema, complete environment block, plausible values, one GPU, "
         "one commit) and file it as <root>/<gpu-slug>/<date>-<sha>.jsonl for Table 4. Never overwrites; "
-        "writes nothing on any failure.",
+        "writes nothing on any failure. TPF follows the rule `orl records validate` applies too (0 to 1024; "
+        "below 1 is valid: docs/metrics.md).",
     )
-    submit.add_argument("results_file", metavar="RESULTS.jsonl")
+    submit.add_argument("results_file", metavar="RESULTS.jsonl", help="record file of one GPU and one commit")
     submit.add_argument("--root", help="where submissions are filed (default: results/hardware)")
     submit.set_defaults(func=run_submit)
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from orl.commands.checks import out_file, positive_int, thresholds
 from orl.commands.common import (
     add_chat_flag,
     add_model_args,
     add_progress_flag,
     chat_renderer,
+    compile_notice,
     model_field,
     parse_device,
     torch_dtype,
@@ -23,13 +25,15 @@ def register(subparsers) -> None:
         "per τ and aup= last.",
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint")
-    p.add_argument("--suite", default="tinycode", choices=SUITES)
-    p.add_argument("--thresholds", default="0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95", help="comma-separated τ values")
-    p.add_argument("--engine", default="dlmrt", choices=["dlmrt", "dlmrt-eager", "reference"])
-    p.add_argument("--limit", type=int, default=None, help="only the first N problems")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
+    p.add_argument("--thresholds", default="0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95", type=thresholds,
+                   help="comma-separated τ values, each in (0, 1] (default: %(default)s)")
+    p.add_argument("--engine", default="dlmrt", choices=["dlmrt", "dlmrt-eager", "reference"],
+                   help="dLLM engine (compiled dlmrt is the speed default; on a CPU it compiles first)")
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget (default: 64)")
     p.add_argument("--system", default=None, help="table row name stored in the records")
-    p.add_argument("--out", required=True, help="records file (.jsonl)")
+    p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
     add_chat_flag(p)
     add_model_args(p)
     add_progress_flag(p)
@@ -46,13 +50,14 @@ def run_sweep(args) -> int:
 
     ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
     problems = load_suite(args.suite, limit=args.limit)
-    taus = [float(t) for t in args.thresholds.split(",") if t.strip()]
+    taus = args.thresholds
 
     def report(point: SweepPoint) -> None:
         r = point.result
         print(f"tau={point.policy.value:g} pass@1={r.pass_at_1:.4f} tpf={r.tpf:.3f} "
               f"tokens_per_s={point.tokens_per_s or 0:.1f}", flush=True)
 
+    compile_notice(args.engine, args.device, "sweep")
     points = run_sweep(lambda policy: engine_for_checkpoint(args.engine, ckpt, policy=policy), problems, taus,
                        args.max_new_tokens, progress=not args.no_progress, report=report, chat=chat_renderer(args))
     model = model_field(ckpt)

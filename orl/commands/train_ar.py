@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from orl.commands.checks import check_training_counts
 from orl.commands.common import add_model_args, add_progress_flag, parse_device
 from orl.kernels.onednn import CPU_LINEARS
 from orl.train.config import PRESETS
@@ -61,6 +62,7 @@ def run_train_ar(args) -> int:
     if args.draft and not args.tokenizer:
         raise InputError("--tokenizer: required with --draft (the draft must share the target's tokenizer)")
     preset = load_preset(args.preset, args.config, seed_override(args, "draft" if args.draft else "ar"))
+    check_training_counts(preset, "draft" if args.draft else "ar")
     device = parse_device(args.device)
     if is_finished(args.out):
         print(f"{args.out}: already trained (delete it to retrain)")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+
+from orl.commands.checks import check_training_counts
 from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device
 from orl.commands.train_ar import add_cpu_linear_flag
 from orl.train.config import PRESETS
@@ -34,7 +37,7 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "train-orl", help="ORL post-training of a block-diffusion checkpoint (or one of its ablations)",
-        description="On-policy residual learning (METHOD.md §3): rollouts of the current model with residual "
+        description="On-policy residual learning (docs/method.md §3): rollouts of the current model with residual "
         "context, self-generated targets that pass their unit tests, replay with CE + λ·AEC, rollouts refreshed "
         "every R steps. --ablation selects a Table 5 variant.",
     )
@@ -84,6 +87,7 @@ def run_train_orl(args) -> int:
     orl_overrides = {**({"isolation": args.isolation} if args.isolation else {}),
                      **({"seed": args.seed} if args.seed is not None else {})}
     preset = load_preset(args.preset, args.config, {"orl": orl_overrides} if orl_overrides else None)
+    check_training_counts(preset, "orl")
     device = parse_device(args.device)
     init = check_init(args.init, preset, device)
     if is_finished(args.out) and not args.record:
@@ -103,6 +107,11 @@ def run_train_orl(args) -> int:
             return 0  # rank 0 reports and writes the record
     print(f"wrote {args.out}: {summary['steps']} steps, {summary['refreshes']} rollouts, "
           f"{summary['self_generated_tokens']:,} self-generated tokens, {summary['wall_s']:.1f} s")
+    if not summary["self_generated_tokens"]:
+        print(f"warning: {args.out}: no rollout completion passed its tests, so no self-generated token was "
+              "retained" + ("; the reference solutions stood in as targets (orl.use_reference_for_failed)"
+                            if summary.get("reference_targets") else "; ORL trained on nothing of its own"),
+              file=sys.stderr)
     if args.record:
         from orl.model.checkpoint import load_checkpoint
 

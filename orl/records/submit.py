@@ -4,7 +4,7 @@
     - fits the record schema (orl.records: the error names the line and the field);
     - carries a complete environment block: env.gpu_name, env.torch and env.git_sha
       present and non-null (Table 4 shows the submitter's hardware and software);
-    - has status "measured" and plausible values: 1 <= TPF <= MAX_TPF, latencies in
+    - has status "measured" and plausible values: TPF by orl.records.rules, latencies in
       (0, MAX_LATENCY_S], pass@k in [0, 1], tokens/s in (0, MAX_TOKENS_PER_S];
     - has a real calendar date (env.date, else the date of `created`) between
       EARLIEST_DATE and tomorrow;
@@ -38,6 +38,7 @@ from pathlib import Path
 
 from orl.errors import InputError
 from orl.io import REPO_ROOT, read_regular_file
+from orl.records.rules import MAX_TPF, tpf_problem  # noqa: F401  (MAX_TPF: importers' name)
 from orl.records.schema import gpu_count
 from orl.records.store import MAX_RECORD_FILE_BYTES, load_records
 
@@ -45,7 +46,6 @@ DEFAULT_HARDWARE_ROOT = REPO_ROOT / "results" / "hardware"
 MAX_LISTED = 8  # problems listed in one error message
 MAX_SLUG = 64  # characters of a GPU folder name
 EARLIEST_DATE = datetime.date(2020, 1, 1)
-MAX_TPF = 1024.0  # tokens per forward: a whole decoding block at most
 MAX_LATENCY_S = 86_400.0
 MAX_TOKENS_PER_S = 1e6  # batch-1 decoding on one machine
 
@@ -104,10 +104,8 @@ def record_problems(record: dict) -> list[str]:
     for name, value in record["metrics"].items():
         if value is None:
             continue
-        if name == "tpf" and value < 1:
-            problems.append(f"metrics.tpf: {value} is below 1 (a forward yields at least one token)")
-        elif name == "tpf" and value > MAX_TPF:
-            problems.append(f"metrics.tpf: {value} is above {MAX_TPF:g} (a forward yields at most a block)")
+        if name == "tpf":
+            problems += [tpf_problem(value)] if tpf_problem(value) else []  # the rule validate applies too
         elif name.startswith("latency_") and value <= 0:
             problems.append(f"metrics.{name}: {value} is not a positive time")
         elif name.startswith("latency_") and value > MAX_LATENCY_S:

@@ -62,7 +62,7 @@ COMPANIONS = {table: _expand(spec)[1] for table, spec in _COLUMNS.items()}
 
 TABLE_TITLES = {
     1: "Table 1: ORL main results (base vs +ORL, per model family)",
-    2: "Table 2: against speculative decoding at matched accuracy (single GPU, batch 1)",
+    2: "Table 2: against speculative decoding at matched accuracy (batch 1)",
     3: "Table 3: dlmrt against general serving stacks (same model, same settings)",
     "3b": "Table 3b: engine against the hardware limit (random weights, speed only)",
     4: "Table 4: hardware peaks (contributed results)",
@@ -150,4 +150,8 @@ def frame(table: int, rows: list[dict], claims: list[Claim], notes: list[str] | 
     out.attrs["title"] = TABLE_TITLES[table]
     out.attrs["companions"] = COMPANIONS[table]
     out.attrs["notes"] = list(notes or [])
+    # Where the measured lines ran (the headline says it under the title): GPU names, and CPU lines.
+    measured = [row for row in rows if row.get("status") == "measured"]
+    out.attrs["gpus"] = sorted({row["_gpu"] for row in measured if row.get("_gpu")})
+    out.attrs["cpu_lines"] = any(not row.get("_gpu") for row in measured)
     return out

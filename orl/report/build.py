@@ -12,7 +12,7 @@ from pathlib import Path
 from orl.records import load_record_tree
 from orl.records.submit import DEFAULT_HARDWARE_ROOT
 from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims, load_notes
-from orl.report.figures import write_figures
+from orl.report.figures import table_aups, write_figures
 from orl.report.index import write_index
 from orl.report.render import write_table
 from orl.report.tables import TABLE_IDS, build_table, build_table2
@@ -40,7 +40,8 @@ def render_report(
         frame = build_table(table, hardware if table == 4 else records, claims)
         written += write_table(frame, out_dir, claims, ledger)
     if figures:
-        written += write_figures(records, build_table2(records, claims), out_dir)
+        aups = table_aups(build_table(5, records, claims), build_table(1, records, claims))
+        written += write_figures(records, build_table2(records, claims), out_dir, aups)
     if index:
         written.append(write_index(out_dir, profile))
     return written

@@ -1,4 +1,4 @@
-"""Setting a reproduced value against a paper claim, following TABLES.md.
+"""Setting a reproduced value against a paper claim, following docs/tables.md.
 
 The rules, in the order they are tried:
 

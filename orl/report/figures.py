@@ -2,11 +2,11 @@
 
     accuracy_vs_tpf     pass@1 against TPF for every threshold sweep (records of kind
                         "sweep": one per threshold, metrics pass_at_1 and tpf,
-                        policy.params.tau), one curve per system and training seed,
-                        Wilson 95% intervals, d3LLM's AUP in the legend (y_max: the
-                        highest point of the suite's panel)
-    tokens_per_s        tokens/s bars for Table 2's rows (rows that did not run are
-                        labelled "not run", never drawn as zero-height bars)
+                        policy.params.tau), one line per system: the mean over its
+                        training seeds with the seeds' range as a band, and the AUP its
+                        table reports (Table 5, else Table 1) in the legend
+    tokens_per_s        tokens/s bars for Table 2's measured lines with their 95% intervals
+                        (the lines that did not run are listed under the bars)
     entropy_per_step    mean entropy of the still-masked positions per denoising step
                         (records of kind "entropy", extra.mean_entropy_per_step) for
                         base vs +ORL: "uncertainty drops faster"
@@ -26,11 +26,11 @@ rerun on the same records gives the same files.
 from __future__ import annotations
 
 import io
+import textwrap
 from pathlib import Path
 
 import pandas as pd
 
-from orl.eval.aup import aup_or_none
 from orl.eval.uncertainty import wilson
 from orl.io import atomic_write_bytes
 from orl.report import stats
@@ -91,69 +91,96 @@ def sweep_curves(records: list[dict]) -> dict[tuple, list[tuple]]:
     return {key: sorted(points, key=lambda p: p[:3]) for key, points in sorted(curves.items(), key=lambda kv: str(kv[0]))}
 
 
-def plot_accuracy_vs_tpf(records: list[dict], paths: list[Path]) -> list[Path]:
-    curves = sweep_curves(records)
+def mean_curves(curves: dict[tuple, list[tuple]]) -> dict[tuple, list[tuple]]:
+    """{(system, engine, suite): [(τ, mean TPF, mean pass@1, lowest pass@1, highest pass@1), ...] sorted by
+    mean TPF}: a system's checkpoints (training seeds) averaged at each threshold they all ran."""
+    by_system: dict[tuple, list[list[tuple]]] = {}
+    for (system, engine, suite, _), points in curves.items():
+        by_system.setdefault((system, engine, suite), []).append(points)
+    out = {}
+    for key, seeds in by_system.items():
+        taus = set.intersection(*({p[2] for p in points} for points in seeds))
+        rows = []
+        for tau in taus:
+            at = [next(p for p in points if p[2] == tau) for points in seeds]
+            accs = [p[1] for p in at]
+            rows.append((tau, sum(p[0] for p in at) / len(at), sum(accs) / len(accs), min(accs), max(accs)))
+        out[key] = sorted(rows, key=lambda r: r[1])
+    return out
+
+
+def plot_accuracy_vs_tpf(records: list[dict], paths: list[Path], table_aups: dict | None = None) -> list[Path]:
+    """One line per system and suite: the mean over its training seeds at each threshold, the band the seeds
+    span, τ at the ends of the line; the legend gives each system's AUP as its table reports it
+    (`table_aups`: {(system, suite): (aup, lo, hi, table)}), so figure and tables agree."""
+    curves = mean_curves(sweep_curves(records))
     suites = sorted({key[2] or "" for key in curves}) or [""]
-    fig = _new_figure(5.2 * len(suites), 4.2)
+    fig = _new_figure(6.0 * len(suites), 5.6)
     axes = fig.subplots(1, len(suites), squeeze=False)[0]
     if not curves:
         _empty(axes[0], "no measured records of kind 'sweep'")
+    seeds = {}
+    for key in sweep_curves(records):
+        seeds[key[:3]] = seeds.get(key[:3], 0) + 1
     for ax, suite in zip(axes, suites, strict=True):
-        panel = {key: points for key, points in curves.items() if (key[2] or "") == suite}
-        y_max = 100 * max((p[1] for points in panel.values() for p in points), default=0.0)
-        # One colour per system; its training seeds (checkpoints) share it, one legend entry with their AUPs.
-        systems = list(dict.fromkeys((key[0], key[1]) for key in panel))
-        for (system, engine, _, _), points in panel.items():
-            index = systems.index((system, engine))
-            xs, ys = [p[0] for p in points], [p[1] for p in points]
-            bars = [(y - p[3][0], p[3][1] - y) if p[3] else (0.0, 0.0) for y, p in zip(ys, points, strict=True)]
-            ax.errorbar(xs, ys, yerr=list(zip(*bars, strict=True)), marker="o", capsize=2, color=f"C{index % 10}",
-                        alpha=0.8, linewidth=1)
-            for x, y, tau, _ in points:
-                if tau is not None:
-                    ax.annotate(f"{tau:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=5)
-        for index, (system, engine) in enumerate(systems):
-            areas = []
-            for key, points in panel.items():
-                if (key[0], key[1]) == (system, engine):
-                    area, _ = aup_or_none([(p[0], p[1]) for p in points], y_max)
-                    areas.append("undefined" if area is None else f"{area.value:.4g}")
-            seeds = f", {len(areas)} checkpoints" if len(areas) > 1 else ""
-            ax.plot([], [], marker="o", color=f"C{index % 10}", label=f"{system} [{engine}] (AUP {' / '.join(areas)}{seeds})")
+        panel = {key: rows for key, rows in curves.items() if (key[2] or "") == suite}
+        for index, ((system, engine, _), rows) in enumerate(panel.items()):
+            color = f"C{index % 10}"
+            xs, ys = [r[1] for r in rows], [r[2] for r in rows]
+            aup = (table_aups or {}).get((system, suite or None))
+            label = f"{system} [{engine}]"
+            if aup and aup[0] is not None:
+                interval = f" [{aup[1]:.0f}, {aup[2]:.0f}]" if aup[1] is not None and aup[2] is not None else ""
+                label += f", AUP {aup[0]:.0f}{interval} (Table {aup[3]})"
+            if seeds.get((system, engine, suite or None), 1) > 1:
+                label += f", mean of {seeds[(system, engine, suite or None)]} seeds"
+                ax.fill_between(xs, [r[3] for r in rows], [r[4] for r in rows], color=color, alpha=0.12, linewidth=0)
+            ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, color=color, label=label)
+            for r in (rows[0], rows[-1]) if len(rows) > 1 else rows:
+                ax.annotate(f"τ {r[0]:g}", (r[1], r[2]), textcoords="offset points", xytext=(3, 3), fontsize=6,
+                            color=color)
         if curves:
             ax.set_xlabel("tokens per forward (TPF)")
             ax.set_ylabel("pass@1")
-            ax.set_title(f"accuracy vs TPF{f' ({suite})' if suite else ''}; labels: threshold tau; "
-                         f"AUP y_max {y_max:.3g}%", fontsize=8)
-            ax.set_ylim(-0.02, 1.02)
+            ax.set_title(f"accuracy vs TPF{f' ({suite})' if suite else ''}: threshold sweeps; band: the seeds' range",
+                         fontsize=8)
             ax.set_xlim(left=0)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=1, frameon=False)
     return _save(fig, paths)
 
 
 def plot_tokens_per_s(table2: pd.DataFrame, paths: list[Path]) -> list[Path]:
-    """Bars from a Table 2 frame (orl.report.table2.build_table2): one per system row."""
-    rows = table2.drop_duplicates(subset=["system"])
-    fig = _new_figure(6.8, 0.45 * max(len(rows), 4) + 1.2)
+    """Bars from a Table 2 frame (orl.report.table2.build_table2): one per measured system line and suite,
+    with its 95% interval; the lines that did not run are listed under the bars, not drawn."""
+    measured = table2[table2["status"] == "measured"].dropna(subset=["tokens_per_s"])
+    measured = measured.drop_duplicates(subset=["system", "suite"])
+    suites = list(dict.fromkeys(measured["suite"])) or [None]
+    labels = [f"{r.system} ({r.suite})" if len(suites) > 1 else str(r.system) for r in measured.itertuples()]
+    not_run = sorted(set(table2.loc[table2["status"] != "measured", "system"]))
+    fig = _new_figure(8.0, 0.32 * max(len(labels), 4) + 1.6 + 0.1 * len(not_run))
     ax = fig.subplots()
-    labels = list(rows["system"])
-    values = [None if pd.isna(v) else float(v) for v in rows["tokens_per_s"]]
-    measured = [v for v in values if v is not None]
-    if not measured:
+    if measured.empty:
         _empty(ax, "no measured Table 2 rows with tokens_per_s")
         return _save(fig, paths)
-    positions = range(len(labels))
-    ax.barh(list(positions), [v or 0 for v in values], color=["C0" if v else "none" for v in values])
-    for pos, value, status in zip(positions, values, rows["status"], strict=True):
-        # The table holds the full reason; the figure keeps it to one short line.
-        text = f"{value:,.1f}" if value is not None else str(status).split(" (expected")[0][:50]
-        ax.text(value or 0, pos, f" {text}", va="center", fontsize=7)
-    ax.set_yticks(list(positions), labels, fontsize=8)
+    values = [float(v) for v in measured["tokens_per_s"]]
+    lo = [float(v) if not pd.isna(v) else x for v, x in zip(measured["tokens_per_s_lo"], values, strict=True)]
+    hi = [float(v) if not pd.isna(v) else x for v, x in zip(measured["tokens_per_s_hi"], values, strict=True)]
+    positions = list(range(len(labels)))
+    colors = [f"C{suites.index(s) % 10}" for s in measured["suite"]]
+    ax.barh(positions, values, xerr=[[v - a for v, a in zip(values, lo, strict=True)],
+                                     [b - v for v, b in zip(values, hi, strict=True)]],
+            color=colors, capsize=2, error_kw={"linewidth": 0.8})
+    for pos, value, top in zip(positions, values, hi, strict=True):
+        ax.text(top, pos, f" {value:,.0f}", va="center", fontsize=7)
+    ax.set_yticks(positions, labels, fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlim(0, max(measured) * 1.6)
-    ax.set_xlabel("tokens/s (batch 1; generated tokens / wall time over the suite)")
-    ax.set_title("Table 2 rows: tokens/s")
+    ax.set_xlim(0, max(hi) * 1.18)
+    xlabel = "tokens/s at batch 1 (returned tokens / wall time over the suite); whiskers: 95% interval"
+    if not_run:  # the constrained layout makes room for a wrapped label, where free text would be clipped
+        xlabel += "\n" + "\n".join(textwrap.wrap("Not run here: " + "; ".join(not_run), 120))
+    ax.set_xlabel(xlabel, fontsize=7)
+    ax.set_title("Table 2: tokens/s of the measured lines", fontsize=9)
     return _save(fig, paths)
 
 
@@ -243,14 +270,16 @@ def plot_speedup_vs_length(records: list[dict], paths: list[Path]) -> list[Path]
 
 
 def floor_points(records: list[dict]) -> dict[tuple, list[tuple]]:
-    """{(engine, precision, device): [(weight GB read per forward, time per forward s, floor s, arch), ...]}
+    """{(engine, precision, device, cpu linear): [(weight GB read per forward, time per forward s, floor s, arch),
+    ...]}
     from the latest measured scale_bench record of each (arch, block, engine, precision, device)."""
     table = build_table3b(records)
     series: dict[tuple, list] = {}
     for line in table[table["status"] == "measured"].to_dict("records"):
         if line["weight_bytes_read"] is None or line["time_per_forward_s"] is None:
             continue
-        key = (line["engine"], line["precision"], line["device"])
+        linear = line.get("cpu_linear")
+        key = (line["engine"], line["precision"], line["device"], None if pd.isna(linear) else linear)
         arch = f"{line['arch']} b{line['block']}" if line["block"] else str(line["arch"])
         series.setdefault(key, []).append((line["weight_bytes_read"] / 1e9, line["time_per_forward_s"],
                                            line["floor_s"], arch))  # fmt: skip
@@ -259,19 +288,24 @@ def floor_points(records: list[dict]) -> dict[tuple, list[tuple]]:
 
 def plot_floor(records: list[dict], paths: list[Path]) -> list[Path]:
     series = floor_points(records)
-    fig = _new_figure()
+    fig = _new_figure(6.4, 5.2)
     ax = fig.subplots()
     if not series:
         _empty(ax, "no scale_bench records (orl bench-scale --arch ...; the DAG does not run it by default)")
         return _save(fig, paths)
     floors = {}
-    for (engine, precision, device), points in series.items():
-        ax.plot([p[0] for p in points], [1e3 * p[1] for p in points], marker="o", label=f"{engine} ({precision}, {device})")
+    for (engine, precision, device, linear), points in series.items():
+        via = f", {linear} linears" if linear else ""
+        ax.plot([p[0] for p in points], [1e3 * p[1] for p in points], marker="o", linestyle="-" if len(points) > 1
+                else "none", label=f"{engine} ({precision}{via}) on {device}")
         for x, _, floor, arch in points:
-            floors[(x, arch, precision, device)] = floor
-    for (x, arch, _, _), floor in sorted(floors.items(), key=str):
+            floors[(x, arch, device, linear)] = floor
+    for (x, arch, device, linear), floor in sorted(floors.items(), key=str):
+        # Each run measures its machine's bandwidth, so each has its own floor: the label says whose it is.
         ax.plot([x], [1e3 * floor], marker="_", markersize=18, color="black")
-        ax.annotate(arch, (x, 1e3 * floor), textcoords="offset points", xytext=(4, -10), fontsize=6)
+        run = f", {linear} run" if linear else ""
+        ax.annotate(f"{arch} floor: {device}{run}", (x, 1e3 * floor), textcoords="offset points", xytext=(6, -3),
+                    fontsize=6)
     ax.plot([], [], marker="_", markersize=12, color="black", linestyle="none", label="hardware floor (bytes / bandwidth)")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -279,14 +313,31 @@ def plot_floor(records: list[dict], paths: list[Path]) -> list[Path]:
     ax.set_ylabel("time per forward (ms)")
     ax.set_title("Table 3b: time per forward against the hardware floor (random weights, speed only)", fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     return _save(fig, paths)
 
 
-def write_figures(records: list[dict], table2: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """Every figure as PNG + PDF under <out_dir>/figures/; returns the paths written."""
+def table_aups(*frames: pd.DataFrame) -> dict[tuple, tuple]:
+    """{(system, suite): (aup, lo, hi, table)} from built tables, the first frame that has a line winning."""
+    out: dict[tuple, tuple] = {}
+    for frame in frames:
+        if "aup" not in frame.columns:
+            continue
+        for row in frame[frame["status"] == "measured"].to_dict("records"):
+            key = (row["system"], row.get("suite"))
+            if key not in out and not pd.isna(row.get("aup")):
+                lo, hi = row.get("aup_lo"), row.get("aup_hi")
+                out[key] = (float(row["aup"]), None if pd.isna(lo) else float(lo), None if pd.isna(hi) else float(hi),
+                            frame.attrs.get("table"))
+    return out
+
+
+def write_figures(records: list[dict], table2: pd.DataFrame, out_dir: str | Path,
+                  aups: dict | None = None) -> list[Path]:
+    """Every figure as PNG + PDF under <out_dir>/figures/; returns the paths written. `aups`: the tables'
+    AUPs (table_aups) for the accuracy_vs_tpf legend."""
     paths = figure_paths(out_dir)
-    written = plot_accuracy_vs_tpf(records, paths["accuracy_vs_tpf"])
+    written = plot_accuracy_vs_tpf(records, paths["accuracy_vs_tpf"], aups)
     written += plot_tokens_per_s(table2, paths["tokens_per_s"])
     written += plot_entropy(records, paths["entropy_per_step"])
     written += plot_speedup_vs_length(records, paths["speedup_vs_length"])

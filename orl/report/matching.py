@@ -1,4 +1,4 @@
-"""Matched accuracy in the tables (METHOD.md §4): each line against the AR target's greedy pass@1.
+"""Matched accuracy in the tables (docs/metrics.md): each line against the AR target's greedy pass@1.
 
 The reference is the quality record of orl.rows.MATCH_REFERENCE on the line's suite. A line's
 pass@1 matches when it is within the tolerance of the reference's and the paired test does not

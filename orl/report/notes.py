@@ -1,6 +1,6 @@
 """Caption lines a table derives from its records: its prompt sets, and how its intervals are made.
 
-One prompt set per table and suite (METHOD.md §4): every number of a suite's lines comes from
+One prompt set per table and suite (docs/metrics.md): every number of a suite's lines comes from
 the same problems (the quality evaluation and the latency run cover the same ones), so a TPF
 in one column and a TPF in another table of the same suite agree. The caption says the set;
 where the records disagree (records from before this rule), it says that instead.

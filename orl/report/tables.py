@@ -1,4 +1,4 @@
-"""Tables 1-5 of TABLES.md as pure functions: (records, claims) -> pandas.DataFrame.
+"""Tables 1-5 (docs/tables.md) as pure functions: (records, claims) -> pandas.DataFrame.
 
 Which lines each table has, which records a line reads and which claims it names are
 data in orl/rows.py; this package only computes. One module per idea:

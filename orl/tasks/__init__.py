@@ -27,6 +27,8 @@ def load_suite(name: str, *, difficulty: str = "medium", limit: int | None = Non
     (tinycode-long has one difficulty of its own)."""
     from orl.tasks import tinycode
 
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InputError(f"--limit: expected a positive integer, got {limit!r}")  # 0 must not mean all
     if name == "tinycode":
         problems = tinycode.eval_problems(difficulty)
     elif name == "tinycode-long":

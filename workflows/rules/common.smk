@@ -24,9 +24,15 @@ from orl.report.gate import write_gate
 from orl.rows import ROW
 from orl.train.config import load_preset
 from orl.train.pretrain import STAGE_SECTIONS
+from orl.workflow_config import config_problem
 
-validate(config, "../config/schema.yaml")
 CONFIG_FILES = ", ".join(str(path) for path in workflow.configfiles)  # named in configuration errors
+# One line naming the key (Snakemake's own validate would print the whole schema); validate then fills
+# in the schema's defaults.
+_problem = config_problem(config, Path(workflow.basedir) / "workflows" / "config" / "schema.yaml")
+if _problem:
+    raise ValueError(f"{CONFIG_FILES}: {_problem}")
+validate(config, "../config/schema.yaml")
 
 if config["profile"] != PROFILE:
     raise ValueError(f"{CONFIG_FILES}: profile: says {config['profile']!r} but the run asked for {PROFILE!r}")

@@ -47,6 +47,8 @@ rule render_table:
         tex=f"{REPORTS}/table{{n}}.tex",
         # The CSV goes into `snakemake --report`, which renders it as a sortable table.
         csv=report(f"{REPORTS}/table{{n}}.csv", caption="../report/tables.rst", category="Tables"),
+        # The headline as HTML: workflows/report/workflow.rst puts it on the report's first page.
+        html=f"{REPORTS}/table{{n}}.html",
     wildcard_constraints:
         n=one_of(TABLES),
     log:
