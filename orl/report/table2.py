@@ -55,12 +55,38 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
                 if point and "grid" in point:
                     notes.append(point)
             value["note"] = "; ".join(filter(None, notes)) or None
+            value["verification"] = verification(row)
             block.append((line, want, m, value))
             measured_lines.append(m)
         _speedups(block)
+        reference_value = next((v for (r, _, _), (_, _, _, v) in zip(lines, block, strict=True)
+                                if r.key == rows.MATCH_REFERENCE), None)  # fmt: skip
+        _lossless(block, reference_value)
         out.extend(_with_claims(block, by_id))
     notes = [*prompt_sets(measured_lines, ("latency", "quality")), *completion_lengths(measured_lines), uncertainty_note()]
     return frame(2, out, claims, notes)
+
+
+def verification(row) -> str | None:
+    """How a speculative row accepts drafted tokens: "strict" (greedy, lossless: the target's own argmax) or
+    "relaxed" (METHOD.md §4: within δ of the target's top probability); None for a row that drafts nothing."""
+    if row.draft is None:
+        return None
+    return getattr(row, "verification", None) or "strict"
+
+
+def _lossless(block, reference: dict | None) -> None:
+    """A strict speculative line decodes exactly the AR target's greedy tokens, so its pass@1 must equal the
+    target's: checked on the measured values, never assumed; a line that differs says so in its note."""
+    if reference is None or reference.get("pass_at_1") is None:
+        return
+    for _, _, _, value in block:
+        if value["verification"] != "strict" or value.get("pass_at_1") is None:
+            continue
+        if value["pass_at_1"] != reference["pass_at_1"]:
+            value["note"] = "; ".join(filter(None, [value["note"], (
+                f"strict (lossless) verification, yet pass@1 {value['pass_at_1']:.4f} differs from the AR "
+                f"target's {reference['pass_at_1']:.4f}")]))
 
 
 def _speedups(block) -> None:
