@@ -161,3 +161,17 @@ def test_our_qwen3_export_loads_in_vllm_and_decodes_our_tokens(tokenizer, tmp_pa
     ours = [engine.generate(text, 12).token_ids for text in texts]
     assert theirs == ours
     assert sys.executable != str(VLLM_PYTHON)  # the harness's own environment stays without vLLM
+
+
+def test_a_speculative_lines_tpf_is_its_acceptance_length():
+    from orl.report.table2 import _acceptance_as_tpf
+
+    vllm = {"verification": "strict", "tpf": 2.9, "tpf_lo": 2.7, "tpf_hi": 3.1}  # tokens over all forwards
+    _acceptance_as_tpf(vllm, 3.25)  # prefill excluded
+    assert vllm == {"verification": "strict", "tpf": 3.25, "tpf_lo": None, "tpf_hi": None}
+    hf = {"verification": "strict", "tpf": 3.0, "tpf_lo": 2.8, "tpf_hi": 3.2}  # every forward verifies
+    _acceptance_as_tpf(hf, 3.0)
+    assert hf["tpf_lo"] == 2.8
+    plain = {"verification": None, "tpf": 1.0, "tpf_lo": 1.0, "tpf_hi": 1.0}
+    _acceptance_as_tpf(plain, None)
+    assert plain["tpf"] == 1.0

@@ -56,6 +56,7 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
                     notes.append(point)
             value["note"] = "; ".join(filter(None, notes)) or None
             value["verification"] = verification(row)
+            _acceptance_as_tpf(value, m.resolved.metric("acceptance_length"))
             block.append((line, want, m, value))
             measured_lines.append(m)
         _speedups(block)
@@ -73,6 +74,17 @@ def verification(row) -> str | None:
     if row.draft is None:
         return None
     return getattr(row, "verification", None) or "strict"
+
+
+def _acceptance_as_tpf(value: dict, acceptance_length: float | None) -> None:
+    """A speculative line's TPF is its mean acceptance length (METHOD.md §4: tokens per verifying target
+    forward, prefill excluded). Where the two differ (vLLM's prefill forward samples a token and verifies
+    nothing, so tokens / all forwards is lower) the record's acceptance length replaces the per-request
+    ratio, whose interval then measured the other quantity and is dropped."""
+    if value["verification"] is None or acceptance_length is None or value.get("tpf") is None:
+        return
+    if abs(value["tpf"] - acceptance_length) > 1e-9:
+        value.update({"tpf": acceptance_length, "tpf_lo": None, "tpf_hi": None})
 
 
 def _lossless(block, reference: dict | None) -> None:
