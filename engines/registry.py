@@ -31,12 +31,14 @@ ENGINE_NAMES = (
 def build_engine(
     name: str, ckpt_dir: str | Path, *, policy: Policy | None = None, draft_dir: str | Path | None = None,
     device: str = "cpu", dtype: torch.dtype | None = None, residual: bool = True, log_steps: bool = False,
-    ignore_eos: bool = False, method: str | None = None,
+    ignore_eos: bool = False, method: str | None = None, num_speculative_tokens: int | None = None,
 ) -> Engine:
     """Load the checkpoint and wrap it in the named engine; dtype None keeps the checkpoint's own.
 
     `ignore_eos` (speed runs only, METHOD.md §4) makes every engine generate to the budget.
     `method` is a serving row's method (vllm / sglang only; engines/serving.py METHODS).
+    `num_speculative_tokens`: drafted tokens per verification of a draft-model row (the serving
+    methods', hf-assisted's); None: each one's default.
     """
     from orl.model.checkpoint import load_checkpoint
 
@@ -44,15 +46,20 @@ def build_engine(
         raise InputError(f"--engine: unknown engine {name!r}; expected one of {', '.join(ENGINE_NAMES)}")
     if name in SERVING_ENGINES:
         return build_serving_engine(name, ckpt_dir, method=method, draft_dir=draft_dir, policy=policy,
-                                    device=device, dtype=dtype, ignore_eos=ignore_eos)
+                                    device=device, dtype=dtype, ignore_eos=ignore_eos,
+                                    num_speculative_tokens=num_speculative_tokens)
     if method is not None:
         raise InputError(f"--method: {method!r} applies to the serving engines ({', '.join(SERVING_ENGINES)}) only")
     policy = policy or Policy("fixed", 1)
+    if num_speculative_tokens is not None and name != "hf-assisted":
+        raise InputError(f"--num-speculative-tokens applies to hf-assisted and the serving engines' draft "
+                         f"methods, not to {name}")
     if name in ("hf", "hf-assisted"):
-        from orl.engines.hf import load_hf_engine
+        from orl.engines.hf import AssistConfig, load_hf_engine
 
+        assist = AssistConfig(num_assistant_tokens=num_speculative_tokens) if num_speculative_tokens else None
         return load_hf_engine(ckpt_dir, draft_dir=draft_dir if name == "hf-assisted" else None, device=device,
-                              dtype=dtype or torch.float32, ignore_eos=ignore_eos)
+                              dtype=dtype or torch.float32, ignore_eos=ignore_eos, assist=assist)
     if name == "dflash":
         from orl.engines.dflash import DFlashEngine
 
@@ -97,7 +104,7 @@ def engine_for_checkpoint(
 def serving_call(
     name: str, method: str | None, ckpt_dir: str | Path, *, eos_ids, draft_dir: str | Path | None = None,
     policy: Policy | None = None, dtype="auto", num_speculative_tokens: int | None = None, ignore_eos: bool = False,
-    dllm_config_path: str | Path | None = None,
+    dllm_config_path: str | Path | None = None, device: str = "cuda",
 ) -> ServingCall:
     """What a serving row passes to its server, checked against its checkpoints (no package imported)."""
     config = read_target_config(ckpt_dir)
@@ -109,7 +116,7 @@ def serving_call(
     common = {"eos_ids": eos_ids, "draft_dir": draft_dir, "dtype": dtype,
               "num_speculative_tokens": num_speculative_tokens, "ignore_eos": ignore_eos}
     if name == "vllm":
-        return vllm_call(ckpt_dir, method, **common)
+        return vllm_call(ckpt_dir, method, device=device, **common)
     return sglang_call(ckpt_dir, method, config=config, policy=policy, dllm_config_path=dllm_config_path, **common)
 
 
@@ -123,20 +130,26 @@ def build_serving_engine(
     The environment is checked first: without CUDA or the package the row cannot run whatever its
     checkpoints are (the CPU profiles have no EAGLE-3 head at all), and that is the reason to print.
     """
-    reason = serving.environment_reason(name)
+    cpu = not str(device).startswith("cuda")
+    reason = serving.environment_reason(name, "cpu" if cpu and name == "vllm" else "cuda")
     if reason is not None:
         raise EngineUnavailable(reason)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the servers read local folders only: nothing is downloaded
-    if not str(device).startswith("cuda"):
+    if cpu and name != "vllm":
         raise InputError(f"--device {device}: {name} serves on CUDA only; pass --device cuda")
     config = read_target_config(ckpt_dir)
+    if cpu and dtype is None:
+        # --dtype auto on the CPU is the checkpoint's own dtype, as for our engines (vLLM's "auto" would
+        # turn a float32 checkpoint into a half-precision one).
+        dtype = config.get("torch_dtype") or config.get("dtype") or "auto"
     tokenizer = load_tokenizer(ckpt_dir)
     # SGLang reads its dLLM settings from a file; the engine removes it when closed (or the
     # TemporaryDirectory's finalizer does, should building the call fail).
     workdir = tempfile.TemporaryDirectory(prefix="orl-sglang-") if name == "sglang" else None
     call = serving_call(name, method, ckpt_dir, eos_ids=tokenizer.eos_ids, draft_dir=draft_dir, policy=policy,
                         dtype=dtype, num_speculative_tokens=num_speculative_tokens, ignore_eos=ignore_eos,
-                        dllm_config_path=Path(workdir.name) / "dllm_algorithm.yaml" if workdir else None)
+                        dllm_config_path=Path(workdir.name) / "dllm_algorithm.yaml" if workdir else None,
+                        device="cpu" if cpu else "cuda")
     if name == "vllm":
-        return VLLMEngine(call, config, tokenizer)
+        return VLLMEngine(call, config, tokenizer, device="cpu" if cpu else str(device))
     return SGLangEngine(call, config, tokenizer, policy=policy, workdir=workdir)

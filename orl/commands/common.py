@@ -115,6 +115,9 @@ def add_engine_args(parser, default_engine: str | None, *, default_note: str | N
     parser.add_argument("--method", default=None, help="vllm / sglang only: the row's method (vllm: ar, draft_model, "
                         "eagle3, dflash; sglang: ar, standalone, eagle3, dflash, dllm); default ar for an AR "
                         "checkpoint, dllm for a block-diffusion one")
+    parser.add_argument("--num-speculative-tokens", default=None, help="drafted tokens per verification of a "
+                        "draft-model row (vllm / sglang speculative methods, hf-assisted): N, or @FILE.json from "
+                        "`orl spec-sweep` (its chosen num_speculative_tokens); default: each engine's own (5)")
     parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget (default: 64)")
     parser.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
     add_chat_flag(parser)
@@ -134,7 +137,35 @@ def build_from_args(args, log_steps: bool = False):
     return build_engine(args.engine, args.ckpt, policy=parse_policy(args.policy), draft_dir=args.draft,
                         device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device),
                         residual=not args.no_residual,
-                        log_steps=log_steps, ignore_eos=getattr(args, "ignore_eos", False), method=args.method)
+                        log_steps=log_steps, ignore_eos=getattr(args, "ignore_eos", False), method=args.method,
+                        num_speculative_tokens=speculative_tokens_arg(getattr(args, "num_speculative_tokens", None)))
+
+
+def speculative_tokens_arg(text: str | None) -> int | None:
+    """A --num-speculative-tokens value: N, or @FILE.json naming a `orl spec-sweep` choice; None: the default."""
+    import json
+
+    from orl.errors import InputError
+
+    if text is None:
+        return None
+    value: object = text
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            value = json.loads(path.read_text()).get("num_speculative_tokens")
+        except FileNotFoundError:
+            raise InputError(f"--num-speculative-tokens {text}: {path}: file not found") from None
+        except (json.JSONDecodeError, AttributeError):
+            raise InputError(f"--num-speculative-tokens {text}: {path}: expected a JSON object") from None
+    try:
+        tokens = int(value)
+    except (TypeError, ValueError):
+        tokens = 0
+    if tokens < 1 or str(value).strip() != str(tokens):
+        raise InputError(f"--num-speculative-tokens {text}: num_speculative_tokens: expected a positive integer, "
+                         f"got {value!r}")
+    return tokens
 
 
 def compile_notice(engine: str, device: str, command: str) -> None:

@@ -55,10 +55,13 @@ def run_eval_quality(args) -> int:
         print(f"{system}: not run: {exc}")
         return 0
     compile_notice(args.engine, args.device, "eval-quality")
-    result = evaluate_quality(engine, problems, args.max_new_tokens, timeout_s=args.timeout,
-                              progress=not args.no_progress, workers=args.workers, chat=chat_renderer(args),
-                              isolation=args.isolation)
-    info = engine.describe()
+    try:
+        result = evaluate_quality(engine, problems, args.max_new_tokens, timeout_s=args.timeout,
+                                  progress=not args.no_progress, workers=args.workers, chat=chat_renderer(args),
+                                  isolation=args.isolation)
+        info = engine.describe()
+    finally:
+        engine.close()  # a server's processes (vLLM's engine core)
     model = model_block(info)
     record = make_record(
         "quality", system=args.system or f"{model['name']} ({args.engine})", engine=info.name, model=model,

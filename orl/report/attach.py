@@ -31,7 +31,7 @@ _COLUMNS: dict[int, list] = {
     1: ["model", "variant", "system", "engine", "suite", "seeds", "n_problems", "operating_point",
         ("tpf", SEEDED), ("tokens_per_s", SEEDED), ("pass_at_1", SEEDED), ("aup", SEEDED), "aup_dropped",
         ("tpf_gain", TESTED), ("throughput_gain", TESTED), ("pass_at_1_diff", TESTED)],
-    2: ["system", "engine", "suite", "n_problems", ("tpf", INTERVAL), "latency_median_s", "latency_p90_s",
+    2: ["system", "engine", "verification", "suite", "n_problems", ("tpf", INTERVAL), "latency_median_s", "latency_p90_s",
         ("tokens_per_s", INTERVAL), ("pass_at_1", INTERVAL), ("pass_at_1_diff", TESTED), "matched",
         ("aup", INTERVAL), "aup_dropped", ("speedup_vs_ar", TESTED), ("speedup_vs_ar_hf", TESTED),
         ("speedup_vs_ar_vllm", TESTED)],

@@ -55,12 +55,50 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
                 if point and "grid" in point:
                     notes.append(point)
             value["note"] = "; ".join(filter(None, notes)) or None
+            value["verification"] = verification(row)
+            _acceptance_as_tpf(value, m.resolved.metric("acceptance_length"))
             block.append((line, want, m, value))
             measured_lines.append(m)
         _speedups(block)
+        reference_value = next((v for (r, _, _), (_, _, _, v) in zip(lines, block, strict=True)
+                                if r.key == rows.MATCH_REFERENCE), None)  # fmt: skip
+        _lossless(block, reference_value)
         out.extend(_with_claims(block, by_id))
     notes = [*prompt_sets(measured_lines, ("latency", "quality")), *completion_lengths(measured_lines), uncertainty_note()]
     return frame(2, out, claims, notes)
+
+
+def verification(row) -> str | None:
+    """How a speculative row accepts drafted tokens: "strict" (greedy, lossless: the target's own argmax) or
+    "relaxed" (METHOD.md §4: within δ of the target's top probability); None for a row that drafts nothing."""
+    if row.draft is None:
+        return None
+    return getattr(row, "verification", None) or "strict"
+
+
+def _acceptance_as_tpf(value: dict, acceptance_length: float | None) -> None:
+    """A speculative line's TPF is its mean acceptance length (METHOD.md §4: tokens per verifying target
+    forward, prefill excluded). Where the two differ (vLLM's prefill forward samples a token and verifies
+    nothing, so tokens / all forwards is lower) the record's acceptance length replaces the per-request
+    ratio, whose interval then measured the other quantity and is dropped."""
+    if value["verification"] is None or acceptance_length is None or value.get("tpf") is None:
+        return
+    if abs(value["tpf"] - acceptance_length) > 1e-9:
+        value.update({"tpf": acceptance_length, "tpf_lo": None, "tpf_hi": None})
+
+
+def _lossless(block, reference: dict | None) -> None:
+    """A strict speculative line decodes exactly the AR target's greedy tokens, so its pass@1 must equal the
+    target's: checked on the measured values, never assumed; a line that differs says so in its note."""
+    if reference is None or reference.get("pass_at_1") is None:
+        return
+    for _, _, _, value in block:
+        if value["verification"] != "strict" or value.get("pass_at_1") is None:
+            continue
+        if value["pass_at_1"] != reference["pass_at_1"]:
+            value["note"] = "; ".join(filter(None, [value["note"], (
+                f"strict (lossless) verification, yet pass@1 {value['pass_at_1']:.4f} differs from the AR "
+                f"target's {reference['pass_at_1']:.4f}")]))
 
 
 def _speedups(block) -> None:

@@ -17,7 +17,7 @@ from snakemake.utils import validate
 
 from orl import rows
 from orl.engines.registry import ENGINE_NAMES
-from orl.engines.serving import SERVING_ENGINES
+from orl.engines.serving import SERVING_ENGINES, VLLM_ENV_MISSING
 from orl.io import atomic_write_json
 from orl.records import not_run, write_records
 from orl.report.gate import write_gate
@@ -56,6 +56,9 @@ THREADS = config["threads"]
 # The `orl` command of the environment running snakemake, with every job's thread settings.
 ORL = f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5 {sys.executable} -m orl.cli"
 GPU = 1 if config["device"].startswith("cuda") else 0  # per model-running job (workflows/profiles/slurm)
+# vLLM's CPU build lives in its own environment (`make vllm-env`); a CPU profile runs its vLLM rows there
+# (vllm.smk), and says "not run: vLLM environment missing (make vllm-env)" without it (or with vllm_python "").
+VLLM_PYTHON = config.get("vllm_python", f"{REPO}/.venv-vllm/bin/python")
 # ORL training on the paper profile: one process per GPU under torchrun (FSDP2, orl/train/distributed.py),
 # `train_gpus` of them, requested as the job's `gpu` resource. The tiny and smoke profiles train in one
 # process (world size 1: the same code).
@@ -189,7 +192,10 @@ def missing(row):
     if row.engine not in ENGINE_NAMES:
         return f"engine {row.engine!r} is not in this build (orl.engines.registry.ENGINE_NAMES)"
     if row.engine in SERVING_ENGINES and not config["device"].startswith("cuda"):
-        return row.needs
+        if row.engine != "vllm":
+            return row.needs
+        if not (VLLM_PYTHON and os.access(VLLM_PYTHON, os.X_OK)):  # vLLM's CPU build runs these rows (vllm.smk)
+            return VLLM_ENV_MISSING
     for key in (row.ckpt, row.draft):
         if key and ckpt_missing(key):
             return ckpt_missing(key)

@@ -1,0 +1,132 @@
+# On a CPU profile the vLLM rows of Tables 1 and 2 run through vLLM's CPU build in its own environment
+# (`make vllm-env`, .venv-vllm; config `vllm_python`); without it they are "not run" records (common.smk
+# missing). A checkpoint this DAG trains in our layout is served from its Qwen3 export (`orl export --format
+# qwen3`), as vLLM loads any Qwen3ForCausalLM folder. Speculative rows run at the num_speculative_tokens
+# `orl spec-sweep` measured fastest on the suite's first bench_limit prompts (the suites have no dev split
+# yet: the choice is made on prompts it is then measured on). On CUDA the generic rules run them as before.
+
+VLLM_ORL = f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5 {VLLM_PYTHON} -m orl.cli"
+VLLM_CPU = not config["device"].startswith("cuda")
+VLLM_ROWS = [row for row in dict.fromkeys(LATENCY_ROWS + QUALITY_ROWS)
+             if VLLM_CPU and row.engine == "vllm" and not missing(row)]  # fmt: skip
+VLLM_SPEC_ROWS = [row for row in VLLM_ROWS if row.draft]
+SPEC_TOKENS = config.get("spec_tokens", [2, 3, 4, 5, 6])
+# Our checkpoints that vLLM reads through their Qwen3 export: the AR target and draft trained here.
+EXPORTED = sorted({key for row in VLLM_ROWS for key in (row.ckpt, row.draft) if key in ("ar", "draft")
+                   and key in BUILT_HERE})  # fmt: skip
+
+
+def vllm_ckpt(key):
+    return f"{CKPT}/{key}-qwen3" if key in EXPORTED else ckpt(key)
+
+
+def spec_file(row, suite):
+    return f"{RESULTS}/oppoint/{suite}/spec_{row.key}.json"
+
+
+def vllm_inputs(row, suite, sweep=True):
+    files = [f"{vllm_ckpt(key)}/config.json" for key in (row.ckpt, row.draft) if key]
+    return files + ([spec_file(row, suite)] if sweep and row.draft else [])
+
+
+def vllm_flags(row, suite, sweep=True):
+    flags = [f"--engine vllm --method {row.method} --ckpt {vllm_ckpt(row.ckpt)} --system '{row.system}'"]
+    if row.draft:
+        flags.append(f"--draft {vllm_ckpt(row.draft)}")
+        if sweep:
+            flags.append(f"--num-speculative-tokens @{spec_file(row, suite)}")
+    return " ".join(flags)
+
+
+VLLM_RUN = one_of(row.key for row in VLLM_ROWS)
+ruleorder: vllm_latency > latency
+ruleorder: vllm_quality > quality_row
+
+
+rule export_qwen3:
+    input:
+        lambda wc: ckpt_done(wc.key),
+    output:
+        f"{CKPT}/{{key}}-qwen3/config.json",
+    wildcard_constraints:
+        key=one_of(EXPORTED),
+    params:
+        src=lambda wc: ckpt(wc.key),
+        out=lambda wc, output: os.path.dirname(output[0]),
+    log:
+        f"{LOGS}/export_qwen3_{{key}}.log",
+    shell:
+        # `orl export` writes a new folder; a rerun replaces the previous export.
+        "rm -rf {params.out} && {ORL} export {params.src} --format qwen3 --out {params.out} > {log} 2>&1"
+
+
+rule spec_sweep:
+    input:
+        lambda wc: vllm_inputs(ROW[wc.row], wc.suite, sweep=False),
+    output:
+        f"{RESULTS}/oppoint/{{suite}}/spec_{{row}}.json",
+    wildcard_constraints:
+        suite=one_of(SUITES),
+        row=one_of(row.key for row in VLLM_SPEC_ROWS),
+    params:
+        **DECODE,
+        flags=lambda wc: vllm_flags(ROW[wc.row], wc.suite, sweep=False),
+        tokens=",".join(str(k) for k in SPEC_TOKENS),
+        limit=config["bench_limit"],
+        latency_warmup=config["latency_warmup"],
+    log:
+        f"{LOGS}/spec_sweep_{{suite}}_{{row}}.log",
+    threads: THREADS
+    resources:
+        gpu=GPU,
+    shell:
+        "{VLLM_ORL} spec-sweep {params.flags} --suite {wildcards.suite} --limit {params.limit} "
+        "--tokens {params.tokens} --warmup {params.latency_warmup} --max-new-tokens {params.max_new_tokens} "
+        "--device {params.device} --dtype {params.dtype} {params.chat} --out {output} --no-progress > {log} 2>&1"
+
+
+rule vllm_latency:
+    input:
+        lambda wc: vllm_inputs(ROW[wc.run], wc.suite),
+    output:
+        f"{RESULTS}/latency/{{suite}}/{{run}}.jsonl",
+    wildcard_constraints:
+        suite=one_of(SUITES),
+        run=VLLM_RUN,
+    params:
+        **DECODE,
+        flags=lambda wc: vllm_flags(ROW[wc.run], wc.suite),
+        limit=limit_flag(config["eval_limit"]),
+        latency_warmup=config["latency_warmup"],
+    log:
+        f"{LOGS}/latency_{{suite}}_{{run}}.log",
+    threads: THREADS
+    resources:
+        gpu=GPU,
+    shell:
+        "{VLLM_ORL} bench-latency {params.flags} --suite {wildcards.suite} {params.limit} "
+        "--warmup {params.latency_warmup} --max-new-tokens {params.max_new_tokens} --device {params.device} "
+        "--dtype {params.dtype} {params.chat} --out {output} --no-progress > {log} 2>&1"
+
+
+rule vllm_quality:
+    input:
+        lambda wc: vllm_inputs(ROW[wc.run], wc.suite),
+    output:
+        f"{RESULTS}/quality/{{suite}}/row_{{run}}.jsonl",
+    wildcard_constraints:
+        suite=one_of(SUITES),
+        run=VLLM_RUN,
+    params:
+        **DECODE,
+        flags=lambda wc: vllm_flags(ROW[wc.run], wc.suite),
+        limit=limit_flag(config["eval_limit"]),
+    log:
+        f"{LOGS}/quality_row_{{suite}}_{{run}}.log",
+    threads: THREADS
+    resources:
+        gpu=GPU,
+    shell:
+        "{VLLM_ORL} eval-quality {params.flags} --suite {wildcards.suite} {params.limit} "
+        "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} {params.chat} "
+        "--out {output} --no-progress > {log} 2>&1"
