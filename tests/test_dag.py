@@ -154,7 +154,7 @@ def test_a_configfile_overrides_its_profile(tmp_path):
     run = snakemake("-n", "-p", "reproduce_table5", "--configfile", str(mine), cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "--max-new-tokens 17" in run.stdout and "--max-new-tokens 32" not in run.stdout
-    assert "--ablation no-aec" in run.stdout and "--ablation offline" not in run.stdout
+    assert "--ablation no-aec" in run.stdout and "--ablation stale" not in run.stdout
 
 
 def test_the_paper_profile_writes_what_it_cannot_measure_as_not_run(tmp_path):

@@ -38,7 +38,8 @@ class StepOutput:
 
 def denoise_step(
     policy: Policy, logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor, eos_ids: torch.Tensor,
-    *, eos_fill: bool = True, generated: torch.Tensor | None = None,
+    *, eos_fill: bool = True, generated: torch.Tensor | None = None, temperature: float = 0.0,
+    gumbel: torch.Tensor | None = None,
 ) -> StepOutput:
     """Apply one step's commits to the block state, given this step's logits [b, B, V].
 
