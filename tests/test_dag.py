@@ -272,7 +272,8 @@ def test_smoke_profile_reproduces_everything(tmp_path):
     with open(reports / "table5.csv", newline="") as handle:
         table5 = [row for row in csv.DictReader(handle) if row["status"] == "measured"]
     assert table5 and all(row["seeds"] == "2" and row["pass_at_1_sd"] != "" for row in table5)
-    assert all(row["aec_gated_fraction"] != "" and row["aec_gate_removed"] != "" for row in table5)
+    assert all(row["gated_share"] != "" and row["aec_active_share"] != "" and row["retained_fraction"] != ""
+               for row in table5)
     assert (tmp_path / "results" / "smoke" / "engine" / "length" / "64.jsonl").is_file()
     # Every aup record carries d3LLM's AUP, its y_max (percent) and the sweep points it came from.
     aups = [r for path in (tmp_path / "results" / "smoke" / "sweep").rglob("*.jsonl") for r in load_records(path)

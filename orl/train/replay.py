@@ -4,8 +4,9 @@ A state is [context | block]: the block's masked positions get E_θ[MASK] + α·
 entropy-weighted w·z) with the *captured* pre-adapter residual z, formed inside the forward
 (Transformer.residual_term), so the adapter gets its gradient.
 
-Shared clean context ("staircase", `share_context=True`): the states of one trajectory's block
-have the same clean prefix (prompt + clean blocks < j), so they are laid out as one segment
+Shared clean context ("staircase", `share_context=True`): states with the same clean prefix
+(prompt + clean blocks < j: the states of one trajectory's block, and at block 0 those of all K
+rollouts of a prompt, or later where their earlier blocks agree) are laid out as one segment
 
     [ context | noisy state 1 | noisy state 2 | ... ]
 
@@ -67,20 +68,15 @@ def packed_layout(lengths: list[int], pack_tokens: int) -> Layout:
 
 
 def context_groups(states: CapturedStates, share_context: bool = True) -> list[list[int]]:
-    """State indices grouped by shared clean context: same trajectory (request), same block, same
-    context tokens. Without sharing, every state is its own group (one copy of context each)."""
+    """State indices grouped by shared clean context: the same context tokens (and block origin), so
+    the states of one trajectory's block, and at block 0 the K rollouts of one prompt, share one copy.
+    Without sharing, every state is its own group (one copy of context each)."""
     if not share_context:
         return [[i] for i in range(len(states))]
-    groups: dict[tuple[int, int], list[list[int]]] = {}
-    for i, (request, block) in enumerate(zip(states.request.tolist(), states.block.tolist(), strict=True)):
-        candidates = groups.setdefault((request, block), [])
-        for group in candidates:
-            if torch.equal(states.context[group[0]], states.context[i]):
-                group.append(i)
-                break
-        else:
-            candidates.append([i])
-    return [g for gs in groups.values() for g in gs]
+    groups: dict[tuple, list[int]] = {}
+    for i, context in enumerate(states.context):
+        groups.setdefault((int(states.mask_origin[i]), tuple(context.tolist())), []).append(i)
+    return list(groups.values())
 
 
 def replay_logits(model: Transformer, states: CapturedStates, pack_tokens: int = 0, residual: bool = True,
