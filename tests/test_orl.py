@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from orl.errors import CheckpointError, ConfigError
-from orl.train.distributed import World
 
 
 @pytest.fixture(scope="module")
