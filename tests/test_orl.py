@@ -114,7 +114,7 @@ def test_seed_changes_the_prompts_the_resume_check_and_the_record(smoke_models, 
     assert main([*args, "--seed", "3", "--record", str(record)]) == 0
     written = json.loads(record.read_text().splitlines()[0])
     assert written["extra"]["seed"] == 3
-    assert len(written["extra"]["per_update"]["gated_share"]) == 2
+    assert len(written["extra"]["gated_share"]) == len(written["extra"]["retained_fraction"]) == 2
     assert 0 <= written["metrics"]["gated_share"] <= 1
     # Resuming the same folder with another seed is refused by the digest.
     (out / "config.json").unlink()  # as if unfinished

@@ -12,7 +12,7 @@ ROLLOUT_ENGINES = ("recompute", "dlmrt", "dlmrt-eager")
 SUMMARY_EXTRA = ("ablation", "method_version", "seed", "refreshes", "rollouts", "rollout_tpf", "rollout_pass_rate",
                  "replay_states", "replay_state_bytes", "rollout_s", "steps", "reference_targets", "residual_alpha",
                  "residual", "gate_tau", "gate_applied", "aec_applied", "rollout_prompts", "rollouts_per_prompt",
-                 "states_per_block", "updates_without_retained", "per_update", "rollout_engine", "cpu_linear",
+                 "states_per_block", "updates_without_retained", "rollout_engine", "cpu_linear",
                  "world_size", "device", "device_hours", "peak_memory_bytes_per_rank")
 
 
