@@ -176,7 +176,7 @@ def test_the_paper_profile_writes_what_it_cannot_measure_as_not_run(tmp_path):
         (["--config", "profile=smoke", "extra_suites=[tinycode]"], "extra_suites: 'tinycode' is already in suites"),
         (["--config", "profile=smoke", "suites=[tinycode-short]"], "suites"),
         (["--config", "profile=smoke", "device=gpu"], "device"),
-        (["--config", "profile=smoke", "ablations=[no-gate]"], "ablations: 'no-gate' is not an ablation"),
+        (["--config", "profile=smoke", "ablations=[aec-nogate]"], "ablations: 'aec-nogate' is not an ablation"),
     ],
 )
 def test_bad_config_stops_before_any_job(tmp_path, args, message):
