@@ -327,3 +327,20 @@ def test_no_ablations_first_update_is_orls(smoke_models, tmp_path, monkeypatch):
         zero = torch.zeros(())
         assert any(not torch.allclose(orl.get(n, zero), other.get(n, zero)) for n in names), \
             f"{ablation}'s first update is ORL's"
+
+
+def test_rollouts_sample_at_t_roll_each_row_from_its_own_seed(base):
+    """K rollouts of one prompt differ at T_roll > 0; a row's samples depend on its seed, not its batch."""
+    from orl.decoding import Policy, decode_rule
+    from orl.tasks import tinycode
+    from orl.train.rollout import rollout
+
+    ids = base.tokenizer.encode(tinycode.train_problems(0, 1, "easy")[0]["prompt"])
+    other = base.tokenizer.encode(tinycode.train_problems(1, 1, "easy")[0]["prompt"])
+    rule = decode_rule(base.model.config, base.tokenizer.eos_ids, Policy("threshold", 0.9))
+    kwargs = {"max_new_tokens": 24, "pad_id": base.tokenizer.pad_id}
+    greedy = rollout(base.model, [ids] * 3, rule, **kwargs).completion_ids
+    sampled = rollout(base.model, [ids] * 3, rule, temperature=0.7, seeds=[1, 2, 3], **kwargs).completion_ids
+    assert greedy[0] == greedy[1] == greedy[2] and len({tuple(c) for c in sampled}) > 1
+    mixed = rollout(base.model, [other, ids], rule, temperature=0.7, seeds=[9, 2], **kwargs).completion_ids
+    assert mixed[1] == sampled[1]
