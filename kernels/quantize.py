@@ -23,7 +23,8 @@ from orl.kernels.linear import MODES, NVFP4Linear
 from orl.kernels.nvfp4 import BLOCK_SIZE, SCALE_DTYPE
 
 QUANT_METHOD = "nvfp4"
-DEFAULT_SKIP = ("embed", "lm_head")
+# The residual adapter (METHOD.md §2) stays in high precision: d×d twice, and a fresh one is all zeros.
+DEFAULT_SKIP = ("embed", "lm_head", "residual_adapter")
 
 
 def _replace_submodule(model: nn.Module, name: str, new: nn.Module) -> None:

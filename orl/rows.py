@@ -152,12 +152,14 @@ def _table1(family: Family, suite: str | None, variant: str, claims: tuple[str, 
 # The tiny analog is compared with QwenDLM-4B's ratios: same recipe (converted from an AR
 # model, then ORL), at a scale this machine trains.
 _QWEN_GAINS = ("t1-qwendlm4b-tpf-gain", "t1-qwendlm4b-throughput-gain")
+# METHOD.md §3 version 2: each a switch of the same loop (orl.train.orl.VARIANTS).
 _ABLATIONS = (
-    ("no-residual", "ORL: no residual"),
-    ("offline", "ORL: offline residuals"),
+    ("stale", "ORL: stale rollouts"),
     ("no-aec", "ORL: no AEC"),
-    ("aec-nogate", "ORL: AEC without gate"),
-    ("dparallel", "dParallel-style"),
+    ("no-gate", "ORL: no gate"),
+    ("no-residual", "ORL: no residual"),
+    ("entropy-weighted", "ORL: entropy-weighted residual"),
+    ("dparallel", "dParallel (certainty forcing)"),
 )
 
 # Declaration order is table order (Table 1 groups its lines by family, then suite).

@@ -154,7 +154,7 @@ def test_a_configfile_overrides_its_profile(tmp_path):
     run = snakemake("-n", "-p", "reproduce_table5", "--configfile", str(mine), cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "--max-new-tokens 17" in run.stdout and "--max-new-tokens 32" not in run.stdout
-    assert "--ablation no-aec" in run.stdout and "--ablation offline" not in run.stdout
+    assert "--ablation no-aec" in run.stdout and "--ablation stale" not in run.stdout
 
 
 def test_the_paper_profile_writes_what_it_cannot_measure_as_not_run(tmp_path):
@@ -176,7 +176,7 @@ def test_the_paper_profile_writes_what_it_cannot_measure_as_not_run(tmp_path):
         (["--config", "profile=smoke", "extra_suites=[tinycode]"], "extra_suites: 'tinycode' is already in suites"),
         (["--config", "profile=smoke", "suites=[tinycode-short]"], "suites"),
         (["--config", "profile=smoke", "device=gpu"], "device"),
-        (["--config", "profile=smoke", "ablations=[no-gate]"], "ablations: 'no-gate' is not an ablation"),
+        (["--config", "profile=smoke", "ablations=[aec-nogate]"], "ablations: 'aec-nogate' is not an ablation"),
     ],
 )
 def test_bad_config_stops_before_any_job(tmp_path, args, message):
@@ -276,7 +276,8 @@ def test_smoke_profile_reproduces_everything(tmp_path):
     with open(reports / "table5.csv", newline="") as handle:
         table5 = [row for row in csv.DictReader(handle) if row["status"] == "measured"]
     assert table5 and all(row["seeds"] == "2" and row["pass_at_1_sd"] != "" for row in table5)
-    assert all(row["aec_gated_fraction"] != "" and row["aec_gate_removed"] != "" for row in table5)
+    assert all(row["gated_share"] != "" and row["aec_active_share"] != "" and row["retained_fraction"] != ""
+               for row in table5)
     assert (tmp_path / "results" / "smoke" / "engine" / "length" / "64.jsonl").is_file()
     # Every aup record carries d3LLM's AUP, its y_max (percent) and the sweep points it came from.
     aups = [r for path in (tmp_path / "results" / "smoke" / "sweep").rglob("*.jsonl") for r in load_records(path)

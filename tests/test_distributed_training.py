@@ -96,20 +96,21 @@ def test_the_exported_two_rank_checkpoint_gives_the_single_process_logits(runs):
 
 def test_orl_replay_on_two_ranks_follows_the_single_process_loss_curve(runs):
     root, _ = runs
-    # τ_gate low enough that the smoke model's confidences reach it: the gate closes on some positions.
+    # The smoke preset's τ_gate splits the smoke model's positions (some to CE, some to the KL anchor);
+    # greedy rollouts, so that the dlmrt test below can compare with this run.
     gate = root / "gate.yaml"
-    gate.write_text("orl: {aec_gate: 0.3}\n")
+    gate.write_text("orl: {rollout_temperature: 0.0}\n")
     for result in (orl("train-orl", "--preset", "smoke", "--config", gate, "--init", root / "one", "--out", root / "orl1"),
                    torchrun("train-orl", "--preset", "smoke", "--config", gate, "--init", root / "one", "--out",
                             root / "orl2")):
         assert result.returncode == 0, result.stderr[-3000:]
     assert_same_curve(root / "orl1", root / "orl2")
-    assert {"loss_ce", "loss_aec"} <= set(log(root / "orl2")[0])
+    assert {"loss_ce", "loss_kl", "loss_aec"} <= set(log(root / "orl2")[0])
     # The gate's share is over the global batch, not over rank 0's half of it.
     one, two = log(root / "orl1"), log(root / "orl2")
-    assert any(0 < x["gated"] < 1 for x in one), [x["gated"] for x in one]
+    assert any(0 < x["gated_share"] < 1 for x in one), [x["gated_share"] for x in one]
     for x, y in zip(one, two, strict=True):
-        assert abs(x["gated"] - y["gated"]) <= 1e-6, (x["step"], x["gated"], y["gated"])
+        assert abs(x["gated_share"] - y["gated_share"]) <= 1e-6, (x["step"], x["gated_share"], y["gated_share"])
 
 
 def test_two_ranks_rolling_out_with_dlmrt_follow_the_single_process_recompute_curve(runs):
@@ -117,7 +118,7 @@ def test_two_ranks_rolling_out_with_dlmrt_follow_the_single_process_recompute_cu
     a time); the gathered buffer replays to the recompute run's losses within the rounding of a cache."""
     root, _ = runs
     gate = root / "gate.yaml"
-    gate.write_text("orl: {aec_gate: 0.3}\n")
+    gate.write_text("orl: {rollout_temperature: 0.0}\n")  # dlmrt rollouts decode greedily
     if not (root / "orl1" / "config.json").exists():  # written by the replay test above when it ran first
         result = orl("train-orl", "--preset", "smoke", "--config", gate, "--init", root / "one", "--out", root / "orl1")
         assert result.returncode == 0, result.stderr[-3000:]
@@ -152,7 +153,7 @@ def test_training_prompts_come_from_a_local_file_and_humaneval_is_refused(runs, 
     own = tmp_path / "problems.jsonl"
     own.write_text("".join(json.dumps(p) + "\n" for p in tinycode.train_problems(7, 12, "easy")))
     config = tmp_path / "own.yaml"
-    config.write_text(f"orl: {{train_file: {own}, iterations_steps: 4, refresh_every: 2}}\n")
+    config.write_text(f"orl: {{train_file: {own}, iterations_steps: 2, checkpoint_every: 1}}\n")
     result = orl("train-orl", "--preset", "smoke", "--config", config, "--init", root / "one", "--out",
                  tmp_path / "own")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -301,6 +301,9 @@ class EosAt(torch.nn.Module):
     def embedding(self) -> torch.Tensor:
         return self.inner.embedding
 
+    def residual_term(self, z: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return self.inner.residual_term(z, weight)
+
     def forward(self, input_ids=None, *, inputs_embeds=None, positions=None, **kwargs):
         logits = self.inner(input_ids, inputs_embeds=inputs_embeds, positions=positions, **kwargs)
         b, t = logits.shape[:2]

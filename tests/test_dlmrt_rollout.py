@@ -136,7 +136,8 @@ def test_train_orl_with_dlmrt_rollouts_records_the_engine_and_keeps_it_in_the_re
     from orl.train.config import load_preset
     from orl.train.orl import train_orl
 
-    (tmp_path / "short.yaml").write_text("orl: {iterations_steps: 4, refresh_every: 2}\n")
+    # dlmrt rollouts decode greedily (rollout_temperature 0); the recompute run below does the same.
+    (tmp_path / "short.yaml").write_text("orl: {iterations_steps: 2, checkpoint_every: 1, rollout_temperature: 0.0}\n")
     out, record = tmp_path / "orl", tmp_path / "train.jsonl"
     assert main(["train-orl", "--preset", "smoke", "--config", str(tmp_path / "short.yaml"), "--init",
                  str(smoke_models[1]), "--out", str(out), "--no-progress", "--rollout-engine", "dlmrt-eager",

@@ -12,6 +12,19 @@ from orl.decoding.eos import block_finished_with_eos
 from orl.decoding.residual import residual_embeddings
 from orl.decoding.step import entropy_and_confidence
 from orl.errors import InputError
+from orl.model.transformer import ModelConfig, Transformer
+
+
+def _model(embedding: torch.Tensor, adapter: bool = False) -> Transformer:
+    """A one-layer model whose input embedding is `embedding` (what the residual mixes over)."""
+    vocab, dim = embedding.shape
+    model = Transformer(ModelConfig(vocab_size=vocab, hidden_size=dim, intermediate_size=8, num_hidden_layers=1,
+                                    num_attention_heads=1, num_key_value_heads=1, head_dim=4))
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(embedding)
+    if adapter:
+        model.add_residual_adapter()
+    return model
 
 EOS = torch.tensor([1])
 
@@ -128,7 +141,7 @@ def test_residual_input_is_mask_embedding_plus_entropy_weighted_expected_embeddi
     masked = tokens == mask_id
     probs = torch.softmax(torch.randn(1, 4, vocab, generator=gen) * 3, -1)
     entropy = -(probs * probs.log()).sum(-1)
-    out = residual_embeddings(embedding, tokens, masked, probs, entropy, alpha, mask_id)
+    out = residual_embeddings(_model(embedding), tokens, masked, probs, entropy, alpha, mask_id)
     for i in range(4):
         if masked[0, i]:
             w = alpha * (1 - float(entropy[0, i]) / math.log(vocab))
@@ -147,11 +160,22 @@ def test_residual_off_alpha_zero_and_step_zero_all_give_the_plain_mask_embedding
     probs = torch.softmax(torch.randn(1, 3, 9, generator=gen), -1)
     entropy = -(probs * probs.log()).sum(-1)
     plain = embedding[tokens]
-    assert torch.equal(residual_embeddings(embedding, tokens, masked, probs, entropy, 0.0, 8), plain)
-    assert torch.equal(residual_embeddings(embedding, tokens, masked, None, None, 0.7, 8), plain)
+    model = _model(embedding)
+    assert torch.equal(residual_embeddings(model, tokens, masked, probs, entropy, 0.0, 8), plain)
+    assert torch.equal(residual_embeddings(model, tokens, masked, None, None, 0.7, 8), plain)
     # dlmrt's static-shape step 0: zero distributions make the residual term exactly zero.
     zeros = torch.zeros_like(probs)
-    assert torch.equal(residual_embeddings(embedding, tokens, masked, zeros, torch.zeros(1, 3), 0.7, 8), plain)
+    assert torch.equal(residual_embeddings(model, tokens, masked, zeros, torch.zeros(1, 3), 0.7, 8), plain)
+    # The adapter form: a fresh adapter adds exactly 0, a trained one α·g(z) at masked positions only.
+    fresh = _model(embedding, adapter=True)
+    assert torch.equal(residual_embeddings(fresh, tokens, masked, probs, entropy, 0.7, 8, "adapter"), plain)
+    with torch.no_grad():
+        fresh.residual_adapter.w2.weight.normal_(generator=gen)
+    mixed = residual_embeddings(fresh, tokens, masked, probs, entropy, 0.7, 8, "adapter")
+    z = probs @ embedding
+    expected = embedding[8] + 0.7 * fresh.residual_adapter(z)
+    assert torch.allclose(mixed[masked], expected[masked], atol=1e-6)
+    assert torch.equal(mixed[~masked], plain[~masked])
 
 
 @pytest.mark.parametrize("spec", ["nope:1", "threshold", "threshold:abc", "threshold:0", "threshold:1.5",
@@ -270,6 +294,9 @@ class _ScriptedModel(torch.nn.Module):
     @property
     def embedding(self) -> torch.Tensor:
         return self.weight
+
+    def residual_term(self, z: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return weight[..., None] * z  # no adapter: the entropy-weighted form
 
     def forward(self, inputs_embeds, positions, mask):
         logits = torch.zeros(*positions.shape, self.vocab)

@@ -61,7 +61,7 @@ def sha(name: str, seed: int) -> str:
 def trained_line(system, seed, passed, tpf_nfe, *, suite="tinycode"):
     """A seed's train record, its sweep (τ 0.5, 0.9) and its operating point (τ 0.5, the grid's lowest)."""
     digest = sha(system, seed)
-    per_step = {"gated_fraction": [0.2, 0.4], "gate_removed_aec": [0.0, 0.01]}
+    per_step = {"gated_share": [0.2, 0.4], "aec_active_share": [0.0, 0.01], "retained_fraction": [0.5, 0.7]}
     out = [record("train", system, "dlmrt", sha=digest, suite=None, extra={"seed": seed, **per_step},
                   metrics={"self_generated_tokens": 1000 + seed, "train_wall_s": 10.0})]  # fmt: skip
     out += [quality(system, "dlmrt", passed, nfe=tpf_nfe, sha=digest, tau=0.5, kind="sweep", suite=suite),
@@ -144,8 +144,8 @@ def test_table5_seeds_and_effects_against_orl(records, claims):
     assert no_aec["pass_at_1_diff_test"] == "unresolved" and no_aec["pass_at_1_diff_p"] > 0.05
     assert no_aec["tpf_diff"] == pytest.approx(20 / 3 - 10) and no_aec["tpf_diff_test"] == "resolved"
     assert no_aec["aup_diff"] is not None and no_aec["aup_diff_lo"] <= no_aec["aup_diff"] <= no_aec["aup_diff_hi"]
-    assert no_aec["aec_gated_fraction"] == pytest.approx(0.3) and no_aec["self_generated_tokens"] == 1001
-    assert no_aec["aec_gate_removed"] == pytest.approx(0.005)
+    assert no_aec["gated_share"] == pytest.approx(0.3) and no_aec["self_generated_tokens"] == 1001
+    assert no_aec["aec_active_share"] == pytest.approx(0.005) and no_aec["retained_fraction"] == pytest.approx(0.6)
     orl = line(frame, system=ORL)
     assert orl["seeds"] == 3 and pd.isna(orl["pass_at_1_diff"])
 

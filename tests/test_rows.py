@@ -68,7 +68,8 @@ def test_ablations_are_the_trainers():
 
     assert set(rows.ABLATIONS) <= set(TRAINER_ABLATIONS) - {"none"}
     assert [row.system for row in rows.ABLATIONS.values()] == [
-        "ORL: no residual", "ORL: offline residuals", "ORL: no AEC", "ORL: AEC without gate", "dParallel-style"]
+        "ORL: stale rollouts", "ORL: no AEC", "ORL: no gate", "ORL: no residual", "ORL: entropy-weighted residual",
+        "dParallel (certainty forcing)"]
 
 
 def test_table_order_and_roles():

@@ -53,6 +53,7 @@ class ChunkSpec:
     eos_fill: bool  # the <eos> fill of orl.decoding.eos
     absolute: bool  # SDAR's layout: blocks at multiples of B, the prompt's tail inside the first block
     log_steps: bool = False
+    residual_form: str = "entropy-weighted"  # or "adapter" (orl.decoding.residual)
     observer: StepObserver | None = None  # eager mode only (engine.py refuses it elsewhere)
 
 
@@ -134,9 +135,8 @@ def _commit(spec: ChunkSpec, state: DecodeState, logits: torch.Tensor, step: int
 
 
 def _block_step(model: Transformer, spec: ChunkSpec, state: DecodeState, step: int) -> None:
-    embedding = model.embedding
-    embeds = residual_embeddings(embedding, state.tokens, state.masked, state.probs, state.entropy,
-                                 spec.alpha, spec.mask_id)
+    embeds = residual_embeddings(model, state.tokens, state.masked, state.probs, state.entropy,
+                                 spec.alpha, spec.mask_id, spec.residual_form)
     logits = block_forward(model, state, embeds, state.start, spec.block)
     _commit(spec, state, logits, step)
 
@@ -160,8 +160,8 @@ def start_block_chunk(model: Transformer, spec: ChunkSpec, state: DecodeState) -
     previous = embedding[state.tokens]  # the finished block's committed tokens (<eos> fill included)
     state.start.add_(B)
     reset_block(spec, state)
-    fresh = residual_embeddings(embedding, state.tokens, state.masked, state.probs, state.entropy,
-                                spec.alpha, spec.mask_id)
+    fresh = residual_embeddings(model, state.tokens, state.masked, state.probs, state.entropy,
+                                spec.alpha, spec.mask_id, spec.residual_form)
     logits = block_forward(model, state, torch.cat([previous, fresh], dim=1), state.start - B, B)
     _commit(spec, state, logits[:, B:], 0)
     for step in range(1, spec.steps):

@@ -108,14 +108,15 @@ class DlmrtEngine:
             policy=graph_policy, block=rule.block, steps=steps, alpha=rule.alpha, mask_id=rule.mask_id,
             eos_ids=torch.tensor(rule.eos_ids, device=self.device), eos_fill=rule.eos_fill,
             absolute=rule.layout == "absolute", log_steps=log_steps, observer=self.config.observer,
+            residual_form=rule.residual_form,
         )
         self._slots: dict[int, _Slot] = {}
 
     def describe(self) -> EngineInfo:
         rule = self.rule
         return checkpoint_info(self.name, self.ckpt, self.device, policy=rule.policy.to_record(), settings={
-            "mode": self.mode, "sync_every": self.spec.steps, "residual_alpha": rule.alpha, "eos_fill": rule.eos_fill,
-            "stop_at_eos": rule.stop_at_eos, "layout": rule.layout, "cpu_linear": self.linear.backend,
+            "mode": self.mode, "sync_every": self.spec.steps, "residual_alpha": rule.alpha,
+            "residual_form": rule.residual_form if rule.alpha else None, "eos_fill": rule.eos_fill, "stop_at_eos": rule.stop_at_eos, "layout": rule.layout, "cpu_linear": self.linear.backend,
             "compile_backend": str(self.config.compile_backend) if self.mode == "compile" else None})
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> int:

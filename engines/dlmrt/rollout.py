@@ -59,13 +59,15 @@ class _RequestCapture:
             tokens, masked = state.tokens[0].clone(), state.masked[0].clone()
             probs, prev_entropy = state.probs[0], state.entropy[0].clone()
             prev_confidence = probs.amax(-1)
-            residual, weight = (residual_context(E, probs, prev_entropy, self.rule.alpha) if self.rule.alpha
+            residual, weight = (residual_context(E, probs, prev_entropy, self.rule.alpha, self.rule.residual_form)
+                                if self.rule.alpha
                                 else (no_residual, zeros))
         self.pending = dict(context=context, tokens=tokens, masked=masked, residual=residual, weight=weight,
                             prev_entropy=prev_entropy, prev_confidence=prev_confidence)
 
     def after(self, block: int, step: int, state: DecodeState) -> None:
-        self.capture.add(self.request, block, step, **self.pending, step_entropy=state.entropy[0])
+        self.capture.add(self.request, block, step, **self.pending, step_entropy=state.entropy[0],
+                         step_confidence=state.probs[0].amax(-1))
 
 
 class DlmrtRollout:
@@ -97,9 +99,12 @@ class DlmrtRollout:
         return self._engines[key][1]
 
     def __call__(self, model: Transformer, prompts: list[list[int]], rule: DecodeRule, *, max_new_tokens: int,
-                 pad_id: int) -> RolloutResult:
+                 pad_id: int, temperature: float = 0.0, seeds: list[int] | None = None) -> RolloutResult:
         """Decode `prompts` (token ids) one by one; returns what orl.train.rollout.rollout returns.
-        `pad_id` is unused: requests are not padded into a batch."""
+        `pad_id` is unused: requests are not padded into a batch. dlmrt decodes greedily."""
+        if temperature > 0:
+            raise InputError(f"{self.where}: the dlmrt rollout decodes greedily; set orl.rollout_temperature: 0 "
+                             "or use --rollout-engine recompute (which samples at T_roll)")
         engine = self.engine(model, rule)
         capture = StateCapture(mask_origins(prompts, rule))
         completions, nfe = [], []

@@ -12,17 +12,20 @@ from orl.train.config import PRESETS
 ROLLOUT_ENGINES = ("recompute", "dlmrt", "dlmrt-eager")
 
 # What the train record keeps of the run's summary besides its cost (Table 5 reads both).
-SUMMARY_EXTRA = ("ablation", "seed", "refreshes", "rollout_tpf", "rollout_pass_rate", "replay_states",
-                 "replay_state_bytes", "rollout_s", "steps", "reference_targets", "residual_alpha", "aec_gate",
-                 "gate_applied", "gated_fraction", "gated_fraction_mean", "gate_removed_aec", "rollout_engine",
-                 "cpu_linear", "world_size", "device", "device_hours", "peak_memory_bytes_per_rank")
+SUMMARY_EXTRA = ("ablation", "method_version", "seed", "refreshes", "rollouts", "rollout_tpf", "rollout_pass_rate",
+                 "replay_states", "replay_state_bytes", "rollout_s", "steps", "reference_targets", "residual_alpha",
+                 "residual", "gate_tau", "gate_applied", "aec_applied", "rollout_prompts", "rollouts_per_prompt",
+                 "states_per_block", "updates_without_retained", "rollout_engine", "cpu_linear",
+                 "world_size", "device", "device_hours", "peak_memory_bytes_per_rank")
 
 
 def cost_metrics(summary: dict) -> dict:
-    """The train record's metrics: self-generated tokens, wall, gated fraction, and per device the
-    tokens/s and peak memory (largest rank); GPU-hours (world size x wall) only where the devices are GPUs."""
+    """The train record's metrics: self-generated tokens, wall, the run's mean gated share, AEC active share
+    and retained fraction, and per device the tokens/s and peak memory (largest rank); GPU-hours (world
+    size x wall) only where the devices are GPUs."""
     metrics = {"self_generated_tokens": summary["self_generated_tokens"], "train_wall_s": summary["wall_s"],
-               "gated_fraction": summary["gated_fraction_mean"]}
+               "gated_share": summary["gated_share_mean"], "aec_active_share": summary["aec_active_share_mean"],
+               "retained_fraction": summary["retained_fraction_mean"]}
     if summary.get("device") == "cuda":
         metrics["train_gpu_hours"] = summary["device_hours"]
     if summary.get("tokens_per_s_per_device"):
@@ -37,9 +40,10 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "train-orl", help="ORL post-training of a block-diffusion checkpoint (or one of its ablations)",
-        description="On-policy residual learning (docs/method.md §3): rollouts of the current model with residual "
-        "context, self-generated targets that pass their unit tests, replay with CE + λ·AEC, rollouts refreshed "
-        "every R steps. --ablation selects a Table 5 variant.",
+        description="On-policy residual learning (docs/method.md §3; METHOD version 2): K rollouts per prompt of the current "
+        "model with its residual adapter, verified trajectories only, replay of S states per block with gated CE, "
+        "a capped KL anchor to the initial model and AEC, one update per rollout batch. --ablation selects a "
+        "Table 5 variant.",
     )
     p.add_argument("--preset", default="tiny", choices=PRESETS, help="training preset (default: tiny)")
     p.add_argument("--config", default=None, help="YAML overriding preset fields (section orl: ...)")
@@ -105,7 +109,7 @@ def run_train_orl(args) -> int:
                                 cpu_linear=args.cpu_linear)
         if not world.main:
             return 0  # rank 0 reports and writes the record
-    print(f"wrote {args.out}: {summary['steps']} steps, {summary['refreshes']} rollouts, "
+    print(f"wrote {args.out}: {summary['steps']} updates, {summary['refreshes']} rollout batches, "
           f"{summary['self_generated_tokens']:,} self-generated tokens, {summary['wall_s']:.1f} s")
     if not summary["self_generated_tokens"]:
         print(f"warning: {args.out}: no rollout completion passed its tests, so no self-generated token was "
@@ -119,6 +123,7 @@ def run_train_orl(args) -> int:
         record = make_record(
             "train", system=args.system or f"ORL ({args.ablation})", engine="dlmrt", model=model_field(ckpt),
             metrics=cost_metrics(summary), extra={**{k: summary.get(k) for k in SUMMARY_EXTRA},
+                                                  **(summary.get("per_update") or {}),
                                                   "isolation": summary.get("isolation", preset.orl.isolation)},
             config={"preset": preset.digest(), "ablation": args.ablation, "seed": preset.orl.seed},
         )

@@ -64,7 +64,7 @@ class BlockDecode:
 @torch.inference_mode()
 def decode_blocks(
     model: Transformer, prompts: list[list[int]], rule: DecodeRule, *, max_new_tokens: int, pad_id: int,
-    observer: Callable[[StepView], None] | None = None,
+    observer: Callable[[StepView], None] | None = None, temperature: float = 0.0, seeds: list[int] | None = None,
 ) -> BlockDecode:
     """Decode `prompts` (token ids) together with full recompute (see the module docstring).
 
@@ -75,6 +75,9 @@ def decode_blocks(
         max_new_tokens: budget per request, rounded up to whole blocks.
         pad_id: token placed in padding columns (hidden from attention).
         observer: called once per step with a StepView.
+        temperature, seeds: sample token values at temperature T (ORL's rollouts, METHOD.md §3.1), each
+            row from its own generator seeded `seeds[i]`, drawn only at steps where that row is active,
+            so a row's samples do not depend on which other rows share its batch. T = 0: greedy.
     """
     B, E = rule.block, model.embedding
     device = E.device
@@ -99,6 +102,10 @@ def decode_blocks(
     prompt_end = torch.tensor([pad[i] + len(p) for i, p in enumerate(prompts)], device=device)
     last_block = torch.tensor([plan.blocks - 1 for plan in plans], device=device)
 
+    sampling = temperature > 0
+    if sampling and (seeds is None or len(seeds) != rows):
+        raise ValueError("decode_blocks: sampling at temperature > 0 needs one seed per prompt")
+    generators = [torch.Generator().manual_seed(int(s)) for s in seeds] if sampling else []
     done = torch.zeros(rows, dtype=torch.bool, device=device)
     nfe = torch.zeros(rows, dtype=torch.long, device=device)
     for j in range(n_blocks):
@@ -116,16 +123,24 @@ def decode_blocks(
         k = 0
         while bool(masked.any()):
             embeds = E[seq[:, :hi]].clone()
-            embeds[:, lo:hi] = mix_residual(E, tokens, masked, residual, weight, rule.mask_id)
+            embeds[:, lo:hi] = mix_residual(model, tokens, masked, residual, weight, rule.mask_id)
             logits = model(inputs_embeds=embeds, positions=positions[:, :hi], mask=mask[:, :hi, :hi])[:, lo:hi]
             active = masked.any(-1)
-            out = denoise_step(rule.policy, logits, tokens, masked, eos_ids, eos_fill=rule.eos_fill, generated=generated)
+            gumbel = None
+            if sampling:
+                gumbel = torch.zeros(logits.shape, dtype=torch.float32)
+                for i in active.nonzero().flatten().tolist():
+                    u = torch.rand(logits.shape[1:], generator=generators[i]).clamp_(1e-12, 1 - 1e-7)
+                    gumbel[i] = -torch.log(-torch.log(u))
+                gumbel = gumbel.to(device)
+            out = denoise_step(rule.policy, logits, tokens, masked, eos_ids, eos_fill=rule.eos_fill, generated=generated,
+                               temperature=temperature, gumbel=gumbel)
             if observer is not None:
                 observer(StepView(j, k, active, seq, lo, pad, tokens, masked, residual, weight, prev_h, prev_c,
                                   logits, out))
             nfe += active.long()
             if rule.alpha:
-                residual, weight = residual_context(E, out.probs, out.entropy, rule.alpha)
+                residual, weight = residual_context(E, out.probs, out.entropy, rule.alpha, rule.residual_form)
             prev_h, prev_c = out.entropy, out.confidence
             tokens, masked = out.tokens, out.masked
             seq[:, lo:hi] = tokens

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orl.decoding.policy import Policy
+from orl.decoding.residual import residual_form
 from orl.errors import CheckpointError, InputError
 
 LAYOUTS = ("after-prompt", "absolute")
@@ -24,6 +25,7 @@ class DecodeRule:
     mask_id: int
     eos_ids: tuple[int, ...]  # any of them ends the text; the first one is the fill token
     alpha: float = 0.0  # residual-context α; 0 = residual off
+    residual_form: str = "entropy-weighted"  # "adapter" where the checkpoint has one (orl.decoding.residual)
     eos_fill: bool = True  # commit the rest of a block as <eos> once <eos> is committed
     stop_at_eos: bool = True  # False = fixed-length speed runs (--ignore-eos): decode to the budget
     layout: str = "after-prompt"  # where blocks sit (orl.decoding.layout)
@@ -51,4 +53,5 @@ def decode_rule(
     eos_fill = ours if eos_fill is None else eos_fill
     return DecodeRule(policy=policy, block=config.block_size, mask_id=config.mask_token_id,
                       eos_ids=tuple(int(i) for i in eos_ids), alpha=config.residual_alpha if residual else 0.0,
+                      residual_form=residual_form(config),
                       eos_fill=eos_fill and not ignore_eos, stop_at_eos=not ignore_eos, layout=layout)

@@ -38,7 +38,8 @@ class StepOutput:
 
 def denoise_step(
     policy: Policy, logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor, eos_ids: torch.Tensor,
-    *, eos_fill: bool = True, generated: torch.Tensor | None = None,
+    *, eos_fill: bool = True, generated: torch.Tensor | None = None, temperature: float = 0.0,
+    gumbel: torch.Tensor | None = None,
 ) -> StepOutput:
     """Apply one step's commits to the block state, given this step's logits [b, B, V].
 
@@ -51,8 +52,13 @@ def denoise_step(
             <eos>, and the run of masked <eos> predictions that leads up to one.
         generated: [b, B] bool, the block's completion positions (None: all of them); an end token
             in the prompt's tail (absolute layout) fills nothing.
+        temperature, gumbel: ORL's rollouts sample token values (METHOD.md §3.1): the value is
+            argmax(logits / T + Gumbel noise [b, B, V]), a draw from softmax(logits / T); which
+            positions commit is still decided by the confidence of P (T = 1). None: greedy.
     """
     probs, entropy, confidence, prediction = entropy_and_confidence(logits)
+    if gumbel is not None and temperature > 0:
+        prediction = (logits.float() / temperature + gumbel).argmax(-1)
     commit = commit_mask(policy, confidence, masked)
     tokens = torch.where(commit, prediction, tokens)
     remaining = masked & ~commit

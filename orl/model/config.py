@@ -181,10 +181,22 @@ def model_config_from_hf(config: dict, path: Path) -> ModelConfig:
             f.fail("mask_token_id", f"a token id below vocab_size ({values['vocab_size']})")
         values.update(attention_mode="block-causal", block_size=block, mask_token_id=mask,
                       block_layout=f.choice("block_layout", BLOCK_LAYOUTS, DEFAULT_LAYOUT[arch]),
-                      residual_alpha=f.number("residual_alpha", 0.0, strict=False))
+                      residual_alpha=f.number("residual_alpha", 0.0, strict=False),
+                      residual_adapter=_residual_adapter(config, path, values["hidden_size"]))
     else:
         values.update(attention_mode="causal", mask_token_id=None)
     return ModelConfig(**values)
+
+
+def _residual_adapter(config: dict, path: Path, hidden: int) -> dict | None:
+    """config.json's residual_adapter (METHOD.md §2): null / absent, or {"form", "shape": [d, d]}."""
+    value = config.get("residual_adapter")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("shape") != [hidden, hidden]:
+        raise CheckpointError(f"{path}: residual_adapter: expected null or {{\"form\": ..., \"shape\": "
+                              f"[{hidden}, {hidden}]}} (hidden_size), got {json.dumps(value)}")
+    return dict(value)
 
 
 def config_dtype(config: dict, path: Path) -> torch.dtype:
@@ -234,6 +246,8 @@ def hf_config(config: ModelConfig, arch: str, dtype: torch.dtype = torch.float32
     if arch in DEFAULT_LAYOUT:
         out.update(block_size=config.block_size, mask_token_id=config.mask_token_id,
                    residual_alpha=config.residual_alpha)
+        if config.residual_adapter is not None:
+            out["residual_adapter"] = dict(config.residual_adapter)
         out["block_layout"] = config.block_layout
         if arch == DIFFUSION_ARCH:
             out["attention_mode"] = "block-causal"

@@ -74,7 +74,7 @@ def _notes(fmt: str, cfg, auto_map: dict | None) -> list[str]:
                      f"SDARForCausalLM's block size ({SERVING_BLOCK_SIZE}) and mask id ({SERVING_MASK_ID}) from a "
                      f"built-in table and LMDeploy takes mask id {SERVING_MASK_ID}, not config.json; they serve "
                      "this export only where those match")
-    if cfg.residual_alpha:
+    if cfg.residual_alpha and cfg.residual_adapter is None:
         notes.append(f"residual_alpha {cfg.residual_alpha} (ORL's residual context) is recorded; other runtimes "
                      "do not implement it")
     if auto_map is None:
@@ -114,6 +114,14 @@ def export_checkpoint(
     state = dict(model.state_dict())
     if cfg.tie_word_embeddings:
         state.pop("lm_head.weight", None)
+    notes = _notes(fmt, cfg, auto_map)
+    if cfg.residual_adapter is not None:
+        # SDAR / Qwen3 runtimes have no residual context: the adapter (METHOD.md §2) cannot go with them.
+        config.pop("residual_adapter", None)
+        config["residual_alpha"] = 0.0  # α without the adapter would be the entropy-weighted form: off instead
+        state = {k: v for k, v in state.items() if not k.startswith("residual_adapter.")}
+        notes.append("the residual adapter (residual_adapter.*, METHOD.md §2) is DROPPED: SDAR / Qwen3 runtimes "
+                     "have no residual context, so the export decodes without it (residual off), not as ORL does")
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
@@ -131,7 +139,7 @@ def export_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     files = sorted(p.name for p in out_dir.iterdir())
-    return ExportResult(out_dir=out_dir, files=files, notes=_notes(fmt, cfg, auto_map))
+    return ExportResult(out_dir=out_dir, files=files, notes=notes)
 
 
 def describe(result: ExportResult) -> str:

@@ -48,7 +48,10 @@ class ModelConfig:
     block_layout: str = "after-prompt"
     block_size: int = 16
     mask_token_id: int | None = None
-    residual_alpha: float = 0.0  # α of the residual-context weight w = α(1 - H/log V)
+    residual_alpha: float = 0.0  # α of the residual context (METHOD.md §2); 0 = off (a base dLLM)
+    # The residual adapter g_ϕ ORL adds (METHOD.md §2): {"form": ADAPTER_FORM, "shape": [d, d]}; None = no
+    # adapter, and then α > 0 is the version-1 entropy-weighted form E[MASK] + α(1 − H/log V)·z.
+    residual_adapter: dict | None = None
     eos_token_id: int = 1
     pad_token_id: int = 0
 
@@ -197,6 +200,31 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
+ADAPTER_FORM = "W2·SiLU(W1·RMSNorm(z))"
+
+
+def adapter_spec(config: ModelConfig) -> dict:
+    """What config.json says of a residual adapter of this model's width."""
+    return {"form": ADAPTER_FORM, "shape": [config.hidden_size, config.hidden_size]}
+
+
+class ResidualAdapter(nn.Module):
+    """g_ϕ(z) = W₂·SiLU(W₁·RMSNorm(z)) (METHOD.md §2, ours), W₂ zero at creation so that a freshly
+    added adapter contributes exactly 0 and the model decodes as with no residual."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        d = config.hidden_size
+        self.norm = RMSNorm(d, config.rms_norm_eps)
+        self.w1 = nn.Linear(d, d, bias=False)
+        self.w2 = nn.Linear(d, d, bias=False)
+        nn.init.normal_(self.w1.weight, mean=0.0, std=d ** -0.5)
+        nn.init.zeros_(self.w2.weight)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(self.norm(z))))
+
+
 class Transformer(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -206,6 +234,9 @@ class Transformer(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.apply(self._init_weights)
+        self.residual_adapter = None
+        if config.residual_adapter is not None:
+            self.add_residual_adapter()
         # Recompute each layer's activations in the backward pass instead of keeping them (training
         # at scale, orl/train/distributed.py): memory for one layer's activations instead of all.
         self.activation_checkpointing = False
@@ -216,6 +247,25 @@ class Transformer(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
+
+    def add_residual_adapter(self) -> ResidualAdapter:
+        """Add a fresh (zero-output) residual adapter, as ORL does to a base dLLM; recorded in the config."""
+        shape = adapter_spec(self.config)["shape"]
+        if self.config.residual_adapter is not None and self.config.residual_adapter.get("shape") != shape:
+            raise ValueError(f"residual_adapter: shape {self.config.residual_adapter.get('shape')} does not match "
+                             f"hidden_size {self.config.hidden_size}")
+        device = self.model.embed_tokens.weight.device
+        dtype = self.model.embed_tokens.weight.dtype
+        self.residual_adapter = ResidualAdapter(self.config).to(device=device, dtype=dtype)
+        self.config.residual_adapter = adapter_spec(self.config)
+        return self.residual_adapter
+
+    def residual_term(self, z: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """What the residual context adds to a position's input embedding (METHOD.md §2): w·g_ϕ(z) with
+        the adapter (w = α where masked), else the entropy-weighted form w·z; z is detached (sg)."""
+        z = z.detach().to(self.model.embed_tokens.weight.dtype)
+        out = self.residual_adapter(z) if self.residual_adapter is not None else z
+        return weight[..., None].to(out.dtype) * out
 
     @property
     def embedding(self) -> torch.Tensor:
@@ -232,6 +282,7 @@ class Transformer(nn.Module):
         cache: KVCache | None = None,
         slots: torch.Tensor | None = None,
         residual: torch.Tensor | None = None,
+        residual_weight: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits [batch, seq, vocab].
 
@@ -243,12 +294,18 @@ class Transformer(nn.Module):
                 None means plain causal attention over the inputs (AR training fast path).
             cache: static KV buffers; when given, keys/values are written at `slots` ([t], shared
                 by the batch) and attention runs over all cache slots.
-            residual: [b, t, d] added to the token embeddings: ORL's w·r at masked positions, 0 elsewhere,
-                so that E[MASK] + w·r is formed inside the forward (where a sharded embedding is whole).
+            residual: [b, t, d] the pre-adapter residual z = P^{(k-1)} @ E (METHOD.md §2), with
+                `residual_weight` [b, t] (α or the entropy weight where masked, 0 elsewhere): the forward
+                adds `residual_term(z, w)` to the token embeddings, so E[MASK] + α·g_ϕ(z) is formed here,
+                where a sharded embedding and adapter are whole and the adapter gets its gradient.
         """
         x = self.model.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         if residual is not None:
-            x = x + residual.to(x.dtype)
+            term = self.residual_term(residual, residual_weight)
+            with torch.no_grad():  # the adapter's output norm over the positions it feeds (ORL's log)
+                fed = residual_weight != 0
+                self.residual_norm_stats = ((term.float().norm(dim=-1) * fed).sum(), fed.sum())
+            x = x + term.to(x.dtype)
         b, t = x.shape[:2]
         if positions is None:
             positions = torch.arange(t, device=x.device).expand(b, t)

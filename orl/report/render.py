@@ -101,10 +101,10 @@ TABLE_CAVEATS = {
         "and the interval.",
         f"`tpf_diff`, `pass_at_1_diff`, `aup_diff`: the line minus {_ORL}, paired over the same problems; "
         "an effect whose interval includes 0 is labelled unresolved and stays in the table. "
-        "`aec_gated_fraction`: the mean fraction of AEC positions the gate leaves out per replay batch; "
-        "`aec_gate_removed`: the AEC loss per AEC position it takes out (logged for the ungated ablations too: "
-        "what the gate would have removed). Where it is 0 the gate closed only on positions whose relu term "
-        "was already 0, so \"AEC without gate\" trains with the same gradients as ORL (docs/method.md §3).",
+        "`gated_share`: the mean share of masked positions the gate sends to the KL anchor instead of CE "
+        "(c ≥ τ_gate; for no gate and dParallel what it would have split, or 0); `aec_active_share`: the share "
+        "of state pairs whose entropy fell short of the (1 − ρ) contraction; `retained_fraction`: rollouts that "
+        "passed their tests (docs/method.md §3; METHOD version 2).",
         "Cost of the ORL stage (mean over seeds): `world_size` training processes, `device_hours` = world size × "
         "wall (`train_gpu_hours` where the devices are GPUs: the paper's 36 H100-hours compare with it), "
         "`train_tokens_per_s` training tokens per second per device, `peak_memory_gb` the largest rank's peak "

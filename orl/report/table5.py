@@ -10,10 +10,10 @@ interval excludes 0 and "unresolved" otherwise. Cost comes from the `train` reco
 seed (extra.packing absent or true): self-generated tokens, training wall time, the world size
 (training processes), device-hours (world size × wall; GPU-hours where the devices are GPUs),
 training tokens/s per device, peak memory per device (the largest rank's: CUDA's allocator peak,
-the process's peak resident set on a CPU), the gated fraction of AEC (extra.gated_fraction,
-per replay batch) and the AEC loss the gate takes out per AEC position (extra.gate_removed_aec;
-0 means the gate closed only where the relu term was already 0, so the gated and ungated
-objectives have equal gradients); the step-speed benchmark's records (extra.packing true / false) give the
+the process's peak resident set on a CPU), and per update (METHOD.md §3.4, means over the run):
+the gated share |C|/|M| (masked positions anchored by the KL term instead of CE; for the no-gate and
+dParallel lines what the gate would have split, or 0), the AEC active share (pairs with a shortfall)
+and the retained fraction of rollouts (extra.gated_share, aec_active_share, retained_fraction); the step-speed benchmark's records (extra.packing true / false) give the
 train-step speed with and without packing.
 """
 
@@ -89,7 +89,8 @@ def _cost(records: list[dict], system: str, seeds: list[int | None], index: dict
         values["train_tokens_per_s"] = mean(speeds) if speeds else None
         peaks = [r["metrics"]["peak_memory_bytes"] for r in trained if r["metrics"].get("peak_memory_bytes")]
         values["peak_memory_gb"] = max(peaks) / 1e9 if peaks else None
-        for column, key in (("aec_gated_fraction", "gated_fraction"), ("aec_gate_removed", "gate_removed_aec")):
+        for column, key in (("gated_share", "gated_share"), ("aec_active_share", "aec_active_share"),
+                            ("retained_fraction", "retained_fraction")):
             present = [v for v in (_step_mean(r, key) for r in trained) if v is not None]
             values[column] = mean(present) if present else None
         # The training run is what the cost claims are about, so compare on its machine and model.

@@ -1,12 +1,21 @@
-"""Replay train-step throughput with and without compute-balanced packing (Table 5's step-speed column).
+"""Replay train-step speed with and without the shared-clean-context packing (Table 5's step-speed column).
 
-The same captured states are replayed (forward + backward of CE + λ·AEC) once padded one state per
-row and once packed into fixed-token rows; real (non-padding) tokens per second are compared in the
-same process.
+One rollout batch as ORL makes it (N prompts, K sampled rollouts each, threshold(τ_train), residual
+on, at most S states per block) is replayed by an ORL update (forward + backward of gated CE and
+λ·AEC, METHOD.md §3.4) twice, in the same process:
+
+- unpacked: one state per row with its own copy of the clean context, right-padded;
+- packed: the states of one block share one copy of their clean context ("staircase"), segments
+  packed into fixed-token rows balanced by attended-token cost (orl.train.replay).
+
+The gain grows with K·S (more noisy states per clean prefix; the page reports 5.2× at K = 16).
+Real tokens per second count every state with its own context, the work the unpacked layout does,
+so the two layouts are compared on the same states.
 """
 
 from __future__ import annotations
 
+import random
 import time
 
 import torch
@@ -14,51 +23,73 @@ import torch
 from orl.decoding import Policy, decode_rule
 from orl.model.checkpoint import load_checkpoint
 from orl.train.config import TrainPreset
-from orl.train.losses import aec_loss, masked_ce
-from orl.train.orl import rollout_groups, rollout_prompts
-from orl.train.replay import packed_layout, padded_layout, replay_logits
-from orl.train.rollout import attach_targets, prompt_prefixes, rollout
+from orl.train.losses import aec_parts, gate_split, masked_ce_terms, mean
+from orl.train.orl import rollout_groups, rollout_prompts, sample_seed, select_states
+from orl.train.replay import context_groups, packed_layout, padded_layout, replay_logits
+from orl.train.rollout import attach_targets, concat_states, prompt_prefixes, rollout
 
 
-def bench_replay(preset: TrainPreset, init_dir, *, steps: int = 10, pack_tokens: int = 512, device: str = "cpu") -> list[dict]:
+def capture_batch(model, tok, preset: TrainPreset, rollouts_per_prompt: int):
+    """One update's selected states (targets: each rollout's own completion; verification left out:
+    the layout's speed does not depend on which rollouts pass)."""
+    cfg = preset.orl
+    problems = rollout_prompts(preset, 0)
+    rows = [p for p in problems for _ in range(rollouts_per_prompt)]
+    rule = decode_rule(model.config, tok.eos_ids, Policy("threshold", cfg.tau_train), residual=True)
+    parts, offsets = [], []
+    for indices, budget in rollout_groups(rows, preset):
+        prompts = [tok.encode(rows[i]["prompt"]) for i in indices]
+        seeds = [sample_seed(cfg.seed, 0, i) for i in indices]
+        with torch.no_grad():
+            result = rollout(model, prompts, rule, max_new_tokens=budget, pad_id=tok.pad_id,
+                             temperature=cfg.rollout_temperature, seeds=seeds)
+        states = result.states
+        attach_targets(states, result.completion_ids, model.config.block_size, tok.eos_id,
+                       prompt_prefixes(prompts, rule))
+        states.request = torch.tensor(indices, dtype=states.request.dtype)[states.request]
+        parts.append(states)
+        offsets.append(0)
+    states = concat_states(parts, offsets)
+    return select_states(states, cfg.states_per_block, random.Random(cfg.seed))
+
+
+def bench_replay(preset: TrainPreset, init_dir, *, steps: int = 10, pack_tokens: int = 512, device: str = "cpu",
+                 rollouts_per_prompt: int | None = None) -> list[dict]:
+    """Time `steps` replay updates (after one warm-up) of one rollout batch, unpacked then packed."""
     ckpt = load_checkpoint(init_dir, device=device)
     model, tok = ckpt.model, ckpt.tokenizer
     cfg = preset.orl
-    problems = rollout_prompts(preset, 0)
-    model.config.residual_alpha = cfg.residual_alpha  # replay ORL's residual states, as training would
-    prompts = [tok.encode(p["prompt"]) for p in problems]
-    rule = decode_rule(model.config, tok.eos_ids, Policy("threshold", cfg.tau_train), residual=True)
-    budget = max(budget for _, budget in rollout_groups(problems, preset))  # one batch: the states are what counts
-    result = rollout(model, prompts, rule, max_new_tokens=budget, pad_id=tok.pad_id)
-    states = result.states
-    attach_targets(states, result.completion_ids, model.config.block_size, tok.eos_id, prompt_prefixes(prompts, rule))
-    batch_size = min(cfg.batch_size, len(states))
-    batches = []
-    generator = torch.Generator().manual_seed(0)
-    for _ in range(steps + 1):  # the first step of each layout is a warm-up
-        pick = torch.zeros(len(states), dtype=torch.bool)
-        pick[torch.randperm(len(states), generator=generator)[:batch_size]] = True
-        batches.append(states.select(pick))
-    pack_tokens = max(pack_tokens, max(len(c) for c in states.context) + model.config.block_size)
+    if model.residual_adapter is None:
+        model.add_residual_adapter()  # ORL's replay runs through the adapter, as training would
+    model.config.residual_alpha = cfg.residual_alpha
+    k = rollouts_per_prompt or cfg.rollouts_per_prompt
+    states = capture_batch(model, tok, preset, k)
+    B = model.config.block_size
     model.train()
     out = []
     for packing in (False, True):
-        elapsed, real_tokens, slots, rows = 0.0, 0, 0, 0
-        for i, batch in enumerate(batches):
-            lengths = [len(c) + model.config.block_size for c in batch.context]
-            layout = packed_layout(lengths, pack_tokens) if packing else padded_layout(lengths)
+        groups = context_groups(states, share_context=packing)
+        lengths = [len(states.context[g[0]]) + len(g) * B for g in groups]
+        budget = max(pack_tokens, max(lengths))  # pack_tokens 0: rows as wide as the longest segment
+        layout = packed_layout(lengths, budget) if packing else padded_layout(lengths)
+        elapsed = 0.0
+        for i in range(steps + 1):  # the first step of each layout is a warm-up
             t0 = time.perf_counter()
-            batch = batch.to(model.embedding.device)  # states are kept on the CPU
-            logits = replay_logits(model, batch, pack_tokens=pack_tokens if packing else 0)
-            loss = masked_ce(logits, batch.targets, batch.masked) + cfg.aec_lambda * aec_loss(
-                logits, batch.masked, batch.step > 0, batch.prev_entropy, rho=cfg.aec_rho, gate=cfg.aec_gate)
+            batch = states.to(model.embedding.device)  # states are kept on the CPU
+            logits = replay_logits(model, batch, pack_tokens=budget if packing else 0, share_context=packing)
+            uncertain, _ = gate_split(batch.masked, batch.confidence, cfg.gate_tau)
+            aec = aec_parts(logits, batch.masked, batch.step, batch.source_entropy, cfg.aec_rho)
+            loss = mean(masked_ce_terms(logits, batch.targets, uncertain)) + cfg.aec_lambda * mean(aec.terms())
             loss.backward()
             model.zero_grad(set_to_none=True)
-            if i:  # skip the warm-up step
+            if device != "cpu" and torch.cuda.is_available():
+                torch.cuda.synchronize()
+            if i:
                 elapsed += time.perf_counter() - t0
-                real_tokens += sum(lengths)
-                slots += layout.rows * layout.width
-                rows += layout.rows
-        out.append({"packing": packing, "step_tokens_per_s": real_tokens / elapsed, "step_time_s": elapsed / steps,
-                    "padding_fraction": 1 - real_tokens / slots, "rows": rows / steps, "states": batch_size})
+        # Real tokens: every state with its own context (what either layout stands for).
+        real_tokens = sum(len(c) + B for c in states.context)
+        out.append({"packing": packing, "rollouts_per_prompt": k, "step_tokens_per_s": real_tokens * steps / elapsed,
+                    "step_time_s": elapsed / steps, "input_tokens": sum(lengths),
+                    "padding_fraction": 1 - sum(lengths) / (layout.rows * layout.width), "rows": layout.rows,
+                    "states": len(states), "segments": len(groups)})
     return out

@@ -72,24 +72,41 @@ class DiffusionConfig:
 
 @dataclass
 class OrlConfig:
-    """ORL post-training (METHOD.md §3); defaults are the method's starting values."""
+    """ORL post-training, version 2 (METHOD.md §3); defaults are the method's starting values.
 
-    iterations_steps: int = 200  # optimizer steps in total
-    batch_size: int = 32  # replay states per optimizer step
+    One update per rollout batch (updates_per_rollout = 1): each update decodes N prompts K times with
+    the current weights, keeps the verified trajectories, replays at most S states per block of each,
+    and takes one optimizer step; then the rollouts are discarded.
+    """
+
+    iterations_steps: int = 40  # updates (= rollout batches: one update per rollout batch)
+    rollout_prompts: int = 16  # N: training prompts per rollout batch
+    rollouts_per_prompt: int = 8  # K
+    states_per_block: int = 4  # S: replayed states per block of a retained trajectory, uniform among its steps
+    batch_size: int = 0  # at most this many of the selected states per update (0 = all of them)
     lr: float = 2e-4
-    warmup_steps: int = 10
+    adapter_lr: float = 1e-3  # the residual adapter's own optimizer group (METHOD.md §3.5, ours)
+    adapter_grad_clip: float = 1.0  # ... and its own gradient-norm cap
+    warmup_steps: int = 2
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    seed: int = 0  # rollout prompts, replay batches, torch's generator: `orl train-orl --seed` sets it
-    rollout_prompts: int = 64  # prompts per rollout refresh
-    refresh_every: int = 50  # R: optimizer steps between rollout refreshes (and checkpoints)
-    tau_train: float = 0.7  # threshold(τ_train) policy of the rollout
+    seed: int = 0  # rollout prompts, samples, state selection, torch's generator: `orl train-orl --seed` sets it
+    checkpoint_every: int = 10  # updates between resume checkpoints
+    tau_train: float = 0.9  # threshold(τ_train) policy of the rollout
+    rollout_temperature: float = 0.7  # T_roll: token values sampled so that the K rollouts differ (ours)
     residual_alpha: float = 1.0  # α written into the +ORL checkpoint
-    aec_lambda: float = 0.1  # λ
-    aec_rho: float = 0.8  # ρ
-    aec_gate: float = 0.9  # τ_gate
+    # The loss (METHOD.md §3.4): CE on U = {c < τ_gate}, β·min(KL(p_θ ‖ p_θ₀), κ) on the rest, λ·L_AEC.
+    gate_tau: float = 0.9  # τ_gate
+    kl_beta: float = 0.1  # β
+    kl_cap: float = 1.0  # κ, nats per position
+    aec_lambda: float = 1.0  # λ
+    aec_rho: float = 0.25  # ρ (the page's 25 %)
+    # The dParallel row (certainty forcing, its public recipe): entropy weight and sampling temperature.
+    dparallel_entropy_weight: float = 2.0
+    dparallel_temperature: float = 0.5
     use_reference_for_failed: bool = False
-    pack_tokens: int = 0  # 0 = no packing; else tokens per packed batch
+    share_context: bool = True  # staircase packing: states of one block share one copy of the clean prefix
+    pack_tokens: int = 0  # 0 = one segment per row; else tokens per packed row
     micro_batch_size: int = 0  # replay states per forward on a rank (gradient accumulation); 0 = the rank's share
     activation_checkpointing: bool = False
     # Training prompts: None = the TinyCode train stream; else a local HumanEval-format JSONL (its tests

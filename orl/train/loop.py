@@ -78,12 +78,42 @@ def lr_at(step: int, cfg: OptimConfig) -> float:
     return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def make_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
+@dataclass(frozen=True)
+class ParamGroup:
+    """Parameters (those whose name starts with `prefix`) trained in their own optimizer group, with
+    their own peak learning rate (same schedule) and gradient-norm cap; logged as grad_norm_<name>."""
+
+    name: str
+    prefix: str
+    lr: float
+    grad_clip: float
+
+
+def group_params(model: torch.nn.Module, groups: Sequence[ParamGroup]) -> dict[str, list[torch.nn.Parameter]]:
+    """The trainable parameters of each group ("" = the rest), each parameter once."""
+    out: dict[str, list] = {"": [], **{g.name: [] for g in groups}}
+    seen: set[int] = set()
+    for name, p in model.named_parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        owner = next((g.name for g in groups if name.startswith(g.prefix)), "")
+        out[owner].append(p)
+    return out
+
+
+def make_optimizer(model: torch.nn.Module, cfg: OptimConfig,
+                   extra: Sequence[ParamGroup] = ()) -> torch.optim.AdamW:
     # No weight decay on norms (1-D weights), as usual for transformers. Fused AdamW on CUDA.
-    params = list({id(p): p for p in model.parameters() if p.requires_grad}.values())
+    owned = group_params(model, extra)
+    params = owned[""]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    for g in extra:
+        if owned[g.name]:
+            groups.append({"params": owned[g.name], "weight_decay": 0.0, "group": g.name, "lr_scale": g.lr / cfg.lr})
+    params = [p for ps in owned.values() for p in ps]
     fused = bool(params) and params[0].device.type == "cuda"
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=fused or None)
 
@@ -132,6 +162,7 @@ def train(
     model_name: str | None = None,
     max_shard_bytes: int | None = None,
     settings: dict | None = None,
+    param_groups: Sequence[ParamGroup] = (),
 ) -> dict:
     """Run `cfg.steps` optimizer steps of `step_fn(step)`, resuming if OUT/train_state exists.
 
@@ -147,7 +178,8 @@ def train(
     world = world or World(device=next(model.parameters()).device)
     out_dir = Path(out_dir)
     torch.manual_seed(cfg.seed)
-    optimizer = make_optimizer(model, cfg)
+    optimizer = make_optimizer(model, cfg, param_groups)
+    owned = group_params(model, param_groups)
     info = load_train_state(out_dir, model, optimizer, digest, world) or {}
     start = int(info.get("step", 0))
     tokens_seen = int(info.get("tokens", 0))
@@ -165,7 +197,7 @@ def train(
     try:
         for step in bar:
             for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, cfg)
+                group["lr"] = lr_at(step, cfg) * group.get("lr_scale", 1.0)
             plan = step_fn(step)
             optimizer.zero_grad(set_to_none=True)
             sums, counts = _backward(plan, world)
@@ -174,8 +206,12 @@ def train(
             # Metrics the forwards filled in may be device tensors (no sync inside the step); read them
             # once, here, and keep the floats in the step's dict for whoever else holds it.
             plan.metrics.update({k: float(v) for k, v in plan.metrics.items()})
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(owned[""], cfg.grad_clip)
             grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # a DTensor under FSDP
+            for g in param_groups:  # each own group clipped to its own cap
+                if owned[g.name]:
+                    n = torch.nn.utils.clip_grad_norm_(owned[g.name], g.grad_clip)
+                    plan.metrics[f"grad_norm_{g.name}"] = float(n.full_tensor() if hasattr(n, "full_tensor") else n)
             optimizer.step()
             terms = {name: float(s / max(float(c), 1.0)) for name, s, c in zip(plan.names, sums, counts, strict=True)}
             loss_value = sum(w * terms[n] for w, n in zip(plan.weights, plan.names, strict=True))

@@ -1,20 +1,24 @@
-"""ORL's losses (METHOD.md §3) and the dParallel-style baseline's.
+"""ORL's loss, version 2 (METHOD.md §3.4), and the dParallel row's.
 
-    L     = CE(y at masked positions) + λ · L_AEC
-    L_AEC = mean_i  g_i · relu( H_i^{(k)} − ρ · H_i^{(k−1)} ),   g_i = 1[ sg(c_i^{(k)}) < τ_gate ]
+Over the masked positions M_k of a replayed state k:
 
-over positions masked at both steps k−1 and k (states with k > 0). H^{(k)} and c^{(k)}
-come from the current weights on the replayed state k (H with gradient, c detached);
-H^{(k−1)} was captured in the rollout and is detached. The gate reads the replayed step's
-own confidence: under threshold rollouts every position still masked at k had
-c^{(k−1)} < τ_train ≤ τ_gate, so a gate on c^{(k−1)} never closes (METHOD.md §3).
+    L = mean_{i∈U} CE(y_i)  +  β · mean_{i∈C} min(KL(p_θ,i ‖ p_ref,i), κ)  +  λ · L_AEC
 
-Each loss is a sum over positions and a count of positions (`*_terms`), so that a mean is
-taken over the global batch however it is split (orl/train/loop.py); `*` = sum / count.
+- the gate: U = {i ∈ M_k : c_i^{(k)} < τ_gate}, c^{(k)} the rollout's confidence at that state
+  (captured, detached); C = M_k \\ U are anchored to the frozen stage-initial model p_ref = θ₀;
+- AEC (the page's Equation 2), one term per state k > 0 (the pair k−1 → k of its block):
+  L_AEC = [max(0, H̄_next − (1 − ρ)·H̄_source)]², H̄ the state-averaged normalised entropy
+  (H / log V): H̄_source from the rollout at k−1 over M_{k−1} (detached), H̄_next of p_θ at k
+  over M_k (with gradient).
+
+Each term is a (sum, count) pair so that a mean is taken over the global batch however it is
+split over ranks and micro-batches (orl/train/loop.py); `mean` = sum / count. CE and KL are
+means over positions of the whole batch, AEC a mean over its states with k > 0 (ours).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +31,7 @@ def mean(terms: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
 
 
 def masked_ce_terms(logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cross-entropy over masked positions (sum, count); logits [n, B, V], targets/masked [n, B]."""
+    """Cross-entropy over the `masked` positions (sum, count); logits [n, B, V], targets/masked [n, B]."""
     ce = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none").view_as(targets)
     return (ce * masked).sum(), masked.sum()
 
@@ -37,70 +41,70 @@ def masked_ce(logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor)
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy in nats of softmax(logits) over the last axis."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     return -(logp.exp() * logp).sum(-1)
 
 
-def aec_positions(masked: torch.Tensor, has_prev: torch.Tensor) -> torch.Tensor:
-    """Positions masked at both steps k-1 and k: masks only shrink, so masked now in a state with k > 0."""
-    return masked & has_prev[:, None]
+def gate_split(masked: torch.Tensor, confidence: torch.Tensor, tau_gate: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(U, C): masked positions the rollout was uncertain about (c < τ_gate), and the confident rest."""
+    uncertain = masked & (confidence.detach() < tau_gate)
+    return uncertain, masked & ~uncertain
+
+
+def capped_reverse_kl(logits: torch.Tensor, ref_logits: torch.Tensor, cap: float) -> torch.Tensor:
+    """min(KL(p_θ ‖ p_ref), κ) per position [n, B]; the reference is detached."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    logq = torch.log_softmax(ref_logits.detach().float(), dim=-1)
+    kl = (logp.exp() * (logp - logq)).sum(-1)
+    return torch.clamp(kl, max=cap)
+
+
+def kl_anchor_terms(logits: torch.Tensor, ref_logits: torch.Tensor, confident: torch.Tensor,
+                    cap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Σ over confident positions of min(KL, κ), and their count."""
+    return (capped_reverse_kl(logits, ref_logits, cap) * confident).sum(), confident.sum()
+
+
+def aec_hinge(next_entropy: torch.Tensor, source_entropy: torch.Tensor, rho: float) -> torch.Tensor:
+    """[max(0, H̄_next − (1 − ρ)·H̄_source)]² (normalised entropies; the page's worked example:
+    ρ 0.25, source 0.40, next 0.36 → 0.0036)."""
+    return torch.relu(next_entropy - (1.0 - rho) * source_entropy.detach()) ** 2
 
 
 @dataclass
 class AecParts:
-    """One forward's AEC quantities, computed once for the loss and the gate's diagnostics."""
+    """One forward's AEC quantities per state: the hinge (with gradient), which states have a pair."""
 
-    excess: torch.Tensor  # relu(H^{(k)} − ρ·H^{(k−1)}) per position, with gradient through H^{(k)}
-    positions: torch.Tensor  # masked at both steps k−1 and k
-    closed: torch.Tensor  # AEC positions where g_i = 0: sg(c^{(k)}) reaches τ_gate
+    loss: torch.Tensor  # [n] squared hinge, 0 where no pair
+    paired: torch.Tensor  # [n] bool: k > 0 and something masked at k
+    shortfall: torch.Tensor  # [n] H̄_next − (1 − ρ)·H̄_source (detached)
 
-    def terms(self, gated: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """(sum, count) of L_AEC; gated=False is the no-gate ablation (g_i = 1)."""
-        g = self.positions & ~self.closed if gated else self.positions
-        return (self.excess * g).sum(), self.positions.sum()
+    def terms(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return (self.loss * self.paired).sum(), self.paired.sum()
 
-    def gate_sums(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(AEC positions the gate closes on, the AEC loss they carry, AEC positions), as tensors
-        (no host sync), so that a step can add them over its micro-batches."""
-        return self.closed.sum(), (self.excess.detach() * self.closed).sum(), self.positions.sum()
+    def stats(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(pairs with a shortfall > 0, Σ hinge over pairs), detached: the log's AEC active share and mean."""
+        active = self.paired & (self.shortfall > 0)
+        return active.sum(), (self.loss.detach() * self.paired).sum()
 
 
-def aec_parts(logits: torch.Tensor, masked: torch.Tensor, has_prev: torch.Tensor, prev_entropy: torch.Tensor,
-              rho: float, gate: float) -> AecParts:
-    positions = aec_positions(masked, has_prev)
-    confidence = torch.softmax(logits.detach().float(), dim=-1).amax(-1)
-    excess = torch.relu(entropy(logits) - rho * prev_entropy.detach())
-    return AecParts(excess, positions, positions & (confidence >= gate))
+def aec_parts(logits: torch.Tensor, masked: torch.Tensor, step: torch.Tensor, source_entropy: torch.Tensor,
+              rho: float) -> AecParts:
+    """AEC per replayed state. `source_entropy` [n]: H̄ of the rollout at k−1 over M_{k−1}, in nats."""
+    log_v = math.log(logits.shape[-1])
+    h = entropy(logits) / log_v
+    count = masked.sum(-1)
+    next_mean = (h * masked).sum(-1) / count.clamp_min(1)
+    source = source_entropy.float() / log_v
+    paired = (step > 0) & (count > 0)
+    loss = aec_hinge(next_mean, source, rho)
+    return AecParts(loss, paired, (next_mean - (1.0 - rho) * source).detach())
 
 
-def aec_loss(
-    logits: torch.Tensor, masked: torch.Tensor, has_prev: torch.Tensor, prev_entropy: torch.Tensor, rho: float,
-    gate: float | None,
-) -> torch.Tensor:
-    """Adjacent Entropy Contraction (mean over positions masked at both steps); `gate=None` is the
-    no-gate ablation (g_i = 1)."""
-    parts = aec_parts(logits, masked, has_prev, prev_entropy, rho, 1.0 if gate is None else gate)
-    return mean(parts.terms(gated=gate is not None))
-
-
-def gate_stats(logits: torch.Tensor, masked: torch.Tensor, has_prev: torch.Tensor, prev_entropy: torch.Tensor,
-               rho: float, gate: float) -> tuple[float, float]:
-    """What the gate does to one replay batch: (share of AEC positions it closes on, the AEC loss it
-    removes = mean over AEC positions of the excess on closed ones). The no-gate ablation logs what the
-    gate would have done. A closed position whose entropy already contracted by ρ has no excess, so
-    the second number says whether gating changes the objective at all."""
-    closed, removed, positions = aec_parts(logits.detach(), masked, has_prev, prev_entropy, rho, gate).gate_sums()
-    count = positions.clamp_min(1)
-    return float(closed / count), float(removed / count)
-
-
-def dparallel_entropy(logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
-    return mean(dparallel_entropy_terms(logits, targets, masked))
-
-
-def dparallel_entropy_terms(logits: torch.Tensor, targets: torch.Tensor,
-                            masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Entropy over masked positions the model already predicts correctly (sum, count), dParallel-style.
-    The count depends on the forward (which predictions are correct)."""
+def dparallel_entropy_terms(logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor,
+                            temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """dParallel's certainty forcing: entropy of softmax(logits / T) over masked positions the model
+    already predicts correctly (sum, count). The count depends on the forward."""
     correct = masked & (logits.argmax(-1) == targets)
-    return (entropy(logits) * correct).sum(), correct.sum()
+    return (entropy(logits / temperature) * correct).sum(), correct.sum()

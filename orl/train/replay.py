@@ -1,14 +1,23 @@
 """Replay: forward the current weights on captured states (METHOD.md §3, step 3).
 
-A state is the sequence [context | block] where the block's masked positions get
-E_θ[MASK] + w·r with the *captured* residual r^{(k-1)} and weight w. Two layouts:
+A state is [context | block]: the block's masked positions get E_θ[MASK] + α·g_ϕ(z) (or the
+entropy-weighted w·z) with the *captured* pre-adapter residual z, formed inside the forward
+(Transformer.residual_term), so the adapter gets its gradient.
 
-- padded: one state per row, right-padded to the longest state of the batch;
-- packed: several states per row up to a fixed token budget, each a segment with
-  its own block-causal mask and positions restarting at 0, rows filled to balance
-  the attended-token cost (Σ L² / 2 per row) rather than the token count alone.
+Shared clean context ("staircase", `share_context=True`): states with the same clean prefix
+(prompt + clean blocks < j: the states of one trajectory's block, and at block 0 those of all K
+rollouts of a prompt, or later where their earlier blocks agree) are laid out as one segment
 
-Both return the block logits [n, B, V] in state order, so the losses do not care.
+    [ context | noisy state 1 | noisy state 2 | ... ]
+
+with one copy of the context: context tokens attend as in decoding (block-causal), and each noisy
+state sees the context and itself, never the other noisy states, its clean answer or later
+blocks. Its positions continue the context's (L .. L+B-1), exactly as when it is replayed alone,
+so its logits are the same up to float summation order.
+
+Rows: one segment per row, right-padded (`pack_tokens=0`), or several segments per row up to a
+token budget, balanced by attended-token cost (Σ L² per row) rather than the token count alone.
+Either way the block logits come back [n, B, V] in state order, so the losses do not care.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from orl.train.rollout import CapturedStates
 
 @dataclass
 class Layout:
-    """Where each state sits: row and first column of its segment."""
+    """Where each segment sits: row and first column."""
 
     row: list[int]
     start: list[int]
@@ -40,10 +49,8 @@ def packed_layout(lengths: list[int], pack_tokens: int) -> Layout:
     """Compute-balanced packing: longest first, each into the row with the least attention cost
     that still has room; a new row when none has."""
     if max(lengths) > pack_tokens:
-        raise ValueError(f"orl.pack_tokens = {pack_tokens} is smaller than a replay state ({max(lengths)} tokens)")
+        raise ValueError(f"orl.pack_tokens = {pack_tokens} is smaller than a replay segment ({max(lengths)} tokens)")
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    used: list[int] = []
-    cost: list[int] = []
     row, start = [0] * len(lengths), [0] * len(lengths)
     n_rows = -(-sum(lengths) // pack_tokens)
     used, cost = [0] * n_rows, [0] * n_rows
@@ -60,40 +67,65 @@ def packed_layout(lengths: list[int], pack_tokens: int) -> Layout:
     return Layout(row=row, start=start, width=max(used), rows=len(used))
 
 
-def replay_logits(model: Transformer, states: CapturedStates, pack_tokens: int = 0, residual: bool = True) -> torch.Tensor:
+def context_groups(states: CapturedStates, share_context: bool = True) -> list[list[int]]:
+    """State indices grouped by shared clean context: the same context tokens (and block origin), so
+    the states of one trajectory's block, and at block 0 the K rollouts of one prompt, share one copy.
+    Without sharing, every state is its own group (one copy of context each)."""
+    if not share_context:
+        return [[i] for i in range(len(states))]
+    groups: dict[tuple, list[int]] = {}
+    for i, context in enumerate(states.context):
+        groups.setdefault((int(states.mask_origin[i]), tuple(context.tolist())), []).append(i)
+    return list(groups.values())
+
+
+def replay_logits(model: Transformer, states: CapturedStates, pack_tokens: int = 0, residual: bool = True,
+                  share_context: bool = True) -> torch.Tensor:
     """Block logits [n, B, V] of the current weights on the captured states."""
     cfg = model.config
     B = cfg.block_size
     device = model.embedding.device
-    lengths = [len(c) + B for c in states.context]
+    groups = context_groups(states, share_context)
+    ctx_len = [len(states.context[g[0]]) for g in groups]
+    lengths = [n + len(g) * B for n, g in zip(ctx_len, groups, strict=True)]
     layout = packed_layout(lengths, pack_tokens) if pack_tokens else padded_layout(lengths)
-    ids = torch.full((layout.rows, layout.width), cfg.pad_token_id, dtype=torch.long)
-    positions = torch.zeros((layout.rows, layout.width), dtype=torch.long)
-    seg_start = torch.zeros((layout.rows, layout.width), dtype=torch.long)
-    limits = torch.zeros((layout.rows, layout.width), dtype=torch.long)
-    # Padding columns: a segment of their own that sees only itself.
-    cols = torch.arange(layout.width)
-    seg_start[:] = cols
-    limits[:] = cols + 1
-    block_cols = []
-    for i, context in enumerate(states.context):
-        r, s, n = layout.row[i], layout.start[i], lengths[i]
-        ids[r, s : s + n - B] = context
+    rows, width = layout.rows, layout.width
+    ids = torch.full((rows, width), cfg.pad_token_id, dtype=torch.long)
+    positions = torch.zeros((rows, width), dtype=torch.long)
+    cols = torch.arange(width)
+    # Each query sees keys [lo, hi) (its clean context, causal / block-causal) and [own_lo, own_hi)
+    # (its own noisy block). Padding columns see only themselves.
+    lo, hi = cols.repeat(rows, 1), (cols + 1).repeat(rows, 1)
+    own_lo, own_hi = torch.zeros((rows, width), dtype=torch.long), torch.zeros((rows, width), dtype=torch.long)
+    block_row, block_col = [0] * len(states), [0] * len(states)
+    for g, members in enumerate(groups):
+        r, s, n = layout.row[g], layout.start[g], ctx_len[g]
+        first = members[0]
+        ids[r, s: s + n] = states.context[first]
         local = torch.arange(n)
-        positions[r, s : s + n] = local
-        seg_start[r, s : s + n] = s
-        limits[r, s : s + n] = s + block_causal_limits(local[None], int(states.mask_origin[i]), B)[0]
-        block_cols.append((r, s + n - B))
-    mask = (cols[None, None, :] >= seg_start[:, :, None]) & (cols[None, None, :] < limits[:, :, None])
-    rows_idx = torch.tensor([r for r, _ in block_cols])
-    block_idx = torch.tensor([c for _, c in block_cols])[:, None] + torch.arange(B)[None, :]
+        positions[r, s: s + n] = local
+        lo[r, s: s + n] = s
+        hi[r, s: s + n] = s + block_causal_limits(local[None], int(states.mask_origin[first]), B)[0]
+        for m, i in enumerate(members):
+            c = s + n + m * B
+            positions[r, c: c + B] = n + torch.arange(B)
+            lo[r, c: c + B], hi[r, c: c + B] = s, s + n
+            own_lo[r, c: c + B], own_hi[r, c: c + B] = c, c + B
+            block_row[i], block_col[i] = r, c
+    keys = cols[None, None, :]
+    mask = ((keys >= lo[:, :, None]) & (keys < hi[:, :, None])) | (
+        (keys >= own_lo[:, :, None]) & (keys < own_hi[:, :, None]))
+    rows_idx = torch.tensor(block_row)
+    block_idx = torch.tensor(block_col)[:, None] + torch.arange(B)[None, :]
     where = (rows_idx[:, None].expand_as(block_idx), block_idx)
-    # The block's tokens ([MASK] where masked) go in as ids; E[MASK] + w·r is then formed inside the
-    # forward as the token embedding plus w·r at masked positions (orl.decoding.residual's mix).
+    # The block's tokens ([MASK] where masked) go in as ids; the residual term is added inside the
+    # forward at masked positions (weight 0 elsewhere), as the decoders' mix_residual forms it.
     ids = ids.index_put(where, states.tokens)
-    added = torch.zeros(layout.rows, layout.width, states.residual.shape[-1], dtype=states.residual.dtype)
+    z = torch.zeros(rows, width, states.residual.shape[-1], dtype=states.residual.dtype)
+    weight = torch.zeros(rows, width, dtype=states.weight.dtype)
     if residual:
-        mixed = states.weight[..., None].to(states.residual.dtype) * states.residual
-        added = added.index_put(where, torch.where(states.masked[..., None], mixed, torch.zeros_like(mixed)))
-    logits = model(ids.to(device), residual=added.to(device), positions=positions.to(device), mask=mask.to(device))
+        z = z.index_put(where, states.residual)
+        weight = weight.index_put(where, torch.where(states.masked, states.weight, torch.zeros_like(states.weight)))
+    logits = model(ids.to(device), residual=z.to(device), residual_weight=weight.to(device),
+                   positions=positions.to(device), mask=mask.to(device))
     return logits[where[0].to(device), where[1].to(device)]

@@ -36,10 +36,12 @@ class CapturedStates:
     step: torch.Tensor  # [N] step index k within the block
     tokens: torch.Tensor  # [N, B] block tokens at the start of step k ([MASK] where masked)
     masked: torch.Tensor  # [N, B] masked at the start of step k
-    residual: torch.Tensor  # [N, B, d] r^{(k-1)} (zeros at k = 0)
-    weight: torch.Tensor  # [N, B] w^{(k-1)} (zeros at k = 0 or α = 0)
+    residual: torch.Tensor  # [N, B, d] the pre-adapter residual z^{(k-1)} = P^{(k-1)} @ E (zeros at k = 0)
+    weight: torch.Tensor  # [N, B] its weight: α (adapter) or α(1 − H/log V) (zeros at k = 0 or α = 0)
     prev_entropy: torch.Tensor  # [N, B] H^{(k-1)}
     prev_confidence: torch.Tensor  # [N, B] c^{(k-1)}
+    confidence: torch.Tensor  # [N, B] c^{(k)}: the rollout's confidence at this state (the gate reads it)
+    source_entropy: torch.Tensor  # [N] mean H^{(k-1)} (nats) over the positions masked at k-1 (0 at k = 0)
     targets: torch.Tensor | None = None  # [N, B] the final block tokens (set by `attach_targets`)
 
     def __len__(self) -> int:
@@ -102,7 +104,7 @@ class StateCapture:
     """An observer of decode_blocks that keeps, on the CPU, every state a row decoded from."""
 
     FIELDS = ("context", "mask_origin", "request", "block", "step", "tokens", "masked", "residual", "weight",
-              "prev_entropy", "prev_confidence")
+              "prev_entropy", "prev_confidence", "confidence", "source_entropy")
 
     def __init__(self, origins: list[int]):
         self.origins = origins  # per request: where its block-causal mask counts blocks from
@@ -114,18 +116,22 @@ class StateCapture:
             self.add(i, view.block, view.step, context=view.seq[i, view.pad[i]: view.lo], tokens=view.tokens[i],
                      masked=view.masked[i], residual=view.residual[i], weight=view.weight[i],
                      prev_entropy=view.prev_entropy[i], prev_confidence=view.prev_confidence[i],
-                     step_entropy=view.out.entropy[i])
+                     step_entropy=view.out.entropy[i], step_confidence=view.out.confidence[i])
 
     def add(self, request: int, block: int, step: int, *, context: torch.Tensor, tokens: torch.Tensor,
             masked: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, prev_entropy: torch.Tensor,
-            prev_confidence: torch.Tensor, step_entropy: torch.Tensor) -> None:
-        """One state of one request: what step k of block j started from ([B] rows, r [B, d]), and
-        `step_entropy`, the entropies that step computed (for the per-step mean over its masked positions)."""
-        self.entropy_per_step.setdefault(request, []).append(float(step_entropy[masked].mean()))
+            prev_confidence: torch.Tensor, step_entropy: torch.Tensor, step_confidence: torch.Tensor) -> None:
+        """One state of one request: what step k of block j started from ([B] rows, z [B, d]), and what
+        that step computed: `step_entropy` (the per-step mean over its masked positions is the next
+        state's AEC source) and `step_confidence` (c^{(k)}, the gate's)."""
+        history = self.entropy_per_step.setdefault(request, [])
+        source = history[-1] if step > 0 and history else 0.0  # H̄^{(k-1)} over M_{k-1}
+        history.append(float(step_entropy[masked].mean()))
         for name, value in (("context", context), ("mask_origin", self.origins[request]), ("request", request),
                             ("block", block), ("step", step), ("tokens", tokens), ("masked", masked),
                             ("residual", residual), ("weight", weight), ("prev_entropy", prev_entropy),
-                            ("prev_confidence", prev_confidence)):
+                            ("prev_confidence", prev_confidence), ("confidence", step_confidence),
+                            ("source_entropy", source)):
             self.rows[name].append(value.cpu().clone() if torch.is_tensor(value) else value)
 
     def states(self) -> CapturedStates:
@@ -135,6 +141,7 @@ class StateCapture:
             block=torch.tensor(r["block"]), step=torch.tensor(r["step"]), tokens=torch.stack(r["tokens"]),
             masked=torch.stack(r["masked"]), residual=torch.stack(r["residual"]), weight=torch.stack(r["weight"]),
             prev_entropy=torch.stack(r["prev_entropy"]), prev_confidence=torch.stack(r["prev_confidence"]),
+            confidence=torch.stack(r["confidence"]), source_entropy=torch.tensor(r["source_entropy"], dtype=torch.float32),
         )
 
 
@@ -151,10 +158,12 @@ class RolloutResult:
 
 
 def rollout(model: Transformer, prompts: list[list[int]], rule: DecodeRule, *, max_new_tokens: int,
-            pad_id: int) -> RolloutResult:
-    """Decode `prompts` (token ids) together; returns completions, NFE and the captured states."""
+            pad_id: int, temperature: float = 0.0, seeds: list[int] | None = None) -> RolloutResult:
+    """Decode `prompts` (token ids) together; returns completions, NFE and the captured states.
+    `temperature` > 0 samples token values, row i from a generator seeded `seeds[i]`."""
     capture = StateCapture(mask_origins(prompts, rule))
-    result = decode_blocks(model, prompts, rule, max_new_tokens=max_new_tokens, pad_id=pad_id, observer=capture)
+    result = decode_blocks(model, prompts, rule, max_new_tokens=max_new_tokens, pad_id=pad_id, observer=capture,
+                           temperature=temperature, seeds=seeds)
     entropy = [capture.entropy_per_step.get(i, []) for i in range(len(prompts))]
     return RolloutResult(result.completions, result.nfe, capture.states(), entropy)
 
@@ -193,7 +202,7 @@ class Rollout(Protocol):
     name: str
 
     def __call__(self, model: Transformer, prompts: list[list[int]], rule: DecodeRule, *, max_new_tokens: int,
-                 pad_id: int) -> RolloutResult: ...
+                 pad_id: int, temperature: float = 0.0, seeds: list[int] | None = None) -> RolloutResult: ...
 
 
 @dataclass(frozen=True)
@@ -203,5 +212,6 @@ class RecomputeRollout:
     name: str = "recompute"
 
     def __call__(self, model: Transformer, prompts: list[list[int]], rule: DecodeRule, *, max_new_tokens: int,
-                 pad_id: int) -> RolloutResult:
-        return rollout(model, prompts, rule, max_new_tokens=max_new_tokens, pad_id=pad_id)
+                 pad_id: int, temperature: float = 0.0, seeds: list[int] | None = None) -> RolloutResult:
+        return rollout(model, prompts, rule, max_new_tokens=max_new_tokens, pad_id=pad_id, temperature=temperature,
+                       seeds=seeds)
