@@ -110,6 +110,15 @@ def test_orl_steps_must_be_positive(capsys, tmp_path, no_decoding):
                             "--out", str(tmp_path / "o")], "orl.iterations_steps")
 
 
+@pytest.mark.parametrize("text, field", [("orl: {rollouts_per_prompt: 0}", "orl.rollouts_per_prompt"),
+                                         ("orl: {batch_size: -1}", "orl.batch_size")])
+def test_orl_counts_are_checked_but_batch_size_zero_means_all(capsys, tmp_path, no_decoding, text, field):
+    config = tmp_path / "bad.yaml"
+    config.write_text(text + "\n")
+    one_line_error(capsys, ["train-orl", "--preset", "smoke", "--config", str(config), "--init", str(tmp_path),
+                            "--out", str(tmp_path / "o")], field)
+
+
 def test_convert_steps_must_be_positive(capsys, tmp_path, no_decoding):
     config = tmp_path / "bad.yaml"
     config.write_text("convert: {steps: 0}\n")
@@ -237,7 +246,7 @@ def test_table2_opens_on_a_compact_headline(tiny_table2, tmp_path):
     assert re.search(r"\| dLLM \+ ORL \| none \(dLLM commits\) \| [0-9.]+ \[[0-9.]+, [0-9.]+\] \|", head)
     assert "**Not run**" in head and "- AR (vLLM) (vllm): needs CUDA and vllm (tinycode" in head
     assert "not run" not in head.split("**Not run**")[0].lower().replace("lines measured", "")  # none in the tables
-    assert "## All columns" in md and "| system | engine | suite |" in md  # the full table stays, after
+    assert "## All columns" in md and "| system | engine | verification | suite |" in md  # the full table, after
     tex = paths["tex"].read_text()
     assert all(line.count("&") <= 6 for line in tex.splitlines())  # 7 columns: fits a page
     html = paths["html"].read_text()

@@ -225,7 +225,7 @@ def test_table5_aup_training_speed_and_missing_ablations(claims):
     no_aec = row(frame, system="ORL: no AEC")
     assert pd.isna(no_aec["aup"]) and "no sweep records" in no_aec["note"]
     assert "no measured 'train' record" in no_aec["note"]
-    assert row(frame, system="dParallel-style")["status"].startswith("not run: no record")
+    assert row(frame, system="dParallel (certainty forcing)")["status"].startswith("not run: no record")
 
 
 def test_table5_training_cost_per_device(claims):

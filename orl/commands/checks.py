@@ -135,10 +135,12 @@ def check_engine_args(args) -> None:
 
 
 # The counts of each training stage that must be positive: 0 or -5 steps would write an untrained
-# checkpoint (and report a loss of nan); 0 prompts or states per batch would train on nothing.
+# checkpoint (and report a loss of nan); 0 prompts, rollouts or states would train on nothing.
+# ORL's batch_size may be 0 (every selected state, OrlConfig), not negative.
+COUNTS_FROM_ZERO = {"orl": ("batch_size",)}
 TRAINING_COUNTS = {
     "ar": ("steps", "batch_size"), "draft": ("steps", "batch_size"), "convert": ("steps", "batch_size"),
-    "orl": ("iterations_steps", "batch_size", "rollout_prompts", "refresh_every"),
+    "orl": ("iterations_steps", "rollout_prompts", "rollouts_per_prompt", "states_per_block"),
 }
 
 
@@ -150,3 +152,8 @@ def check_training_counts(preset, section: str) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"preset {preset.name!r} (with --config overrides): {section}.{name}: expected a "
                               f"positive integer, got {value!r}")
+    for name in COUNTS_FROM_ZERO.get(section, ()):
+        value = getattr(values, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"preset {preset.name!r} (with --config overrides): {section}.{name}: expected an "
+                              f"integer ≥ 0 (0 = all), got {value!r}")

@@ -201,6 +201,7 @@ class Backbone(nn.Module):
 
 
 ADAPTER_FORM = "W2·SiLU(W1·RMSNorm(z))"
+ADAPTER_INIT_SEED = 0
 
 
 def adapter_spec(config: ModelConfig) -> dict:
@@ -218,7 +219,12 @@ class ResidualAdapter(nn.Module):
         self.norm = RMSNorm(d, config.rms_norm_eps)
         self.w1 = nn.Linear(d, d, bias=False)
         self.w2 = nn.Linear(d, d, bias=False)
-        nn.init.normal_(self.w1.weight, mean=0.0, std=d ** -0.5)
+        if not self.w1.weight.is_meta:
+            # W₁ from its own generator, not the global one: every rank of a sharded run (which shards
+            # each rank's own tensor) and a single process start from the same adapter.
+            draw = torch.randn(d, d, generator=torch.Generator().manual_seed(ADAPTER_INIT_SEED)) * d ** -0.5
+            with torch.no_grad():
+                self.w1.weight.copy_(draw)
         nn.init.zeros_(self.w2.weight)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
