@@ -21,6 +21,8 @@ from orl.report.tables import TABLE_COLUMNS, build_table
 from orl.rows import lines
 
 SEEDS = Path(os.environ.get("ORL_SEEDS_DIR", DEFAULT_SEEDS_DIR))
+# A local copy of the project page's repository (yifan1130/orl-dlm); none is kept here or in CI.
+PAGE = os.environ.get("ORL_PAGE_DIR")
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +64,29 @@ def test_a_misquote_is_caught(claims, tmp_path):
     assert len(problems) == 1 and claim.id in problems[0] and "not found" in problems[0]
     missing = type(claim)(**{**claim.__dict__, "source": "999_missing.txt", "also": ()})
     assert "not found in" in citation_problems([missing], SEEDS)[0]
+
+
+@pytest.mark.skipif(PAGE is None, reason="no local copy of the project page (set ORL_PAGE_DIR to yifan1130/orl-dlm)")
+def test_every_page_quote_is_on_the_page(claims):
+    assert citation_problems(claims, SEEDS, PAGE) == []
+
+
+def test_page_quotes_are_read_as_the_page_shows_them(claims, tmp_path):
+    """A page citation is checked against the page's text with its tags removed, and only where a copy
+    of the page is given; the ledger has the page's figures for Tables 1, 2 and 5 beside the seeds'."""
+    page_claims = [c for c in claims if any(citation.on_page for citation in c.citations())]
+    assert {c.table for c in page_claims} >= {1, 2, 5}
+    by_id = {c.id: c for c in claims}
+    assert by_id["t2-qwendlm4b-orl-dlmrt-tokens-per-s-page"].value == 933
+    assert by_id["t2-qwendlm4b-orl-dlmrt-tokens-per-s"].value == 1298  # the seeds' figure stays, beside it
+    assert [by_id[f"t2-{s}-vllm-strict-tokens-per-s"].value for s in ("dflash", "eagle3")] == [573, 353]
+    claim = by_id["t2-dflash-vllm-strict-tokens-per-s"]
+    (tmp_path / "index.html").write_text('<div><span>DFlash &middot; strict verification</span>'
+                                         '<strong>573 tok/s</strong></div>')
+    assert citation_problems([claim], SEEDS, tmp_path) == []
+    (tmp_path / "index.html").write_text("<div><span>DFlash strict</span><strong>575 tok/s</strong></div>")
+    assert "not found in page:index.html#results" in citation_problems([claim], SEEDS, tmp_path)[0]
+    assert citation_problems([claim], SEEDS, None) == []  # no copy of the page: not checked here
 
 
 @pytest.mark.parametrize("table", TABLES)
@@ -119,6 +144,8 @@ claims:
         ("table: 2", "table: 7", "table"),
         ("value: 10", "value: ten", "value"),
         ("    source: 000_a.txt\n", "", "source"),
+        ("source: 000_a.txt", "source: index.html", "source"),
+        ("source: 000_a.txt", "source: 'page:index.html'", "source"),  # the page's section is required
         ("quote: reaches 10 tokens/s", "quote: ''", "quote"),
         ("metric: tokens_per_s", "metric: tokens_per_s\n    colour: red", "colour"),
     ],

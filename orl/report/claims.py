@@ -1,7 +1,9 @@
 """The paper's claims ledger: results/paper/claims.yaml, loaded and checked.
 
 Nothing in a rendered table is typed in by hand except these numbers, so each one
-carries where it comes from: the seed file and the phrase quoted from it. The
+carries where it comes from and the phrase quoted from it: a seed article (shared/seeds/, a
+file name like 000_x.txt) or the paper's project page (repository yifan1130/orl-dlm,
+`page:index.html#results`: the file and the section the phrase is in). The
 ledger's header comment documents every field; `load_claims` enforces them and
 names the file, the claim id and the field when something is wrong. The ledger's
 `notes` (prior art, how a row relates to other work) are printed under the tables
@@ -10,6 +12,7 @@ they name (`load_notes`).
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +21,10 @@ from orl.errors import ConfigError
 from orl.io import REPO_ROOT
 
 DEFAULT_CLAIMS_PATH = REPO_ROOT / "results" / "paper" / "claims.yaml"
-# The seed articles live beside the repository (shared/seeds/), not inside it.
+# The seed articles live beside the repository (shared/seeds/), not inside it; the project page is a
+# separate repository, checked against a local copy when ORL_PAGE_DIR names one (tests/test_claims.py).
 DEFAULT_SEEDS_DIR = REPO_ROOT.parent / "shared" / "seeds"
+PAGE_PREFIX = "page:"
 
 QUALIFIERS = ("up to", "peak", "about")
 # Unit -> factor that turns the quoted value into the unit of the table column it
@@ -35,13 +40,18 @@ _REQUIRED = (
 _OPTIONAL = ("value_high", "note", "also")
 _NULLABLE = ("table", "model", "system", "hardware", "precision", "qualifier")
 _ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-_SOURCE_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+\.txt$")
+_SEED_PATTERN = re.compile(r"[A-Za-z0-9_.-]+\.txt")
+_PAGE_PATTERN = re.compile(r"page:[A-Za-z0-9_./-]+\.(?:html|js|md)#[a-z0-9-]+")
 
 
 @dataclass(frozen=True)
 class Citation:
-    source: str  # seed file name
-    quote: str  # the phrase, verbatim up to whitespace
+    source: str  # a seed file name, or page:<file>#<section> of the project page
+    quote: str  # the phrase, verbatim up to whitespace (on the page: its text, tags removed)
+
+    @property
+    def on_page(self) -> bool:
+        return self.source.startswith(PAGE_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -114,8 +124,9 @@ def _parse_citation(path: Path, claim_id: str, field: str, entry: object) -> Cit
     if not isinstance(entry, dict) or set(entry) != {"source", "quote"}:
         raise _fail(path, claim_id, field, f"expected a mapping with exactly source and quote, got {entry!r}")
     source, quote = entry["source"], entry["quote"]
-    if not isinstance(source, str) or not _SOURCE_PATTERN.match(source):
-        raise _fail(path, claim_id, f"{field}.source", f"expected a seed file name like 000_x.txt, got {source!r}")
+    if not isinstance(source, str) or not (_SEED_PATTERN.fullmatch(source) or _PAGE_PATTERN.fullmatch(source)):
+        raise _fail(path, claim_id, f"{field}.source", "expected a seed file name like 000_x.txt or a page "
+                    f"section like page:index.html#results, got {source!r}")
     _check_text(path, claim_id, f"{field}.quote", quote, nullable=False)
     if len(" ".join(quote.split())) > MAX_QUOTE_CHARS:
         raise _fail(
@@ -210,19 +221,33 @@ def normalise_space(text: str) -> str:
     return " ".join(text.split())
 
 
-def citation_problems(claims: list[Claim], seeds_dir: str | Path = DEFAULT_SEEDS_DIR) -> list[str]:
-    """Every citation whose seed file is missing or does not contain its quote (whitespace normalised)."""
-    seeds_dir = Path(seeds_dir)
+def page_text(html_text: str) -> str:
+    """What a reader of the page sees: tags dropped (each a space), entities decoded, spaces normalised."""
+    return normalise_space(html.unescape(re.sub(r"<[^>]*>", " ", html_text)))
+
+
+def citation_problems(claims: list[Claim], seeds_dir: str | Path = DEFAULT_SEEDS_DIR,
+                      page_dir: str | Path | None = None) -> list[str]:
+    """Every citation whose source is missing or does not contain its quote (whitespace normalised).
+
+    Seed citations are read from `seeds_dir`; page citations from `page_dir` (a copy of the page's
+    repository) when one is given, and are skipped otherwise."""
     texts: dict[str, str | None] = {}
     problems = []
     for claim in claims:
         for citation in claim.citations():
+            if citation.on_page and page_dir is None:
+                continue
+            folder = Path(page_dir) if citation.on_page else Path(seeds_dir)
+            name = citation.source.removeprefix(PAGE_PREFIX).split("#")[0]
             if citation.source not in texts:
-                file = seeds_dir / citation.source
-                texts[citation.source] = normalise_space(file.read_text(encoding="utf-8")) if file.is_file() else None
+                file = folder / name
+                raw = file.read_text(encoding="utf-8") if file.is_file() else None
+                texts[citation.source] = None if raw is None else page_text(raw) if citation.on_page \
+                    else normalise_space(raw)
             text = texts[citation.source]
             if text is None:
-                problems.append(f"claim {claim.id!r}: source {citation.source} not found in {seeds_dir}")
+                problems.append(f"claim {claim.id!r}: source {citation.source} not found in {folder}")
             elif normalise_space(citation.quote) not in text:
                 problems.append(f"claim {claim.id!r}: quote {citation.quote!r} not found in {citation.source}")
     return problems

@@ -73,7 +73,7 @@ def verification(row) -> str | None:
     "relaxed" (METHOD.md §4: within δ of the target's top probability); None for a row that drafts nothing."""
     if row.draft is None:
         return None
-    return getattr(row, "verification", None) or "strict"
+    return row.verification
 
 
 def _acceptance_as_tpf(value: dict, acceptance_length: float | None) -> None:
