@@ -13,7 +13,9 @@ from orl.errors import InputError
 from orl.records import load_record_tree, make_record, not_run, validate_record, write_records
 from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
 from orl.report.figures import figure_paths, write_figures
+from orl.report.measure import y_max_of
 from orl.report.render import table_paths, write_table
+from orl.report.select import Want
 from orl.report.tables import build_table1, build_table2, build_table3, build_table4, build_table5
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -236,6 +238,20 @@ def test_table5_aup_training_speed_and_missing_ablations(claims):
     assert pd.isna(no_aec["aup"]) and "no sweep records" in no_aec["note"]
     assert "no measured 'train' record" in no_aec["note"]
     assert row(frame, system="dParallel (certainty forcing)")["status"].startswith("not run: no record")
+
+
+def test_aup_y_max_reads_every_sweep_point_of_every_seed():
+    """Two runs (seeds) swept at the same τ: the older holds the best accuracy; y_max is still its 62%."""
+    def point(tau, acc, created):
+        return rec("sweep", "dLLM + ORL", "dlmrt", {"tpf": 2.0, "pass_at_1": acc}, created=created,
+                   policy={"name": "threshold", "params": {"tau": tau}})
+
+    records = [point(0.9, 0.62, "2026-01-01T00:00:00Z"), point(0.9, 0.60, "2026-01-02T00:00:00Z"),
+               point(0.7, 0.55, "2026-01-02T00:00:00Z")]
+    want = Want("dLLM + ORL", "dlmrt", ("sweep",))
+    assert y_max_of(records, [want], "tinycode") == pytest.approx(62.0)
+    assert y_max_of(records[1:], [want], "tinycode") == pytest.approx(60.0)
+    assert y_max_of([], [want], "tinycode") is None
 
 
 def test_table5_training_cost_per_device(claims):

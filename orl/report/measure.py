@@ -50,15 +50,18 @@ class Measured:
         return found[0]["n_problems"] if found else None
 
 
+def sweep_points(records: list[dict], want: Want, suite: str | None, seed, index: dict[str, int]) -> list[dict]:
+    """Every measured sweep record of a line (of one seed, unless ANY_SEED), every τ and every repeat."""
+    sweep_want = Want(want.system, want.engine, ("sweep",), model=want.model, precision=want.precision)
+    return [record for record in records
+            if record["status"] == "measured" and matches(record, sweep_want, "sweep", suite or want.suite)
+            and (seed == ANY_SEED or record_seed(record, index) == seed)]
+
+
 def sweep_records(records: list[dict], want: Want, suite: str | None, seed, index: dict[str, int]) -> list[dict]:
     """The latest measured sweep record of each τ of a line (of one seed, unless ANY_SEED)."""
     latest: dict = {}
-    sweep_want = Want(want.system, want.engine, ("sweep",), model=want.model, precision=want.precision)
-    for record in records:
-        if record["status"] != "measured" or not matches(record, sweep_want, "sweep", suite or want.suite):
-            continue
-        if seed != ANY_SEED and record_seed(record, index) != seed:
-            continue
+    for record in sweep_points(records, want, suite, seed, index):
         tau = ((record.get("policy") or {}).get("params") or {}).get("tau")
         if tau not in latest or record["created"] > latest[tau]["created"]:
             latest[tau] = record
@@ -66,14 +69,12 @@ def sweep_records(records: list[dict], want: Want, suite: str | None, seed, inde
 
 
 def y_max_of(records: list[dict], wants: list[Want], suite: str | None) -> float | None:
-    """The highest pass@1, in percent, among the measured sweep points of these lines on `suite`."""
-    best = None
-    for want in wants:
-        for record in sweep_records(records, want, suite, ANY_SEED, {}):
-            acc = record["metrics"].get("pass_at_1")
-            if acc is not None:
-                best = max(best or 0.0, 100.0 * float(acc))
-    return best
+    """The highest pass@1, in percent, among the measured sweep points of these lines on `suite`: every
+    point of every seed (AUP's y_max, METHOD.md §4), not only the latest record of each τ."""
+    accuracies = [float(record["metrics"]["pass_at_1"]) for want in wants
+                  for record in sweep_points(records, want, suite, ANY_SEED, {})
+                  if record["metrics"].get("pass_at_1") is not None]
+    return 100.0 * max(accuracies) if accuracies else None
 
 
 def measure(records: list[dict], want: Want, suite: str | None, index: dict[str, int], *, all_seeds: bool,
