@@ -10,7 +10,7 @@ EXTRAS ?= dev,eval
 CORES  ?= 2
 PROFILE ?= tiny
 
-.PHONY: venv test clone-times reproduce reproduce-all report lint serving-check vllm-env
+.PHONY: venv test slurm-check clone-times reproduce reproduce-all report lint serving-check vllm-env
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ venv: $(VENV)/.installed
 test: venv
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# The Slurm profile against a real Slurm: a throwaway single-node cluster (needs slurm-wlm and munge
+# installed, run as root) runs the smoke DAG through workflows/profiles/slurm (tests/test_slurm.py).
+slurm-check: venv
+	$(PY) -m pip install -q -e ".[$(EXTRAS),slurm]"
+	$(PY) -m pytest -m slurm -q -p no:cacheprovider tests/test_slurm.py
 
 # An interrupted run (Ctrl-C or kill) is resumed by running the same command again: the stale
 # lock is released, half-written outputs are redone, and training resumes from its last checkpoint.
