@@ -189,7 +189,8 @@ def write_weights(state: Mapping[str, torch.Tensor], out_dir: Path, max_shard_by
     return [out_dir / n for n in names]
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """sha256 of one file, read in 1 MiB chunks."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -204,12 +205,12 @@ def weights_digest(ckpt_dir: str | Path) -> str | None:
     """
     ckpt_dir = Path(ckpt_dir)
     if (ckpt_dir / WEIGHTS).is_file():
-        return _sha256(ckpt_dir / WEIGHTS)
+        return file_sha256(ckpt_dir / WEIGHTS)
     index = ckpt_dir / WEIGHTS_INDEX
     if not index.is_file():
         return None
     digest = hashlib.sha256(b"sharded safetensors\n")
-    digest.update(f"{WEIGHTS_INDEX} {_sha256(index)}\n".encode())
+    digest.update(f"{WEIGHTS_INDEX} {file_sha256(index)}\n".encode())
     for shard in sorted({p.name for p in read_index(index).values()}):
-        digest.update(f"{shard} {_sha256(ckpt_dir / shard)}\n".encode())
+        digest.update(f"{shard} {file_sha256(ckpt_dir / shard)}\n".encode())
     return digest.hexdigest()

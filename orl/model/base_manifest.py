@@ -1,0 +1,69 @@
+"""The tiny profile's committed base checkpoints and their manifest (results/tiny/base/).
+
+The tiny profile's three base checkpoints (AR target, draft model, converted dLLM) are the one kind of
+checkpoint the repository keeps, so that the ORL-stage runs (one per seed, each a few minutes) can be
+done across working sessions from one base instead of retraining it (about 40 minutes on 2 cores).
+manifest.json names every kept file with its size and sha256, and each checkpoint's weights digest
+(the `model.ckpt_sha256` its records carry) and training summary; `check_manifest` refuses a folder
+whose files do not match it, so a record can always say which base it descends from.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from orl.errors import CheckpointError
+from orl.io import atomic_write_json
+from orl.model.weights import file_sha256, weights_digest
+
+CHECKPOINTS = ("ar", "draft", "dlm")  # AR target, draft model, converted dLLM
+# What a checkpoint folder needs to load and to say how it was trained; resume state is left behind.
+KEPT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+              "tokenizer_config.json", "train_summary.json", "train_log.jsonl")
+MAX_FILE_BYTES = 16 * 1024 * 1024  # the repository's limit for a committed checkpoint file
+MANIFEST = "manifest.json"
+
+
+def copy_base(sources: dict[str, Path], base_dir: Path) -> dict:
+    """Copy the kept files of each checkpoint (name -> folder) into base_dir/<name>/ and write the manifest."""
+    entries = {}
+    for name, source in sources.items():
+        out = base_dir / name
+        out.mkdir(parents=True, exist_ok=True)
+        files = {}
+        for file in KEPT_FILES:
+            if not (Path(source) / file).is_file():
+                continue
+            if (Path(source) / file).stat().st_size > MAX_FILE_BYTES:
+                raise CheckpointError(f"{Path(source) / file}: larger than {MAX_FILE_BYTES} bytes, not committed")
+            shutil.copyfile(Path(source) / file, out / file)
+            files[file] = {"bytes": (out / file).stat().st_size, "sha256": file_sha256(out / file)}
+        summary = json.loads((out / "train_summary.json").read_text()) if "train_summary.json" in files else {}
+        entries[name] = {"weights_sha256": weights_digest(out), "files": files,
+                         "stage": summary.get("stage"), "steps": summary.get("steps"),
+                         "cpu_linear": summary.get("cpu_linear"), "config_digest": summary.get("config_digest"),
+                         "wall_s": summary.get("wall_s")}
+    manifest = {"what": "the tiny profile's base checkpoints (orl/model/base_manifest.py)", "checkpoints": entries}
+    atomic_write_json(base_dir / MANIFEST, manifest)
+    return manifest
+
+
+def check_manifest(base_dir: Path) -> dict:
+    """The manifest, after checking every file it names against its size and sha256 (CheckpointError naming
+    the file and what differs otherwise)."""
+    path = base_dir / MANIFEST
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no manifest of the base checkpoints")
+    manifest = json.loads(path.read_text())
+    for name, entry in manifest["checkpoints"].items():
+        for file, expected in entry["files"].items():
+            found = base_dir / name / file
+            if not found.is_file():
+                raise CheckpointError(f"{found}: named by {path} but missing")
+            if found.stat().st_size != expected["bytes"] or file_sha256(found) != expected["sha256"]:
+                raise CheckpointError(f"{found}: its sha256 differs from {path} checkpoints.{name}.files.{file}")
+        if weights_digest(base_dir / name) != entry["weights_sha256"]:
+            raise CheckpointError(f"{base_dir / name}: weights digest differs from {path} checkpoints.{name}")
+    return manifest
