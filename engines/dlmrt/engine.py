@@ -28,9 +28,9 @@ import torch
 
 from orl.decoding import Policy, cut_at_eos, decode_rule, plan_blocks
 from orl.engines.base import EngineInfo, Generation, StepLog, checkpoint_info, within_budget
-from orl.engines.dlmrt.capture import default_mode, make_prefill_runner, make_runner
+from orl.engines.capture import cache_bucket, default_mode, make_prefill_runner, make_runner
 from orl.engines.dlmrt.chunk import ChunkSpec, StepObserver, denoise_chunk, prefill, start_block_chunk
-from orl.engines.dlmrt.state import DecodeState, cache_bucket
+from orl.engines.dlmrt.state import DecodeState
 from orl.errors import CheckpointError, InputError
 from orl.kernels.onednn import choose_linear, with_onednn_linears
 from orl.model.checkpoint import Checkpoint
@@ -50,7 +50,7 @@ class DlmrtConfig:
     """Engine knobs; the decoding semantics (policy, α, block) come from elsewhere."""
 
     sync_every: int | None = None  # S: steps per chunk between host reads; None = 1 on CPU, 2 on CUDA
-    min_cache_len: int = 256  # smallest cache bucket (engines/dlmrt/state.py)
+    min_cache_len: int = 256  # smallest cache bucket (engines/capture.py)
     mode: str | None = None  # one of capture.MODES; None = from `compiled` and the device
     compile_backend: str | Callable = "inductor"  # torch.compile backend of "compile" mode ("aot_eager": capture only)
     observer: StepObserver | None = None  # eager mode only: sees every step's logits and decisions (parity)

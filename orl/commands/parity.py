@@ -5,7 +5,7 @@ from __future__ import annotations
 from orl.commands.checks import positive_int
 from orl.commands.common import add_model_args, parse_device, parse_policy, torch_dtype
 from orl.commands.eval_quality import SHORT_DIFFICULTIES
-from orl.engines.dlmrt.capture import MODES
+from orl.engines.capture import MODES
 from orl.tasks import SUITES
 
 

@@ -70,8 +70,8 @@ def register(subparsers) -> None:
 
 
 def make_rollout(engine: str, init):
-    """The rollout decoder `--rollout-engine` names (orl.train.rollout.Rollout)."""
-    from orl.train.rollout import RecomputeRollout
+    """The rollout decoder `--rollout-engine` names (orl.decoding.rollout.Rollout)."""
+    from orl.decoding.rollout import RecomputeRollout
 
     if engine == "recompute":
         return RecomputeRollout()
