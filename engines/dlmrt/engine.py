@@ -81,7 +81,7 @@ class DlmrtEngine:
         self.rule = decode_rule(cfg, ckpt.tokenizer.eos_ids, policy, residual=residual, ignore_eos=ignore_eos,
                                 where=str(ckpt.path / "config.json"))
         self.config = config or DlmrtConfig()
-        self.ckpt, self.policy, self.log_steps = ckpt, policy, log_steps
+        self.ckpt, self.log_steps = ckpt, log_steps  # the policy is the rule's: self.rule.policy
         self.model = ckpt.model
         self.device = next(self.model.parameters()).device
         self.linear = choose_linear(self.config.cpu_linear, self.model, self.rule.block, self.device)
@@ -98,14 +98,11 @@ class DlmrtEngine:
         steps = self.config.sync_every or (2 if self.device.type == "cuda" else 1)
         if steps < 1:
             raise InputError(f"sync_every: expected a positive integer, got {steps}")
-        # τ of the thresholds and f of factor enter the graph as a 0-d tensor rather than a baked-in
-        # constant, so one compilation per shape serves every value of a sweep; k of fixed(k)
-        # is structural (a rank cut) and stays a number.
-        graph_policy = policy if policy.name == "fixed" else Policy(
-            policy.name, torch.tensor(policy.value, dtype=torch.float32, device=self.device))
+        # The policy's value enters the graph as a 0-d tensor rather than a baked-in constant, so
+        # one compilation per shape serves every value of a sweep (Policy.in_graph).
         rule = self.rule
         self.spec = ChunkSpec(
-            policy=graph_policy, block=rule.block, steps=steps, alpha=rule.alpha, mask_id=rule.mask_id,
+            policy=rule.policy.in_graph(self.device), block=rule.block, steps=steps, alpha=rule.alpha, mask_id=rule.mask_id,
             eos_ids=torch.tensor(rule.eos_ids, device=self.device), eos_fill=rule.eos_fill,
             absolute=rule.layout == "absolute", log_steps=log_steps, observer=self.config.observer,
             residual_form=rule.residual_form,

@@ -13,6 +13,7 @@ from orl.commands.checks import nonneg_int, out_file, positive_int
 from orl.commands.common import (
     add_chat_flag,
     add_model_args,
+    add_policy_flag,
     add_progress_flag,
     chat_renderer,
     compile_notice,
@@ -40,8 +41,7 @@ def register(subparsers) -> None:
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
     p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES, help="TinyCode difficulty")
     p.add_argument("--limit", type=positive_int, default=32, help="first N problems of the suite")
-    p.add_argument("--policy", default="threshold:0.9", help="commit policy: fixed:K, threshold:T, "
-                   "strict-threshold:T or factor:F, or @FILE.json from `orl operating-point`")
+    add_policy_flag(p, "threshold:0.9")
     p.add_argument("--system", default=None, help="table row name stored in the records (default: model name)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generation budget per prompt")
     p.add_argument("--no-residual", action="store_true", help="decode with the residual context off")

@@ -1,6 +1,6 @@
 """Argument checks shared by the commands: each turns a bad value into one line before any work starts.
 
-Two kinds. Argparse types (`positive_int`, `thresholds`, `out_file`) check one value as it is parsed:
+Two kinds. Argparse types (`positive_int`, `sweep_values`, `out_file`) check one value as it is parsed:
 argparse then prints `orl CMD: error: argument --X: <why>` and exits 2 (orl.cli keeps that to one
 line). The `check_*` functions look at several arguments together, or at the checkpoint's config.json
 without loading weights, and raise InputError, which `orl` prints as one line with exit 2.
@@ -72,26 +72,21 @@ def resolve_ckpt(args) -> str:
     return ckpt
 
 
-def thresholds(text: str) -> list[float]:
-    """An argparse type: comma-separated thresholds τ, each in (0, 1], at least one, no repeats."""
-    from orl.decoding import Policy
-
+def sweep_values(text: str) -> list[float]:
+    """An argparse type: comma-separated values of a policy's parameter (`orl sweep`), at least one, no
+    repeats. Whether each is valid for the policy (τ in (0, 1]) is the policy's to say (Policy.checked),
+    once the policy is known."""
     parts = [t.strip() for t in text.split(",")]
     if not any(parts):
-        raise argparse.ArgumentTypeError("expected comma-separated thresholds in (0, 1] such as 0.5,0.9; got none")
+        raise argparse.ArgumentTypeError("expected comma-separated values such as 0.5,0.9; got none")
     values = []
     for part in parts:
         try:
-            value = float(part)
+            values.append(float(part))
         except ValueError:
             raise argparse.ArgumentTypeError(f"{part!r} in {text!r} is not a number") from None
-        try:
-            Policy.checked("threshold", value, "τ")
-        except InputError as exc:
-            raise argparse.ArgumentTypeError(f"{exc} (in {text!r})") from None
-        values.append(value)
     if len(set(values)) != len(values):
-        raise argparse.ArgumentTypeError(f"{text!r} names a threshold twice")
+        raise argparse.ArgumentTypeError(f"{text!r} names a value twice")
     return values
 
 

@@ -30,6 +30,14 @@ def add_progress_flag(parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
+def add_policy_flag(parser, default: str, what: str = "commit policy", note: str = "") -> None:
+    """--policy, its help listing the specs orl/decoding/policy.py defines (no list of policies here)."""
+    from orl.decoding.policy import policy_specs  # torch-free: `orl --help` stays quick
+
+    parser.add_argument("--policy", default=default, help=f"{what}: {policy_specs()}, or @FILE.json from "
+                        f"`orl operating-point` (default: %(default)s{', ' + note if note else ''})")
+
+
 def policy_arg(text: str) -> str:
     """A --policy value: 'threshold:0.9', or '@FILE.json' naming an operating-point file."""
     import json
@@ -107,9 +115,7 @@ def add_engine_args(parser, default_engine: str | None, *, default_note: str | N
                         help="engine or baseline" + (f" ({default})" if default else "")
                         + "; 'reference' picks greedy AR decoding for an AR checkpoint and LLaDA-style block "
                         "decoding for a dLLM")
-    parser.add_argument("--policy", default="fixed:1", help="dLLM commit policy: fixed:K, threshold:T, "
-                        "strict-threshold:T or factor:F, or @FILE.json from `orl operating-point` (default: fixed:1, "
-                        "one token per step)")
+    add_policy_flag(parser, "fixed:1", "dLLM commit policy", "one token per step")
     parser.add_argument("--draft", default=None, help="draft / drafter checkpoint for hf-assisted, dflash and the "
                         "speculative vllm / sglang methods")
     parser.add_argument("--method", default=None, help="vllm / sglang only: the row's method (vllm: ar, draft_model, "

@@ -6,6 +6,7 @@ from orl.commands.checks import out_file, positive_int
 from orl.commands.common import (
     add_chat_flag,
     add_model_args,
+    add_policy_flag,
     add_progress_flag,
     chat_renderer,
     model_block,
@@ -24,8 +25,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
-    p.add_argument("--policy", default="fixed:1", help="commit policy: fixed:K, threshold:T, strict-threshold:T "
-                   "or factor:F, or @FILE.json from `orl operating-point`")
+    add_policy_flag(p, "fixed:1")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget")
     p.add_argument("--system", default=None, help="table row name stored in the record (default: the model name)")

@@ -1,4 +1,5 @@
-"""`orl operating-point`: the matched-accuracy threshold chosen from a sweep (docs/metrics.md)."""
+"""`orl operating-point`: the matched-accuracy point (the policy's parameter, e.g. τ) chosen from a sweep
+(docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -51,19 +52,20 @@ def run_operating_point(args) -> int:
         raise InputError(f"{args.sweep if not sweep else args.reference}: no measured "
                          f"{'sweep' if not sweep else 'quality'} record")
     reference_record = max(reference, key=lambda r: r["created"])
-    taus = [Policy.from_record(r["policy"], f"{args.sweep}: policy").value for r in sweep]
-    candidates = [Candidate(tau, r["metrics"]["pass_at_1"], r["metrics"]["tpf"], _runs(r, f"{args.sweep} (tau={tau:g})"))
-                  for tau, r in zip(taus, sweep, strict=True)]  # fmt: skip
+    policies = [Policy.from_record(r["policy"], f"{args.sweep}: policy") for r in sweep]
+    candidates = [Candidate(p, r["metrics"]["pass_at_1"], r["metrics"]["tpf"],
+                            _runs(r, f"{args.sweep} ({p.parameter}={p.value:g})"))
+                  for p, r in zip(policies, sweep, strict=True)]  # fmt: skip
     point = choose_operating_point(candidates, _runs(reference_record, args.reference), args.tolerance)
     atomic_write_json(args.out, point.to_dict())
     if args.quality_out:
-        chosen = next(r for tau, r in zip(taus, sweep, strict=True) if tau == point.tau)
+        chosen = next(r for p, r in zip(policies, sweep, strict=True) if p.value == point.value)
         record = make_record(
             "quality", system=chosen["system"], engine=chosen["engine"], model=chosen["model"],
             policy=chosen["policy"], suite=chosen["suite"], n_problems=chosen["n_problems"],
             metrics={k: v for k, v in chosen["metrics"].items() if k in ("pass_at_1", "tpf", "nfe_mean")},
             per_problem=chosen["per_problem"],
-            extra={"source": f"{args.sweep}: sweep point tau={point.tau:g}", "matched": point.matched,
+            extra={"source": f"{args.sweep}: sweep point {point.parameter}={point.value:g}", "matched": point.matched,
                    "edge": point.edge, "grid": point.grid, "matching": point.matching, "why": point.why,
                    "reference": {"file": str(args.reference), "system": reference_record["system"],
                                  "engine": reference_record["engine"]},
@@ -73,7 +75,7 @@ def run_operating_point(args) -> int:
         )  # fmt: skip
         write_records(args.quality_out, [record])
     status = "matched" if point.matched else "NOT matched (most accurate point used)"
-    edge = edge_note(point.edge, point.grid)
+    edge = edge_note(point.edge, point.grid, policies[0].rule.symbol)
     print(f"operating point {point.policy}: pass@1={point.pass_at_1:.4f} tpf={point.tpf:.3f} "
           f"(reference {point.reference_pass_at_1:.4f} - {point.tolerance}; {status}; {point.why})"
           + (f"; {edge}" if edge else ""))

@@ -1,8 +1,9 @@
-"""`orl sweep`: a threshold sweep through a dLLM engine, pass@1 and TPF per τ, and its AUP."""
+"""`orl sweep`: a sweep of a policy's parameter (τ of threshold(τ) by default) through a dLLM engine,
+pass@1 and TPF per value, and its AUP."""
 
 from __future__ import annotations
 
-from orl.commands.checks import out_file, positive_int, thresholds
+from orl.commands.checks import out_file, positive_int, sweep_values
 from orl.commands.common import (
     add_chat_flag,
     add_model_args,
@@ -26,8 +27,12 @@ def register(subparsers) -> None:
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
-    p.add_argument("--thresholds", default="0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95", type=thresholds,
-                   help="comma-separated τ values, each in (0, 1] (default: %(default)s)")
+    p.add_argument("--policy", default="threshold", metavar="NAME",
+                   help="the commit policy (a name of orl/decoding/policy.py's RULES) whose parameter the sweep "
+                   "varies (default: %(default)s)")
+    p.add_argument("--thresholds", "--values", dest="values", default="0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95",
+                   type=sweep_values, help="comma-separated values of the policy's parameter, for the thresholds "
+                   "τ in (0, 1] (default: %(default)s)")
     p.add_argument("--engine", default="dlmrt", choices=["dlmrt", "dlmrt-eager", "reference"],
                    help="dLLM engine (compiled dlmrt is the speed default; on a CPU it compiles first)")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
@@ -41,25 +46,27 @@ def register(subparsers) -> None:
 
 
 def run_sweep(args) -> int:
+    from orl.decoding import Policy
     from orl.engines.registry import engine_for_checkpoint
     from orl.eval.aup import aup_or_none
-    from orl.eval.sweep import SweepPoint, run_sweep
+    from orl.eval.sweep import SweepPoint, run_sweep, sweep_policies
     from orl.model.checkpoint import load_checkpoint
     from orl.records import make_record, write_records
     from orl.tasks import load_suite
 
+    # Every value is checked against the policy before the checkpoint loads.
+    policies = sweep_policies(Policy.checked(args.policy, args.values[0], "--thresholds"), args.values, "--thresholds")
     ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
     problems = load_suite(args.suite, limit=args.limit)
-    taus = args.thresholds
 
     def report(point: SweepPoint) -> None:
         r = point.result
-        print(f"tau={point.policy.value:g} pass@1={r.pass_at_1:.4f} tpf={r.tpf:.3f} "
+        print(f"{point.policy.parameter}={point.policy.value:g} pass@1={r.pass_at_1:.4f} tpf={r.tpf:.3f} "
               f"tokens_per_s={point.tokens_per_s or 0:.1f}", flush=True)
 
     compile_notice(args.engine, args.device, "sweep")
-    points = run_sweep(lambda policy: engine_for_checkpoint(args.engine, ckpt, policy=policy), problems, taus,
-                       args.max_new_tokens, progress=not args.no_progress, report=report, chat=chat_renderer(args))
+    points = run_sweep(lambda policy: engine_for_checkpoint(args.engine, ckpt, policy=policy), problems,
+                       policies, args.max_new_tokens, progress=not args.no_progress, report=report, chat=chat_renderer(args))
     model = model_field(ckpt)
     system = args.system or model["name"]
     records = [make_record(
@@ -78,7 +85,7 @@ def run_sweep(args) -> int:
         metrics=metrics,
         extra={"definition": "d3LLM AUP (orl/eval/aup.py): percent x TPF, alpha 3, points below y1 - 5 dropped",
                "y_max_of": "this sweep's highest point; a table recomputes AUP with its own y_max",
-               "points": [{"tau": p.policy.value, "tpf": p.result.tpf, "pass_at_1": p.result.pass_at_1} for p in points],
+               "points": [{p.policy.parameter: p.policy.value, "tpf": p.result.tpf, "pass_at_1": p.result.pass_at_1} for p in points],
                "note": note},
     ))  # fmt: skip
     write_records(args.out, records)

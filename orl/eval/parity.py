@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import torch
 
 from orl.decoding import Policy, StepOutput
-from orl.decoding.policy import factor_bound
 
 
 @dataclass
@@ -51,18 +50,19 @@ class StepRecorder:
 
 
 def decision_margin(policy: Policy, step: StepRecord, positions: torch.Tensor) -> float:
-    """Smallest margin of the reference's decisions at `positions` (see the module docstring)."""
+    """Smallest margin of the reference's decisions at `positions` (see the module docstring): from the
+    confidence ranked on the other side of the cut, from the policy's own bound at the position's rank
+    (Policy.bound; none for a pure rank cut), and between the position's top two probabilities."""
     c, masked, chosen = step.confidence, step.masked, step.committed & step.masked
     margins = []
     for i in torch.nonzero(positions).flatten().tolist():
         others = masked & (chosen != chosen[i])
         if others.any():
             margins.append(float((c[others] - c[i]).abs().min()))
-        if policy.name in ("threshold", "strict-threshold"):
-            margins.append(abs(float(c[i]) - policy.value))
-        elif policy.name == "factor":
-            rank = int((masked & (c > c[i])).sum())  # 0-based rank among masked positions
-            margins.append(abs(float(c[i]) - float(factor_bound(policy.value, torch.tensor(float(rank))))))
+        rank = int((masked & (c > c[i])).sum())  # 0-based rank among masked positions
+        bound = policy.bound(rank)
+        if bound is not None:
+            margins.append(abs(float(c[i]) - bound))
         margins.append(float(step.top2[i, 0] - step.top2[i, 1]))  # the token itself
     return min(margins) if margins else float("nan")
 

@@ -1,4 +1,5 @@
-"""A threshold sweep: the same checkpoint decoded with threshold(τ) for each τ, pass@1 and TPF per point.
+"""A sweep: the same checkpoint decoded at each value of its policy's parameter (τ of threshold(τ), the
+default; Policy.parameter), pass@1 and TPF per point.
 
 The sweep is what AUP integrates and what the operating point is chosen from (METHOD.md §4).
 Each point is a full quality evaluation (sandboxed tests) with per-problem results, so the
@@ -26,15 +27,19 @@ class SweepPoint:
         return self.result.tokens / self.result.wall_s if self.result.wall_s else None
 
 
-def run_sweep(make_engine: Callable[[Policy], Engine], problems: Sequence[dict], taus: Sequence[float],
+def sweep_policies(policy: Policy, values: Sequence[float], where: str = "sweep") -> list[Policy]:
+    """`policy` at each of `values` of its parameter, each checked (InputError naming `where`)."""
+    return [policy.with_value(value, where) for value in values]
+
+
+def run_sweep(make_engine: Callable[[Policy], Engine], problems: Sequence[dict], policies: Sequence[Policy],
               max_new_tokens: int, *, progress: bool = True,
               report: Callable[[SweepPoint], None] | None = None,
               chat: Callable[[str], str] | None = None) -> list[SweepPoint]:
-    """One quality evaluation per τ (prompts through `chat`, the chat template, where given); each engine
-    is warmed up on the first prompt so compilation is not timed."""
+    """One quality evaluation per policy (`sweep_policies`; prompts through `chat`, the chat template,
+    where given); each engine is warmed up on the first prompt so compilation is not timed."""
     points = []
-    for tau in taus:
-        policy = Policy.checked("threshold", tau, "--thresholds")
+    for policy in policies:
         engine = make_engine(policy)
         engine.generate(chat(problems[0]["prompt"]) if chat else problems[0]["prompt"], max_new_tokens)
         result = evaluate_quality(engine, list(problems), max_new_tokens, progress=progress, chat=chat)
