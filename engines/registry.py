@@ -77,23 +77,45 @@ def engine_for_checkpoint(
 
     A sweep builds one per policy on the same checkpoint, loaded once.
     """
-    if name == "reference":
-        from orl.engines.reference import ReferenceAR, ReferenceDiffusion
+    if name == "reference" and not ckpt.is_diffusion:
+        from orl.engines.reference import ReferenceAR
 
-        if ckpt.is_diffusion:
-            return ReferenceDiffusion(ckpt, policy, residual=residual, log_steps=log_steps, ignore_eos=ignore_eos)
         return ReferenceAR(ckpt, ignore_eos=ignore_eos)
     if name == "ar-compiled":
         from orl.engines.ar import CompiledAR
 
         return CompiledAR(ckpt, ignore_eos=ignore_eos)
-    if name not in ("dlmrt", "dlmrt-eager"):
+    if name not in DIFFUSION_ENGINES:
         raise InputError(f"--engine: {name!r} does not run on a loaded checkpoint; expected reference, ar-compiled, "
                          "dlmrt or dlmrt-eager")
+    return diffusion_engine(name, ckpt, policy=policy, residual=residual, log_steps=log_steps, ignore_eos=ignore_eos)
+
+
+DIFFUSION_ENGINES = ("reference", "dlmrt", "dlmrt-eager")  # the in-process block-diffusion decoders
+
+
+def diffusion_engine(
+    name: str, ckpt, *, policy: Policy, residual: bool = True, log_steps: bool = False, ignore_eos: bool = False,
+    dlmrt_config=None, observer=None,
+) -> Engine:
+    """A block-diffusion decoder on a loaded dLLM checkpoint: the reference decoder or dlmrt (compiled or
+    eager); what the engine benchmarks and the parity check compare.
+
+    `dlmrt_config`: dlmrt's DlmrtConfig (chunk mode, sync_every, CPU linears, a step observer);
+    `observer`: the reference decoder's StepView observer. Each applies to its own engine only.
+    """
+    if name not in DIFFUSION_ENGINES:
+        raise InputError(f"--engines: {name!r} is not a block-diffusion decoder; expected one of "
+                         f"{', '.join(DIFFUSION_ENGINES)}")
+    if name == "reference":
+        from orl.engines.reference import ReferenceDiffusion
+
+        return ReferenceDiffusion(ckpt, policy, residual=residual, log_steps=log_steps, ignore_eos=ignore_eos,
+                                  observer=observer)
     from orl.engines.dlmrt import DlmrtEngine
 
     return DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, log_steps=log_steps,
-                       ignore_eos=ignore_eos)
+                       ignore_eos=ignore_eos, config=dlmrt_config)
 
 
 # --------------------------------------------------------------------------------------

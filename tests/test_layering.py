@@ -69,3 +69,12 @@ def test_decoding_imports_neither_training_nor_engines():
 def test_the_walk_sees_every_form_of_import(tmp_path, source, expected):
     (tmp_path / "m.py").write_text(source)
     assert bool(violations(tmp_path, ABOVE_ENGINES)) is expected
+
+
+def test_nothing_outside_dlmrt_writes_its_decoding_state():
+    """dlmrt's chunk probes are engine methods (DlmrtEngine.slot_for / rewind): the harness runs a slot's
+    runners, it never moves the state's buffers itself."""
+    touched = [f"{path.relative_to(ROOT)}:{n}" for path in sorted((ROOT / "orl").rglob("*.py"))
+               for n, line in enumerate(path.read_text().splitlines(), 1)
+               if ".state.start" in line or "._slots" in line]
+    assert touched == []

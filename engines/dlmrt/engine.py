@@ -158,6 +158,20 @@ class DlmrtEngine:
                                         make_runner(start_block, state, self.mode, backend))
         return self._slots[length]
 
+    def slot_for(self, prompt: str, max_new_tokens: int) -> _Slot:
+        """The slot a request for `prompt` runs in: what the chunk probes (orl/eval/engine_bench.py) time,
+        profile and check, through its runners only."""
+        return self.slot(self.compile_key(prompt, max_new_tokens))
+
+    @torch.inference_mode()  # the state's buffers are inference tensors
+    def rewind(self, prompt: str, max_new_tokens: int) -> _Slot:
+        """That slot set back to the request's first block, so that a block-start chunk run on its own
+        (a probe, outside `generate`) stays within the cache."""
+        slot = self.slot_for(prompt, max_new_tokens)
+        first = self.plan(len(self.ckpt.tokenizer.encode(prompt)), max_new_tokens).first
+        slot.state.start.copy_(slot.state.start.new_tensor(first))
+        return slot
+
     @torch.inference_mode()
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:
         tok = self.ckpt.tokenizer  # the budget caps what a request returns; rollouts keep whole blocks

@@ -25,10 +25,10 @@ from orl.commands.common import (
 from orl.commands.eval_quality import SHORT_DIFFICULTIES
 from orl.tasks import SUITES
 
-BENCH_ENGINES = ("dlmrt", "dlmrt-eager", "reference")
-
 
 def register(subparsers) -> None:
+    from orl.engines.registry import DIFFUSION_ENGINES
+
     p = subparsers.add_parser(
         "bench-engine", help="benchmark dlmrt (compiled, eager) against the reference decoder; write records",
         description="Decode a suite's prompts at batch 1 with dlmrt compiled (CUDA graphs on a GPU), dlmrt eager "
@@ -47,8 +47,8 @@ def register(subparsers) -> None:
     p.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
     p.add_argument("--ignore-eos", action="store_true", help="fixed-length speed runs: decode every prompt to "
                    "--max-new-tokens whatever the model emits (docs/metrics.md); TPF and NFE are counted the same way")
-    p.add_argument("--engines", default=",".join(BENCH_ENGINES), help="comma-separated subset of "
-                   f"{', '.join(BENCH_ENGINES)}")
+    p.add_argument("--engines", default=",".join(DIFFUSION_ENGINES), help="comma-separated subset of "
+                   f"{', '.join(DIFFUSION_ENGINES)}")
     p.add_argument("--warmup", type=nonneg_int, default=2, help="discarded requests per engine, besides one per "
                    "compiled shape (compilation and capture happen there)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved passes over the prompts; each engine "
@@ -71,12 +71,13 @@ def register(subparsers) -> None:
 
 
 def _engines(spec: str) -> list[str]:
+    from orl.engines.registry import DIFFUSION_ENGINES
     from orl.errors import InputError
 
     names = [n.strip() for n in spec.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BENCH_ENGINES]
+    unknown = [n for n in names if n not in DIFFUSION_ENGINES]
     if unknown or not names:
-        raise InputError(f"--engines: unknown or empty {spec!r}; expected names from {', '.join(BENCH_ENGINES)}")
+        raise InputError(f"--engines: unknown or empty {spec!r}; expected names from {', '.join(DIFFUSION_ENGINES)}")
     return names
 
 
@@ -106,7 +107,7 @@ def run_bench_engine(args) -> int:
 
     from orl.decoding import Policy
     from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
-    from orl.engines.reference import ReferenceDiffusion
+    from orl.engines.registry import diffusion_engine
     from orl.eval.engine_bench import (
         chunk_step_time,
         host_sync_in_chunk,
@@ -133,9 +134,8 @@ def run_bench_engine(args) -> int:
         prepare_graph_profiling(device)  # before any engine captures a CUDA graph
     residual, ignore_eos = not args.no_residual, args.ignore_eos
     config = DlmrtConfig(sync_every=args.sync_every, compile_backend=args.compile_backend)
-    engines = {name: ReferenceDiffusion(ckpt, policy, residual=residual, ignore_eos=ignore_eos) if name == "reference"
-               else DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, ignore_eos=ignore_eos,
-                                config=config) for name in names}
+    engines = {name: diffusion_engine(name, ckpt, policy=policy, residual=residual, ignore_eos=ignore_eos,
+                                      dlmrt_config=config) for name in names}
     rounds = args.rounds or (5 if ckpt.model.embedding.device.type == "cuda" else 1)
     if "dlmrt" in names:
         compile_notice("dlmrt", device, "bench-engine")

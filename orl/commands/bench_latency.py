@@ -13,10 +13,8 @@ from orl.commands.common import (
     model_block,
 )
 from orl.commands.eval_quality import SHORT_DIFFICULTIES
-from orl.engines.serving import SERVING_ENGINES
 from orl.tasks import SUITES
 
-SPECULATIVE_ENGINES = ("hf-assisted", "dflash")
 RECORD_KINDS = ("latency", "engine_bench")
 
 
@@ -47,48 +45,10 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_bench_latency)
 
 
-def acceptance_length(generations) -> float | None:
-    """Tokens per verifying target forward, the bonus token included, prefill excluded (docs/metrics.md).
-
-    The one definition of every speculative row. A generation's `extra["verify_forwards"]` says how
-    many of its `nfe` target forwards verified a draft (vLLM, SGLang: engines/serving.py); the others
-    (their prefill) yielded one token each and are left out of both sides. Without the key every
-    target forward verified a draft (hf-assisted, dflash: the first one carries the prompt and the
-    first draft). None when no forward verified anything.
-    """
-    tokens = verify = 0
-    for g in generations:
-        verified = (g.extra or {}).get("verify_forwards", g.nfe)
-        tokens += g.num_tokens - (g.nfe - verified)
-        verify += verified
-    return tokens / verify if verify else None
-
-
-def speculative_metrics(engine_name: str, generations) -> dict[str, float]:
-    """acceptance_length (and draft_forwards_mean where the engine counts them) of a speculative row; {} otherwise."""
-    speculative = (engine_name in SPECULATIVE_ENGINES or any("verify_forwards" in (g.extra or {}) for g in generations)
-                   or any(g.draft_forwards for g in generations))
-    if not speculative or not generations:
-        return {}
-    metrics = {}
-    if engine_name not in SERVING_ENGINES:  # the servers do not report their drafter's forwards
-        metrics["draft_forwards_mean"] = sum(g.draft_forwards for g in generations) / len(generations)
-    value = acceptance_length(generations)
-    if value is not None:
-        metrics["acceptance_length"] = value
-    return metrics
-
-
-def acceptance_rate(generations) -> float | None:
-    """Accepted / drafted tokens where the engine reports both (dflash, vLLM, SGLang), else None."""
-    drafted = sum((g.extra or {}).get("drafted_tokens", 0) for g in generations)
-    accepted = sum((g.extra or {}).get("accepted_tokens", 0) for g in generations)
-    return accepted / drafted if drafted else None
-
-
 def run_bench_latency(args) -> int:
     from orl.engines.base import EngineUnavailable
     from orl.eval.latency import measure_latency, timings_as_dicts
+    from orl.eval.speculative import acceptance_rate, speculative_metrics
     from orl.model.checkpoint import checkpoint_digest, read_json_config
     from orl.records import make_record, not_run, write_records
     from orl.tasks import load_suite
@@ -127,7 +87,7 @@ def run_bench_latency(args) -> int:
         metrics.pop("tpf")
         metrics.pop("nfe_mean")
     metrics["prefill_forwards_mean"] = sum(t.prefill_forwards for t in run.timings) / len(run.timings)
-    metrics.update(speculative_metrics(args.engine, run.generations))
+    metrics.update(speculative_metrics(info, run.generations))
     rate = acceptance_rate(run.generations)
     if rate is not None:
         metrics["acceptance_rate"] = rate

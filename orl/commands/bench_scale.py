@@ -76,7 +76,7 @@ def run_bench_scale(args) -> int:
     from orl.decoding import plan_blocks
     from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
     from orl.engines.hf import HFEngine
-    from orl.engines.reference import ReferenceDiffusion
+    from orl.engines.registry import diffusion_engine
     from orl.eval.engine_bench import chunk_step_time, prepare_graph_profiling, profile_chunk
     from orl.eval.latency import measure_latency, timings_as_dicts
     from orl.eval.scale import (
@@ -123,12 +123,11 @@ def run_bench_scale(args) -> int:
         if name == "hf":
             engine = HFEngine(random_hf_causal_lm(config, device, dtype), ckpt.tokenizer,
                               model_name=ckpt.config["orl_model_name"], ignore_eos=True)
-        elif name == "reference":
-            engine = ReferenceDiffusion(ckpt, policy, ignore_eos=True)
         else:
-            engine = DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", ignore_eos=True,
-                                 config=DlmrtConfig(cpu_linear=args.cpu_linear))
-            print(f"{engine.name}: linears through {engine.linear.describe()}", flush=True)
+            engine = diffusion_engine(name, ckpt, policy=policy, ignore_eos=True,
+                                      dlmrt_config=DlmrtConfig(cpu_linear=args.cpu_linear))
+            if name != "reference":
+                print(f"{engine.name}: linears through {engine.linear.describe()}", flush=True)
         run = measure_latency(engine, prompts, args.max_new_tokens, warmup=args.warmup, progress=not args.no_progress)
         summary = run.summary
         forwards = sum(t.nfe + t.prefill_forwards for t in run.timings)

@@ -38,8 +38,8 @@ def register(subparsers) -> None:
 def run_parity(args) -> int:
     import torch
 
-    from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
-    from orl.engines.reference import ReferenceDiffusion
+    from orl.engines.dlmrt import DlmrtConfig
+    from orl.engines.registry import diffusion_engine
     from orl.eval.parity import StepRecorder, first_difference
     from orl.model.checkpoint import load_checkpoint
     from orl.tasks import load_suite
@@ -53,8 +53,9 @@ def run_parity(args) -> int:
     residual = not args.no_residual
     problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
     common = {"residual": residual, "ignore_eos": args.ignore_eos}
-    ref = ReferenceDiffusion(ckpt, policy, **common)
-    dl = DlmrtEngine(ckpt, policy, config=DlmrtConfig(sync_every=args.sync_every, mode=args.mode), **common)
+    ref = diffusion_engine("reference", ckpt, policy=policy, **common)
+    dl = diffusion_engine("dlmrt", ckpt, policy=policy, dlmrt_config=DlmrtConfig(sync_every=args.sync_every,
+                                                                                  mode=args.mode), **common)
     mode = dl.mode
     identical, differing = 0, []
     for problem in problems:
@@ -67,10 +68,11 @@ def run_parity(args) -> int:
           f"{identical}/{len(problems)} identical (tokens and NFE)")
     for problem, a, b in differing:
         ref_steps, dl_steps = StepRecorder(), StepRecorder()
-        ReferenceDiffusion(ckpt, policy, observer=ref_steps.view, **common).generate(problem["prompt"],
-                                                                                     args.max_new_tokens)
-        DlmrtEngine(ckpt, policy, config=DlmrtConfig(sync_every=args.sync_every, mode="eager", observer=dl_steps),
-                    **common).generate(problem["prompt"], args.max_new_tokens)
+        eager = DlmrtConfig(sync_every=args.sync_every, mode="eager", observer=dl_steps)
+        diffusion_engine("reference", ckpt, policy=policy, observer=ref_steps.view, **common).generate(
+            problem["prompt"], args.max_new_tokens)
+        diffusion_engine("dlmrt", ckpt, policy=policy, dlmrt_config=eager, **common).generate(
+            problem["prompt"], args.max_new_tokens)
         found = first_difference(policy, ref_steps.steps, dl_steps.steps)
         where = ("eager dlmrt reproduces no difference (it is in the compiled numerics)" if found is None else
                  f"first differing step {found[0]}: decision margin {found[1]:.3g}, max |confidence diff| "

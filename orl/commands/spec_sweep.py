@@ -54,9 +54,9 @@ def choose(points: list[dict]) -> dict:
 
 
 def run_spec_sweep(args) -> int:
-    from orl.commands.bench_latency import acceptance_rate, speculative_metrics
     from orl.errors import InputError
     from orl.eval.latency import measure_latency
+    from orl.eval.speculative import acceptance_rate, speculative_metrics
     from orl.io import atomic_write_json
     from orl.tasks import load_suite
 
@@ -79,7 +79,7 @@ def run_spec_sweep(args) -> int:
         finally:
             engine.close()
         metrics = run.summary.metrics()
-        metrics.update(speculative_metrics(args.engine, run.generations))
+        metrics.update(speculative_metrics(info, run.generations))
         digest = hashlib.sha256(repr([g.token_ids for g in run.generations]).encode()).hexdigest()
         outputs[k] = digest
         points.append({"num_speculative_tokens": k, "tokens_per_s": metrics["tokens_per_s"],

@@ -53,15 +53,10 @@ def run_rounds(engines: dict[str, Engine], prompts: Sequence[str], max_new_token
     return results
 
 
-def _slot(engine: DlmrtEngine, prompt: str, max_new_tokens: int):
-    """The engine's slot (state and runners) that a request for `prompt` runs in."""
-    return engine.slot(engine.compile_key(prompt, max_new_tokens))
-
-
 def chunk_step_time(engine: DlmrtEngine, prompt: str, max_new_tokens: int, repeats: int) -> float:
     """Seconds per decoding step of the engine's S-step chunk, on the state a real request left."""
     engine.generate(prompt, max_new_tokens)  # builds (captures) the slot and leaves a real state in it
-    slot = _slot(engine, prompt, max_new_tokens)
+    slot = engine.slot_for(prompt, max_new_tokens)
     for _ in range(5):
         slot.run_chunk()
     if engine.device.type == "cuda":
@@ -83,11 +78,7 @@ def chunk_step_time(engine: DlmrtEngine, prompt: str, max_new_tokens: int, repea
 
 def host_sync_in_chunk(engine: DlmrtEngine, prompt: str, max_new_tokens: int) -> str | None:
     """Run a block-start chunk and a chunk under CUDA's sync debug mode "error"; the first sync found, or None."""
-    slot = _slot(engine, prompt, max_new_tokens)
-    with torch.inference_mode():  # the state's buffers are inference tensors
-        # Back to the first block, so the block-start chunk stays in bounds.
-        slot.state.start.copy_(slot.state.start.new_tensor(engine.plan(len(engine.ckpt.tokenizer.encode(prompt)),
-                                                                       max_new_tokens).first))
+    slot = engine.rewind(prompt, max_new_tokens)  # back to the first block: the block-start chunk stays in bounds
     sync = synchronizer(engine.device)
     sync()
     torch.cuda.set_sync_debug_mode("error")
@@ -122,7 +113,7 @@ def profile_chunk(engine: DlmrtEngine, prompt: str, max_new_tokens: int, top: in
     """
     from torch.profiler import ProfilerActivity, profile
 
-    slot = _slot(engine, prompt, max_new_tokens)
+    slot = engine.slot_for(prompt, max_new_tokens)
     slot.run_chunk()
     cuda = engine.device.type == "cuda"
     sync = synchronizer(engine.device) or (lambda: None)
