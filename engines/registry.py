@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,9 +24,26 @@ from orl.engines.vllm import VLLMEngine, vllm_call
 from orl.errors import InputError
 from orl.tokenizer import load_tokenizer
 
-ENGINE_NAMES = (
-    "dlmrt", "dlmrt-eager", "reference", "ar-compiled", "hf", "hf-assisted", "dflash", "vllm", "sglang",
-)
+
+@dataclass(frozen=True)
+class EngineKind:
+    """What a named engine is, known before it is built (the command-line checks read it; a built
+    engine's describe() says the same of itself, EngineInfo.speculative)."""
+
+    draft: str | None = None  # "required": it decodes with a draft / drafter checkpoint; "accepted": some of
+    #                           its methods take one (the serving engines check theirs per method)
+    ar_only: bool = False  # decodes autoregressively: a dLLM commit policy would be ignored
+    speculative: bool = False  # verifies drafted tokens against its target
+
+
+ENGINES: dict[str, EngineKind] = {
+    "dlmrt": EngineKind(), "dlmrt-eager": EngineKind(), "reference": EngineKind(),
+    "ar-compiled": EngineKind(ar_only=True), "hf": EngineKind(ar_only=True),
+    "hf-assisted": EngineKind(draft="required", ar_only=True, speculative=True),
+    "dflash": EngineKind(draft="required", ar_only=True, speculative=True),
+    "vllm": EngineKind(draft="accepted"), "sglang": EngineKind(draft="accepted"),
+}
+ENGINE_NAMES = tuple(ENGINES)
 
 
 def build_engine(

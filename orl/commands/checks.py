@@ -15,11 +15,6 @@ from orl.errors import ConfigError, InputError
 
 # The commit policy every command defaults to; an explicit other one on an AR checkpoint is an error.
 DEFAULT_POLICY = "fixed:1"
-# Engines that take a draft / drafter checkpoint (the serving ones check theirs per method).
-DRAFT_REQUIRED = ("hf-assisted", "dflash")
-DRAFT_ACCEPTED = (*DRAFT_REQUIRED, "vllm", "sglang")
-# Engines that decode an AR checkpoint only, for which a dLLM commit policy means nothing.
-AR_ONLY = ("ar-compiled", "hf", "hf-assisted", "dflash")
 
 
 def positive_int(text: str) -> int:
@@ -109,17 +104,21 @@ def check_engine_args(args) -> None:
     hf-assisted without a draft would run plain greedy decoding under the speculative row's name; a
     --draft an engine does not read, or a dLLM --policy on an AR checkpoint, would be silently ignored.
     """
+    from orl.engines.registry import ENGINES, EngineKind
+    from orl.engines.serving import SERVING_ENGINES
     from orl.model.config import architecture, is_diffusion_arch, read_json_config
 
     engine, draft = args.engine, getattr(args, "draft", None)
-    if engine in DRAFT_REQUIRED and not draft:
+    kind = ENGINES.get(engine, EngineKind())
+    if kind.draft == "required" and not draft:
         raise InputError(f"--engine {engine}: needs --draft DIR (the draft / drafter checkpoint)")
-    if draft and engine not in DRAFT_ACCEPTED:
-        raise InputError(f"--draft: engine {engine} does not use a draft (only {', '.join(DRAFT_ACCEPTED)} do)")
+    if draft and kind.draft is None:
+        takers = ", ".join(name for name, k in ENGINES.items() if k.draft)
+        raise InputError(f"--draft: engine {engine} does not use a draft (only {takers} do)")
     policy = getattr(args, "policy", DEFAULT_POLICY)
-    if policy == DEFAULT_POLICY or engine in ("vllm", "sglang"):  # serving rows check their own method
+    if policy == DEFAULT_POLICY or engine in SERVING_ENGINES:  # serving rows check their own method
         return
-    if engine in AR_ONLY:
+    if kind.ar_only:
         raise InputError(f"--policy {policy}: engine {engine} decodes autoregressively and takes no commit "
                          f"policy (leave --policy at {DEFAULT_POLICY})")
     path = Path(args.ckpt) / "config.json"
