@@ -84,6 +84,13 @@ class EngineInfo:
     speculative: bool = False
     counts_draft_forwards: bool = True
 
+    def model_block(self) -> dict:
+        """The result record's `model` block: name, checkpoint, its digest, precision."""
+        from orl.model.checkpoint import checkpoint_digest
+
+        return {"name": self.model_name, "ckpt": self.ckpt,
+                "ckpt_sha256": checkpoint_digest(self.ckpt) if self.ckpt else None, "precision": self.precision}
+
 
 @runtime_checkable
 class Engine(Protocol):

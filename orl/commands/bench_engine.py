@@ -17,7 +17,6 @@ from orl.commands.common import (
     add_progress_flag,
     chat_renderer,
     compile_notice,
-    model_block,
     parse_device,
     policy_arg,
     torch_dtype,
@@ -81,14 +80,6 @@ def _engines(spec: str) -> list[str]:
     return names
 
 
-def _ratio(num: float | None, den: float | None) -> float | None:
-    return num / den if num and den else None
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
-
-
 def _check(args) -> None:
     from orl.errors import InputError
 
@@ -105,103 +96,51 @@ def _check(args) -> None:
 def run_bench_engine(args) -> int:
     import torch
 
-    from orl.decoding import Policy
-    from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
-    from orl.engines.registry import diffusion_engine
     from orl.eval.engine_bench import (
-        chunk_step_time,
-        host_sync_in_chunk,
+        BenchPlan,
+        bench_engines,
+        bench_report,
+        engine_bench_records,
         prepare_graph_profiling,
-        profile_chunk,
-        run_rounds,
     )
-    from orl.eval.latency import timings_as_dicts
-    from orl.model.checkpoint import load_checkpoint
-    from orl.records import make_record, write_records
+    from orl.records import write_records
     from orl.tasks import load_suite
 
     _check(args)
-    names = _engines(args.engines)
-    policy = Policy.parse(policy_arg(args.policy))
-    device = parse_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
     chat = chat_renderer(args)
     prompts = [chat(p["prompt"]) if chat else p["prompt"] for p in problems]
-    ckpt = load_checkpoint(args.ckpt, device=device, dtype=torch_dtype(args.dtype, args.device))
-    if args.profile:
-        prepare_graph_profiling(device)  # before any engine captures a CUDA graph
-    residual, ignore_eos = not args.no_residual, args.ignore_eos
-    config = DlmrtConfig(sync_every=args.sync_every, compile_backend=args.compile_backend)
-    engines = {name: diffusion_engine(name, ckpt, policy=policy, residual=residual, ignore_eos=ignore_eos,
-                                      dlmrt_config=config) for name in names}
+    ckpt, engines = _build(args)
     rounds = args.rounds or (5 if ckpt.model.embedding.device.type == "cuda" else 1)
-    if "dlmrt" in names:
-        compile_notice("dlmrt", device, "bench-engine")
-    results = run_rounds(engines, prompts, args.max_new_tokens, rounds=rounds, warmup=args.warmup,
-                         progress=not args.no_progress)
-    for name, engine in engines.items():
-        if isinstance(engine, DlmrtEngine):
-            results[name].step_time_s = chunk_step_time(engine, prompts[0], args.max_new_tokens, args.repeats)
-            if args.profile:
-                results[name].kernels_per_step, table = profile_chunk(engine, prompts[0], args.max_new_tokens)
-                unit = "CUDA kernels" if engine.device.type == "cuda" else "CPU operators"
-                print(f"profile ({engine.mode}): {results[name].kernels_per_step:.0f} {unit} per step")
-                print(table)
-            if args.check_sync:
-                results[name].host_sync = host_sync_in_chunk(engine, prompts[0], args.max_new_tokens)
-
-    speed = {name: r.median.summary.tokens_per_s for name, r in results.items()}
-    speedup_vs_eager = _ratio(speed.get("dlmrt"), speed.get("dlmrt-eager"))
-    base = results.get("reference", results[names[0]]).median
-    records = []
-    for name, result in results.items():
-        run, summary = result.median, result.median.summary
-        metrics = {**summary.metrics(), "wall_s": summary.total_s}
-        if run.overhead is not None:
-            metrics.update(overhead=run.overhead, forward_time_s=sum(t.after_s for t in run.timings))
-        if result.step_time_s is not None:
-            metrics["step_time_s"] = result.step_time_s
-        if name == "dlmrt" and speedup_vs_eager is not None:
-            metrics["speedup_vs_eager"] = speedup_vs_eager
-        if name != "reference" and _ratio(speed[name], speed.get("reference")) is not None:
-            metrics["speedup_vs_reference"] = speed[name] / speed["reference"]
-        same = sum(a.token_ids == b.token_ids and a.nfe == b.nfe for a, b in zip(run.generations, base.generations,
-                                                                                  strict=True))
-        info = engines[name].describe()
-        extra = {"max_new_tokens": args.max_new_tokens, "warmup": run.warmup, "rounds": rounds,
-                 "tokens_per_s_rounds": result.tokens_per_s_rounds, "threads": torch.get_num_threads(),
-                 "device": info.device, "compared_to": base.name, "identical_outputs": same,
-                 "chat_template": args.chat, **info.settings,
-                 "per_request": timings_as_dicts(run.timings)}
-        if result.kernels_per_step is not None:
-            extra["kernels_per_step"] = result.kernels_per_step
-        if args.check_sync:
-            extra["host_sync_in_chunk"] = result.host_sync
-        if run.overhead is not None:
-            extra["overhead_definition"] = ("generation wall / bare forwards (prefill + counted steps) replayed in "
-                                            "the same execution mode")
-        block = model_block(info)
-        records.append(make_record("engine_bench", system=args.system or f"{block['name']} ({name})", engine=name,
-                                   model=block, metrics=metrics, policy=info.policy, suite=args.suite,
-                                   n_problems=len(problems), extra=extra))
-        spread = result.tokens_per_s_rounds
-        print(f"{name:12s} tokens/s {summary.tokens_per_s:9.1f} (rounds {min(spread):.0f}-{max(spread):.0f})  "
-              f"TPF {summary.tpf:.3f}  NFE/req {summary.nfe / len(prompts):6.2f}  wall {summary.total_s:7.2f}s  "
-              f"overhead {_fmt(run.overhead)}  identical to {base.name}: {same}/{len(prompts)}")
-    write_records(args.out, records)
-    syncs = {name: r.host_sync for name, r in results.items() if r.host_sync}
-    if syncs:
-        print(f"HOST SYNCHRONISATION inside a chunk: {syncs}")
-    elif args.check_sync:
-        print("no host synchronisation inside a chunk (sync debug mode 'error')")
-    overhead = next((results[n].median.overhead for n in ("dlmrt", "dlmrt-eager") if n in results), None)
-    print(f"overhead={_fmt(overhead)}")
-    print(f"speedup_vs_eager={_fmt(speedup_vs_eager)}")
-    print(f"speedup_vs_reference={_fmt(_ratio(speed.get('dlmrt'), speed.get('reference')))}")
+    plan = BenchPlan(args.max_new_tokens, rounds, args.warmup, args.repeats, profile=args.profile,
+                     check_sync=args.check_sync, progress=not args.no_progress)
+    if args.profile:
+        prepare_graph_profiling(ckpt.model.embedding.device)  # before any engine captures a CUDA graph
+    if "dlmrt" in engines:
+        compile_notice("dlmrt", parse_device(args.device), "bench-engine")
+    results = bench_engines(engines, prompts, plan)
+    write_records(args.out, engine_bench_records(engines, results, plan, suite=args.suite, n_problems=len(problems),
+                                                 system=args.system, chat_template=args.chat))
+    print("\n".join(bench_report(engines, results, len(prompts), check_sync=args.check_sync)))
     if ckpt.config.get("quantization_config"):
         from orl.kernels.quantize import weight_bytes
 
         print(f"weight_bytes_ratio={weight_bytes(ckpt.model)['weight_bytes_ratio']:.4f}")
-    return 1 if syncs else 0
+    return 1 if any(r.host_sync for r in results.values()) else 0
+
+
+def _build(args):
+    """(checkpoint, {name: engine}) for --engines, every engine built by the registry on one loaded checkpoint."""
+    from orl.decoding import Policy
+    from orl.engines.dlmrt import DlmrtConfig
+    from orl.engines.registry import diffusion_engine
+    from orl.model.checkpoint import load_checkpoint
+
+    names = _engines(args.engines)
+    policy = Policy.parse(policy_arg(args.policy))
+    ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
+    config = DlmrtConfig(sync_every=args.sync_every, compile_backend=args.compile_backend)
+    return ckpt, {name: diffusion_engine(name, ckpt, policy=policy, residual=not args.no_residual,
+                                         ignore_eos=args.ignore_eos, dlmrt_config=config) for name in names}

@@ -10,7 +10,6 @@ from orl.commands.common import (
     add_progress_flag,
     build_from_args,
     chat_renderer,
-    model_block,
 )
 from orl.commands.eval_quality import SHORT_DIFFICULTIES
 from orl.tasks import SUITES
@@ -72,7 +71,7 @@ def run_bench_latency(args) -> int:
         return 0
 
     info = engine.describe()
-    model = model_block(info)
+    model = info.model_block()
     system = args.system or f"{model['name']} ({args.engine})"
     chat = chat_renderer(args)
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from orl.commands.common import (
     add_model_args,
     add_progress_flag,
-    model_block,
     parse_device,
     parse_policy,
     torch_dtype,
@@ -155,7 +154,7 @@ def run_bench_scale(args) -> int:
             dlmrt_ratio = metrics["floor_ratio"]
         info = engine.describe()
         records.append(make_record("scale_bench", system=f"{args.arch} (random weights: speed only)", engine=info.name,
-                                   model=model_block(info), metrics=metrics, policy=info.policy, suite=None,
+                                   model=info.model_block(), metrics=metrics, policy=info.policy, suite=None,
                                    n_problems=len(prompts), extra=extra))
         roofline = f"  roofline x{metrics['roofline_ratio']:.2f}" if "roofline_ratio" in metrics else ""
         print(f"{info.name:12s} time/forward {metrics['time_per_forward_s'] * 1e3:9.3f} ms  floor x{metrics['floor_ratio']:.2f}"

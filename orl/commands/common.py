@@ -11,19 +11,12 @@ from orl.commands.checks import check_engine_args, positive_int
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
-def model_block(info) -> dict:
-    """The record's `model` block for an engine's EngineInfo (orl.engines.base)."""
-    from orl.model.checkpoint import checkpoint_digest
-
-    return {"name": info.model_name, "ckpt": info.ckpt,
-            "ckpt_sha256": checkpoint_digest(info.ckpt) if info.ckpt else None, "precision": info.precision}
-
-
 def model_field(ckpt) -> dict:
-    """The record's `model` block for a loaded Checkpoint (training and benchmark commands)."""
+    """The record's `model` block for a loaded Checkpoint (training and benchmark commands): the one
+    builder's, EngineInfo.model_block."""
     from orl.engines.base import checkpoint_info
 
-    return model_block(checkpoint_info("", ckpt, "cpu"))
+    return checkpoint_info("", ckpt, "cpu").model_block()
 
 
 def add_progress_flag(parser) -> None:

@@ -9,7 +9,6 @@ from orl.commands.common import (
     add_policy_flag,
     add_progress_flag,
     chat_renderer,
-    model_block,
     parse_device,
     parse_policy,
     torch_dtype,
@@ -49,7 +48,7 @@ def run_entropy_profile(args) -> int:
     per_step, counts = entropy_per_step(generate_all(engine, problems, args.max_new_tokens,
                                                      progress=not args.no_progress, chat=chat_renderer(args)))
     info = engine.describe()
-    model = model_block(info)
+    model = info.model_block()
     record = make_record("entropy", system=args.system or model["name"], engine=info.name, model=model,
                          policy=info.policy, suite=args.suite, n_problems=len(problems), metrics={},
                          extra={"mean_entropy_per_step": per_step, "states_per_step": counts, "device": info.device,

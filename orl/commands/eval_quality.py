@@ -9,7 +9,6 @@ from orl.commands.common import (
     build_from_args,
     chat_renderer,
     compile_notice,
-    model_block,
 )
 from orl.tasks import SUITES
 from orl.tasks.tinycode import DIFFICULTIES
@@ -62,7 +61,7 @@ def run_eval_quality(args) -> int:
         info = engine.describe()
     finally:
         engine.close()  # a server's processes (vLLM's engine core)
-    model = model_block(info)
+    model = info.model_block()
     record = make_record(
         "quality", system=args.system or f"{model['name']} ({args.engine})", engine=info.name, model=model,
         metrics={"pass_at_1": result.pass_at_1, "tpf": result.tpf, "nfe_mean": result.nfe_mean,
