@@ -109,6 +109,14 @@ def engine_for_checkpoint(
     return diffusion_engine(name, ckpt, policy=policy, residual=residual, log_steps=log_steps, ignore_eos=ignore_eos)
 
 
+def hf_engine_for_model(model, tokenizer, *, model_name: str, ignore_eos: bool = False) -> Engine:
+    """The hf engine (transformers' greedy AR decoding) on a transformers model already in memory, such as
+    orl bench-scale's random-weight one of a real architecture's shapes."""
+    from orl.engines.hf import HFEngine
+
+    return HFEngine(model, tokenizer, model_name=model_name, ignore_eos=ignore_eos)
+
+
 DIFFUSION_ENGINES = ("reference", "dlmrt", "dlmrt-eager")  # the in-process block-diffusion decoders
 
 
