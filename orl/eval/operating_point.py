@@ -22,7 +22,7 @@ import numpy as np
 
 from orl.decoding.policy import Policy
 from orl.errors import InputError
-from orl.eval.uncertainty import Estimate, Runs, paired, ratio_of_sums
+from orl.eval.uncertainty import Estimate, Runs, paired, ratio_of_sums, stack_runs
 from orl.io import atomic_write_json
 
 DEFAULT_TOLERANCE = 0.01  # one point of pass@1: the configs' match_tolerance
@@ -97,6 +97,22 @@ class OperatingPoint:
         return {"policy": fields.pop("policy"), self.parameter: fields.pop("value"), **fields}
 
 
+def outcomes(record: dict, where: str) -> Runs:
+    """The per-problem outcomes of a record, or InputError naming the file and the field."""
+    entries = record.get("per_problem")
+    if not entries:
+        raise InputError(f"{where}: per_problem: expected per-problem outcomes (task_id, passed), got none; "
+                         "matched accuracy is a paired test over the problems")
+    return stack_runs([e["task_id"] for e in entries], [{"passed": [bool(e["passed"]) for e in entries]}])
+
+
+def candidates_of(records: Sequence[dict], where: str) -> list[Candidate]:
+    """The sweep points of measured `sweep` records read from the file `where`."""
+    policies = [Policy.from_record(r["policy"], f"{where}: policy") for r in records]
+    return [Candidate(p, r["metrics"]["pass_at_1"], r["metrics"]["tpf"], outcomes(r, f"{where} ({p.parameter}={p.value:g})"))
+            for p, r in zip(policies, records, strict=True)]
+
+
 def _one_rule(candidates: Sequence[Candidate]) -> str:
     """The policy every candidate sweeps (a sweep varies one parameter of one rule)."""
     names = {c.policy.name for c in candidates}
@@ -157,3 +173,33 @@ def write_strict_point(source: str | Path, target: str | Path) -> None:
     except InputError as exc:
         raise InputError(f"{source}: Table 3's strict variant: {exc}") from None
     atomic_write_json(target, {**point, "policy": str(strict), "from": str(source)})
+
+
+def point_quality_record(point: OperatingPoint, chosen: dict, reference: dict, *, sweep_file: str,
+                         reference_file: str) -> dict:
+    """The chosen sweep point as a `quality` record: what the tables read as the row's pass@1 and TPF,
+    with the matching verdict and its reference."""
+    from orl.records import make_record
+
+    return make_record(
+        "quality", system=chosen["system"], engine=chosen["engine"], model=chosen["model"],
+        policy=chosen["policy"], suite=chosen["suite"], n_problems=chosen["n_problems"],
+        metrics={k: v for k, v in chosen["metrics"].items() if k in ("pass_at_1", "tpf", "nfe_mean")},
+        per_problem=chosen["per_problem"],
+        extra={"source": f"{sweep_file}: sweep point {point.parameter}={point.value:g}", "matched": point.matched,
+               "edge": point.edge, "grid": point.grid, "matching": point.matching, "why": point.why,
+               "reference": {"file": str(reference_file), "system": reference["system"],
+                             "engine": reference["engine"]},
+               "reference_pass_at_1": point.reference_pass_at_1, "tolerance": point.tolerance,
+               "difference": point.difference, "difference_lo": point.difference_lo,
+               "difference_hi": point.difference_hi},
+    )
+
+
+def point_line(point: OperatingPoint, policy: Policy) -> str:
+    """`orl operating-point`'s printed line: the choice, its pass@1 and TPF, the verdict, an edge's note."""
+    status = "matched" if point.matched else "NOT matched (most accurate point used)"
+    edge = edge_note(point.edge, point.grid, policy.rule.symbol)
+    return (f"operating point {point.policy}: pass@1={point.pass_at_1:.4f} tpf={point.tpf:.3f} "
+            f"(reference {point.reference_pass_at_1:.4f} - {point.tolerance}; {status}; {point.why})"
+            + (f"; {edge}" if edge else ""))
