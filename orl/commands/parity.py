@@ -40,7 +40,7 @@ def run_parity(args) -> int:
 
     from orl.engines.dlmrt import DlmrtConfig
     from orl.engines.registry import diffusion_engine
-    from orl.eval.parity import StepRecorder, first_difference
+    from orl.eval.parity import compare_outputs, explain_difference
     from orl.model.checkpoint import load_checkpoint
     from orl.tasks import load_suite
 
@@ -57,26 +57,12 @@ def run_parity(args) -> int:
     dl = diffusion_engine("dlmrt", ckpt, policy=policy, dlmrt_config=DlmrtConfig(sync_every=args.sync_every,
                                                                                   mode=args.mode), **common)
     mode = dl.mode
-    identical, differing = 0, []
-    for problem in problems:
-        a, b = ref.generate(problem["prompt"], args.max_new_tokens), dl.generate(problem["prompt"], args.max_new_tokens)
-        if a.token_ids == b.token_ids and a.nfe == b.nfe:
-            identical += 1
-        else:
-            differing.append((problem, a, b))
+    identical, differing = compare_outputs(ref, dl, problems, args.max_new_tokens)
     print(f"policy {policy}, dlmrt {mode}, residual {'on' if residual else 'off'} (alpha {ref.rule.alpha:g}): "
           f"{identical}/{len(problems)} identical (tokens and NFE)")
     for problem, a, b in differing:
-        ref_steps, dl_steps = StepRecorder(), StepRecorder()
-        eager = DlmrtConfig(sync_every=args.sync_every, mode="eager", observer=dl_steps)
-        diffusion_engine("reference", ckpt, policy=policy, observer=ref_steps.view, **common).generate(
-            problem["prompt"], args.max_new_tokens)
-        diffusion_engine("dlmrt", ckpt, policy=policy, dlmrt_config=eager, **common).generate(
-            problem["prompt"], args.max_new_tokens)
-        found = first_difference(policy, ref_steps.steps, dl_steps.steps)
-        where = ("eager dlmrt reproduces no difference (it is in the compiled numerics)" if found is None else
-                 f"first differing step {found[0]}: decision margin {found[1]:.3g}, max |confidence diff| "
-                 f"{found[2]:.3g}")
+        where = explain_difference(ckpt, policy, problem["prompt"], args.max_new_tokens, sync_every=args.sync_every,
+                                   residual=residual, ignore_eos=args.ignore_eos)
         print(f"  {problem['task_id']}: reference nfe={a.nfe} tokens={a.num_tokens}, dlmrt nfe={b.nfe} "
               f"tokens={b.num_tokens}; {where}")
     share = len(differing) / len(problems)
