@@ -8,9 +8,10 @@ decides it here; a generation that reports verifying forwards is speculative wha
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
-from orl.engines.base import EngineInfo, Generation
+from orl.engines.base import Engine, EngineInfo, Generation
 
 
 def acceptance_length(generations: Sequence[Generation]) -> float | None:
@@ -54,3 +55,27 @@ def speculative_metrics(info: EngineInfo, generations: Sequence[Generation]) -> 
     if value is not None:
         metrics["acceptance_length"] = value
     return metrics
+
+
+def spec_point(engine: Engine, prompts: Sequence[str], k: int, *, max_new_tokens: int, warmup: int,
+               progress: bool = True) -> tuple[dict, EngineInfo]:
+    """One point of `orl spec-sweep`: a draft-model row timed at k drafted tokens (the engine is closed
+    after), with a digest of its completions; (the point, the engine's description)."""
+    from orl.eval.latency import measure_latency
+
+    try:
+        run = measure_latency(engine, prompts, max_new_tokens, warmup=warmup, progress=progress)
+        info = engine.describe()
+    finally:
+        engine.close()
+    metrics = {**run.summary.metrics(), **speculative_metrics(info, run.generations)}
+    digest = hashlib.sha256(repr([g.token_ids for g in run.generations]).encode()).hexdigest()
+    return {"num_speculative_tokens": k, "tokens_per_s": metrics["tokens_per_s"],
+            "latency_median_s": metrics["latency_median_s"], "latency_p90_s": metrics["latency_p90_s"],
+            "acceptance_length": metrics.get("acceptance_length"),
+            "acceptance_rate": acceptance_rate(run.generations), "tokens_sha256": digest}, info
+
+
+def choose(points: list[dict]) -> dict:
+    """The fastest point (tokens/s); ties go to the smaller k."""
+    return max(points, key=lambda point: (point["tokens_per_s"], -point["num_speculative_tokens"]))
