@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from orl import rows
-from orl.commands.common import speculative_tokens_arg
+from orl.commands.engine_args import speculative_tokens_arg
 from orl.commands.spec_sweep import parse_tokens
 from orl.engines import serving
 from orl.engines.registry import serving_call

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 from orl.commands.checks import nonneg_int, out_file, positive_int
-from orl.commands.common import (
-    add_engine_args,
-    add_progress_flag,
-    build_from_args,
-    chat_renderer,
-)
+from orl.commands.common import add_progress_flag, chat_renderer
+from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.commands.eval_quality import SHORT_DIFFICULTIES
 from orl.tasks import SUITES
 

@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 from orl.commands.checks import out_file, positive_float, positive_int
-from orl.commands.common import (
-    add_engine_args,
-    add_progress_flag,
-    build_from_args,
-    chat_renderer,
-    compile_notice,
-)
+from orl.commands.common import add_progress_flag, chat_renderer, compile_notice
+from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.tasks import SUITES
 from orl.tasks.tinycode import DIFFICULTIES
 

@@ -10,7 +10,8 @@ is a JSON file (`num_speculative_tokens`, and every point), which `--num-specula
 
 from __future__ import annotations
 
-from orl.commands.common import add_engine_args, add_progress_flag, build_from_args, chat_renderer
+from orl.commands.common import add_progress_flag, chat_renderer
+from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.tasks import SUITES
 
 
