@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orl.errors import ConfigError, InputError
+from orl.errors import InputError
 
 # The commit policy every command defaults to; an explicit other one on an AR checkpoint is an error.
 DEFAULT_POLICY = "fixed:1"
@@ -126,28 +126,3 @@ def check_engine_args(args) -> None:
     if not is_diffusion_arch(architecture(config, path)):
         raise InputError(f"--policy {policy}: {args.ckpt} is an AR checkpoint ({config['architectures'][0]}), "
                          f"decoded one token per forward; a commit policy applies to block-diffusion checkpoints")
-
-
-# The counts of each training stage that must be positive: 0 or -5 steps would write an untrained
-# checkpoint (and report a loss of nan); 0 prompts, rollouts or states would train on nothing.
-# ORL's batch_size may be 0 (every selected state, OrlConfig), not negative.
-COUNTS_FROM_ZERO = {"orl": ("batch_size",)}
-TRAINING_COUNTS = {
-    "ar": ("steps", "batch_size"), "draft": ("steps", "batch_size"), "convert": ("steps", "batch_size"),
-    "orl": ("iterations_steps", "rollout_prompts", "rollouts_per_prompt", "states_per_block"),
-}
-
-
-def check_training_counts(preset, section: str) -> None:
-    """The counts TRAINING_COUNTS names for one stage's preset section, each a positive integer."""
-    values = getattr(preset, section)
-    for name in TRAINING_COUNTS[section]:
-        value = getattr(values, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"preset {preset.name!r} (with --config overrides): {section}.{name}: expected a "
-                              f"positive integer, got {value!r}")
-    for name in COUNTS_FROM_ZERO.get(section, ()):
-        value = getattr(values, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"preset {preset.name!r} (with --config overrides): {section}.{name}: expected an "
-                              f"integer ≥ 0 (0 = all), got {value!r}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from orl.commands.checks import check_training_counts
 from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device
 from orl.commands.train_ar import add_cpu_linear_flag
 from orl.train.config import PRESETS
@@ -60,7 +59,7 @@ def make_rollout(engine: str, init):
 
 def run_train_orl(args) -> int:
     from orl.records import write_records
-    from orl.train.config import load_preset
+    from orl.train.config import check_training_counts, load_preset
     from orl.train.distributed import training_world
     from orl.train.loop import is_finished
     from orl.train.orl import check_init, train_orl
