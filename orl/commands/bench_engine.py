@@ -48,6 +48,16 @@ def register(subparsers) -> None:
                    "--max-new-tokens whatever the model emits (docs/metrics.md); TPF and NFE are counted the same way")
     p.add_argument("--engines", default=",".join(DIFFUSION_ENGINES), help="comma-separated subset of "
                    f"{', '.join(DIFFUSION_ENGINES)}")
+    _add_measurement_flags(p)
+    p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
+    add_chat_flag(p)
+    add_model_args(p)
+    add_progress_flag(p)
+    p.set_defaults(func=run_bench_engine)
+
+
+def _add_measurement_flags(p) -> None:
+    """How the engines are timed, and what else is measured on dlmrt's chunk."""
     p.add_argument("--warmup", type=nonneg_int, default=2, help="discarded requests per engine, besides one per "
                    "compiled shape (compilation and capture happen there)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved passes over the prompts; each engine "
@@ -62,11 +72,6 @@ def register(subparsers) -> None:
                    "dlmrt chunk launches per step, and print where their time goes")
     p.add_argument("--check-sync", action="store_true", help="CUDA only: check that no chunk synchronises with the "
                    "host (sync debug mode 'error'); a sync found is recorded and makes the exit code 1")
-    p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
-    add_chat_flag(p)
-    add_model_args(p)
-    add_progress_flag(p)
-    p.set_defaults(func=run_bench_engine)
 
 
 def _engines(spec: str) -> list[str]:
