@@ -58,12 +58,11 @@ def make_rollout(engine: str, init):
 
 
 def run_train_orl(args) -> int:
-    from orl.records import write_records
     from orl.train.config import check_training_counts, load_preset
     from orl.train.distributed import training_world
     from orl.train.loop import is_finished
     from orl.train.orl import check_init, train_orl
-    from orl.train.orl_record import orl_train_record, summary_lines
+    from orl.train.orl_record import summary_lines
 
     orl_overrides = {**({"isolation": args.isolation} if args.isolation else {}),
                      **({"seed": args.seed} if args.seed is not None else {})}
@@ -91,10 +90,17 @@ def run_train_orl(args) -> int:
     if warning:
         print(warning, file=sys.stderr)
     if args.record:
-        from orl.model.checkpoint import load_checkpoint
-
-        write_records(args.record, [orl_train_record(
-            summary, system=args.system or f"ORL ({args.ablation})", model=model_field(load_checkpoint(args.out)),
-            preset_digest=preset.digest(), ablation=args.ablation, seed=preset.orl.seed,
-            isolation=preset.orl.isolation)])
+        _write_record(args, summary, preset)
     return 0
+
+
+def _write_record(args, summary: dict, preset) -> None:
+    """The run's `train` record (orl/train/orl_record.py), its model block from the trained checkpoint."""
+    from orl.model.checkpoint import load_checkpoint
+    from orl.records import write_records
+    from orl.train.orl_record import orl_train_record
+
+    write_records(args.record, [orl_train_record(
+        summary, system=args.system or f"ORL ({args.ablation})", model=model_field(load_checkpoint(args.out)),
+        preset_digest=preset.digest(), ablation=args.ablation, seed=preset.orl.seed,
+        isolation=preset.orl.isolation)])
