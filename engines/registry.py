@@ -117,7 +117,7 @@ def hf_engine_for_model(model, tokenizer, *, model_name: str, ignore_eos: bool =
     return HFEngine(model, tokenizer, model_name=model_name, ignore_eos=ignore_eos)
 
 
-DIFFUSION_ENGINES = ("reference", "dlmrt", "dlmrt-eager")  # the in-process block-diffusion decoders
+DIFFUSION_ENGINES = ("dlmrt", "dlmrt-eager", "reference")  # the in-process block-diffusion decoders
 
 
 def diffusion_engine(

@@ -17,7 +17,12 @@ from orl.commands.common import (
     torch_dtype,
 )
 
-SCALE_ENGINES = ("dlmrt", "dlmrt-eager", "reference", "hf")
+
+def _scale_engines() -> tuple[str, ...]:
+    """The block-diffusion decoders, and transformers' AR model of the same shapes."""
+    from orl.engines.registry import DIFFUSION_ENGINES
+
+    return (*DIFFUSION_ENGINES, "hf")
 
 
 def register(subparsers) -> None:
@@ -40,8 +45,8 @@ def register(subparsers) -> None:
     p.add_argument("--prompt-len", type=int, default=128, help="random prompt tokens per request")
     p.add_argument("--requests", type=int, default=2, help="timed requests per engine")
     p.add_argument("--warmup", type=int, default=1, help="warm-up requests per engine (compilation, capture)")
-    p.add_argument("--engines", default=",".join(SCALE_ENGINES), help="comma-separated subset of "
-                   f"{', '.join(SCALE_ENGINES)} (the reference decoder recomputes the whole context every step: slow)")
+    p.add_argument("--engines", default=",".join(_scale_engines()), help="comma-separated subset of "
+                   f"{', '.join(_scale_engines())} (the reference decoder recomputes the whole context every step: slow)")
     p.add_argument("--repeats", type=int, default=20, help="chunk repetitions for dlmrt's step time")
     p.add_argument("--copy-mb", type=int, default=1024, help="size of the bandwidth-measuring copy (past every cache)")
     p.add_argument("--gemm-size", type=int, default=2048,
@@ -61,8 +66,9 @@ def _check(args) -> list[str]:
     from orl.errors import InputError
 
     names = [n.strip() for n in args.engines.split(",") if n.strip()]
-    if not names or any(n not in SCALE_ENGINES for n in names):
-        raise InputError(f"--engines: unknown or empty {args.engines!r}; expected names from {', '.join(SCALE_ENGINES)}")
+    if not names or any(n not in _scale_engines() for n in names):
+        raise InputError(f"--engines: unknown or empty {args.engines!r}; expected names from "
+                         f"{', '.join(_scale_engines())}")
     for name in ("max_new_tokens", "prompt_len", "requests", "repeats", "copy_mb", "gemm_size"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(args, name)}")

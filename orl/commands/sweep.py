@@ -18,6 +18,8 @@ from orl.tasks import SUITES
 
 
 def register(subparsers) -> None:
+    from orl.engines.registry import DIFFUSION_ENGINES
+
     p = subparsers.add_parser(
         "sweep", help="threshold sweep through dlmrt: pass@1 and TPF per τ, plus AUP",
         description="Evaluate threshold(τ) decoding for each τ on a suite; writes one 'sweep' record per τ "
@@ -33,7 +35,7 @@ def register(subparsers) -> None:
     p.add_argument("--thresholds", "--values", dest="values", default="0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95",
                    type=sweep_values, help="comma-separated values of the policy's parameter, for the thresholds "
                    "τ in (0, 1] (default: %(default)s)")
-    p.add_argument("--engine", default="dlmrt", choices=["dlmrt", "dlmrt-eager", "reference"],
+    p.add_argument("--engine", default="dlmrt", choices=DIFFUSION_ENGINES,
                    help="dLLM engine (compiled dlmrt is the speed default; on a CPU it compiles first)")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget (default: 64)")
