@@ -79,8 +79,7 @@ def _engines(spec: str) -> list[str]:
     from orl.errors import InputError
 
     names = [n.strip() for n in spec.split(",") if n.strip()]
-    unknown = [n for n in names if n not in DIFFUSION_ENGINES]
-    if unknown or not names:
+    if not names or any(n not in DIFFUSION_ENGINES for n in names):
         raise InputError(f"--engines: unknown or empty {spec!r}; expected names from {', '.join(DIFFUSION_ENGINES)}")
     return names
 
