@@ -25,8 +25,7 @@ import torch
 
 from orl.decoding import cut_at_eos, plan_request
 from orl.engines.base import EngineInfo, Generation, checkpoint_info
-from orl.engines.dlmrt.capture import default_mode, make_prefill_runner, make_runner
-from orl.engines.dlmrt.state import cache_bucket
+from orl.engines.capture import cache_bucket, default_mode, make_prefill_runner, make_runner
 from orl.errors import CheckpointError, InputError
 from orl.model.checkpoint import Checkpoint
 from orl.model.transformer import KVCache, Transformer, avoid_per_length_attention_plans

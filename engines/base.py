@@ -78,6 +78,18 @@ class EngineInfo:
     device: str
     policy: dict | None = None  # the decoding policy or speculation settings in record form
     settings: dict = field(default_factory=dict)  # engine knobs that change speed, not outputs
+    # What the engine is, for what measures it (orl/eval/speculative.py), so no list of engine names
+    # elsewhere has to say it: a speculative engine verifies drafted tokens (its records carry an
+    # acceptance length); an in-process one counts its drafter's forwards, a server does not.
+    speculative: bool = False
+    counts_draft_forwards: bool = True
+
+    def model_block(self) -> dict:
+        """The result record's `model` block: name, checkpoint, its digest, precision."""
+        from orl.model.checkpoint import checkpoint_digest
+
+        return {"name": self.model_name, "ckpt": self.ckpt,
+                "ckpt_sha256": checkpoint_digest(self.ckpt) if self.ckpt else None, "precision": self.precision}
 
 
 @runtime_checkable
@@ -106,11 +118,12 @@ class EngineUnavailable(RuntimeError):
     """
 
 
-def checkpoint_info(name: str, ckpt, device, *, policy: dict | None = None, settings: dict | None = None) -> EngineInfo:
+def checkpoint_info(name: str, ckpt, device, *, policy: dict | None = None, settings: dict | None = None,
+                    speculative: bool = False) -> EngineInfo:
     """EngineInfo of an engine running one of our loaded checkpoints (orl.model.checkpoint.Checkpoint)."""
     model_name = ckpt.config.get("orl_model_name") or Path(ckpt.path).name
     return EngineInfo(name=name, model_name=model_name, ckpt=str(ckpt.path), precision=ckpt.precision,
-                      device=str(device), policy=policy, settings=dict(settings or {}))
+                      device=str(device), policy=policy, settings=dict(settings or {}), speculative=speculative)
 
 
 def synchronizer(device) -> Callable[[], None] | None:

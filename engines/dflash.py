@@ -101,7 +101,8 @@ class DFlashEngine:
         """The record's view: policy = what one speculation step does."""
         return checkpoint_info(self.name, self.ckpt, self.device, policy={"name": "dflash-greedy",
                                "params": {"block_size": self.block}},
-                               settings={"drafter": str(self.drafter.path), "stop_at_eos": not self.ignore_eos})
+                               settings={"drafter": str(self.drafter.path), "stop_at_eos": not self.ignore_eos},
+                               speculative=True)
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
         return None

@@ -166,7 +166,8 @@ class HFEngine:
         if self.draft is not None:
             settings["draft_strategy"] = self.assist.strategy()
         ckpt = str(self.ckpt_dir) if self.ckpt_dir is not None else None
-        return EngineInfo(self.name, self.model_name, ckpt, self.precision, str(self.device), policy, settings)
+        return EngineInfo(self.name, self.model_name, ckpt, self.precision, str(self.device), policy, settings,
+                          speculative=self.draft is not None)
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
         return None

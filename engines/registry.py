@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,9 +24,26 @@ from orl.engines.vllm import VLLMEngine, vllm_call
 from orl.errors import InputError
 from orl.tokenizer import load_tokenizer
 
-ENGINE_NAMES = (
-    "dlmrt", "dlmrt-eager", "reference", "ar-compiled", "hf", "hf-assisted", "dflash", "vllm", "sglang",
-)
+
+@dataclass(frozen=True)
+class EngineKind:
+    """What a named engine is, known before it is built (the command-line checks read it; a built
+    engine's describe() says the same of itself, EngineInfo.speculative)."""
+
+    draft: str | None = None  # "required": it decodes with a draft / drafter checkpoint; "accepted": some of
+    #                           its methods take one (the serving engines check theirs per method)
+    ar_only: bool = False  # decodes autoregressively: a dLLM commit policy would be ignored
+    speculative: bool = False  # verifies drafted tokens against its target
+
+
+ENGINES: dict[str, EngineKind] = {
+    "dlmrt": EngineKind(), "dlmrt-eager": EngineKind(), "reference": EngineKind(),
+    "ar-compiled": EngineKind(ar_only=True), "hf": EngineKind(ar_only=True),
+    "hf-assisted": EngineKind(draft="required", ar_only=True, speculative=True),
+    "dflash": EngineKind(draft="required", ar_only=True, speculative=True),
+    "vllm": EngineKind(draft="accepted"), "sglang": EngineKind(draft="accepted"),
+}
+ENGINE_NAMES = tuple(ENGINES)
 
 
 def build_engine(
@@ -77,23 +95,53 @@ def engine_for_checkpoint(
 
     A sweep builds one per policy on the same checkpoint, loaded once.
     """
-    if name == "reference":
-        from orl.engines.reference import ReferenceAR, ReferenceDiffusion
+    if name == "reference" and not ckpt.is_diffusion:
+        from orl.engines.reference import ReferenceAR
 
-        if ckpt.is_diffusion:
-            return ReferenceDiffusion(ckpt, policy, residual=residual, log_steps=log_steps, ignore_eos=ignore_eos)
         return ReferenceAR(ckpt, ignore_eos=ignore_eos)
     if name == "ar-compiled":
         from orl.engines.ar import CompiledAR
 
         return CompiledAR(ckpt, ignore_eos=ignore_eos)
-    if name not in ("dlmrt", "dlmrt-eager"):
+    if name not in DIFFUSION_ENGINES:
         raise InputError(f"--engine: {name!r} does not run on a loaded checkpoint; expected reference, ar-compiled, "
                          "dlmrt or dlmrt-eager")
+    return diffusion_engine(name, ckpt, policy=policy, residual=residual, log_steps=log_steps, ignore_eos=ignore_eos)
+
+
+def hf_engine_for_model(model, tokenizer, *, model_name: str, ignore_eos: bool = False) -> Engine:
+    """The hf engine (transformers' greedy AR decoding) on a transformers model already in memory, such as
+    orl bench-scale's random-weight one of a real architecture's shapes."""
+    from orl.engines.hf import HFEngine
+
+    return HFEngine(model, tokenizer, model_name=model_name, ignore_eos=ignore_eos)
+
+
+DIFFUSION_ENGINES = ("dlmrt", "dlmrt-eager", "reference")  # the in-process block-diffusion decoders
+
+
+def diffusion_engine(
+    name: str, ckpt, *, policy: Policy, residual: bool = True, log_steps: bool = False, ignore_eos: bool = False,
+    dlmrt_config=None, observer=None,
+) -> Engine:
+    """A block-diffusion decoder on a loaded dLLM checkpoint: the reference decoder or dlmrt (compiled or
+    eager); what the engine benchmarks and the parity check compare.
+
+    `dlmrt_config`: dlmrt's DlmrtConfig (chunk mode, sync_every, CPU linears, a step observer);
+    `observer`: the reference decoder's StepView observer. Each applies to its own engine only.
+    """
+    if name not in DIFFUSION_ENGINES:
+        raise InputError(f"--engines: {name!r} is not a block-diffusion decoder; expected one of "
+                         f"{', '.join(DIFFUSION_ENGINES)}")
+    if name == "reference":
+        from orl.engines.reference import ReferenceDiffusion
+
+        return ReferenceDiffusion(ckpt, policy, residual=residual, log_steps=log_steps, ignore_eos=ignore_eos,
+                                  observer=observer)
     from orl.engines.dlmrt import DlmrtEngine
 
     return DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, log_steps=log_steps,
-                       ignore_eos=ignore_eos)
+                       ignore_eos=ignore_eos, config=dlmrt_config)
 
 
 # --------------------------------------------------------------------------------------

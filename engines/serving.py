@@ -12,7 +12,7 @@ One acceptance-length definition for every speculative row (METHOD.md §4): toke
 verifying target forward, the bonus token included, prefill excluded. A generation says
 how many of its target forwards verified a draft in `extra["verify_forwards"]`; the other
 target forwards (vLLM's and SGLang's prefill) yielded one token each and are left out of
-both sides of the ratio (orl/commands/bench_latency.py `acceptance_length`). Engines
+both sides of the ratio (orl/eval/speculative.py `acceptance_length`). Engines
 that verify in their first forward (hf-assisted, our dflash) leave the key out: all their
 forwards verify. Each server's own figure is kept beside it as `server_acceptance_length`
 (vLLM: 1 + accepted / verify steps, prefill excluded; SGLang: completion tokens / verify

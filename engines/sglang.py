@@ -174,7 +174,8 @@ class SGLangEngine:
                     "serving_kwargs": self.call.kwargs, "dllm_algorithm_config": self.call.dllm_config,
                     "notes": list(self.call.notes)}
         return EngineInfo(self.name, self.config.get("orl_model_name") or self.ckpt_dir.name, str(self.ckpt_dir),
-                          self.precision, str(self.device), policy, settings)
+                          self.precision, str(self.device), policy, settings,
+                          speculative=self.call.method in SPECULATIVE_ALGORITHMS, counts_draft_forwards=False)
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
         return None  # SGLang captures its own graphs at start-up

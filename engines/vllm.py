@@ -167,7 +167,8 @@ class VLLMEngine:
         if self.device.type == "cpu":
             settings["vllm_cpu_env"] = {name: os.environ.get(name) for name in CPU_ENV}
         return EngineInfo(self.name, self.config.get("orl_model_name") or self.ckpt_dir.name, str(self.ckpt_dir),
-                          self.precision, str(self.device), policy, settings)
+                          self.precision, str(self.device), policy, settings, speculative=speculative is not None,
+                          counts_draft_forwards=False)
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
         return None  # vLLM captures its own graphs at start-up

@@ -7,7 +7,7 @@
 Runs in vLLM's environment (`make vllm-env`: it has transformers and the project too). Both engines
 decode the suite's first --limit prompts at --tokens drafted tokens per verification; the script
 checks that they decode the same tokens (both are lossless: the target's greedy tokens) and compares
-their acceptance lengths under the one definition of orl/commands/bench_latency.py (tokens per
+their acceptance lengths under the one definition of orl/eval/speculative.py (tokens per
 verifying target forward, the bonus token included, prefill excluded), and vLLM's own figure beside
 it. Agreement within --tolerance (default 5%) is expected; prints `agree=<bool>` last and exits 1
 when they do not.
@@ -19,9 +19,9 @@ import argparse
 import json
 import sys
 
-from orl.commands.bench_latency import speculative_metrics
 from orl.engines.registry import build_engine
 from orl.eval.latency import measure_latency
+from orl.eval.speculative import speculative_metrics
 from orl.io import atomic_write_json
 from orl.tasks import load_suite
 
@@ -30,9 +30,10 @@ def run(engine_name: str, ckpt: str, draft: str, prompts: list[str], args, metho
     engine = build_engine(engine_name, ckpt, draft_dir=draft, method=method, num_speculative_tokens=args.tokens)
     try:
         suite_run = measure_latency(engine, prompts, args.max_new_tokens, warmup=1, progress=False)
+        info = engine.describe()
     finally:
         engine.close()
-    metrics = speculative_metrics(engine_name, suite_run.generations)
+    metrics = speculative_metrics(info, suite_run.generations)
     extras = [g.extra or {} for g in suite_run.generations]
     steps = sum(e.get("verify_forwards", 0) for e in extras)
     accepted = sum(e.get("accepted_tokens", 0) for e in extras)

@@ -17,13 +17,13 @@ import time
 import torch
 
 from orl.decoding import Policy, decode_rule
+from orl.decoding.rollout import RecomputeRollout
 from orl.engines.dlmrt.rollout import DlmrtRollout
 from orl.io import atomic_write_json
 from orl.model.checkpoint import load_checkpoint
 from orl.records.environment import capture_environment
 from orl.train.config import load_preset
 from orl.train.orl import rollout_groups, rollout_prompts
-from orl.train.rollout import RecomputeRollout
 
 
 def main() -> None:

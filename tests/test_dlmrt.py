@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 
 from orl.decoding import Policy
+from orl.engines.capture import cache_bucket, compile_fullgraph
 from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
-from orl.engines.dlmrt.capture import compile_fullgraph
 from orl.engines.dlmrt.chunk import denoise_chunk, prefill, start_block_chunk
-from orl.engines.dlmrt.state import DecodeState, cache_bucket
+from orl.engines.dlmrt.state import DecodeState
 from orl.engines.reference import ReferenceDiffusion
 from orl.errors import CheckpointError, InputError
 from orl.model.checkpoint import load_checkpoint

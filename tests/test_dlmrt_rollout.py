@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from orl.decoding import Policy, decode_rule
+from orl.decoding.rollout import RecomputeRollout
 from orl.engines.dlmrt.rollout import DlmrtRollout
 from orl.errors import CheckpointError, InputError
 from orl.model.checkpoint import load_checkpoint
 from orl.tasks import tinycode
 from orl.train.replay import replay_logits
-from orl.train.rollout import RecomputeRollout
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

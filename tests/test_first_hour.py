@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from orl.cli import main
-from orl.commands.checks import thresholds
+from orl.commands.checks import sweep_values
 from orl.records import make_record
 from orl.records.rules import tpf_problem
 from orl.records.submit import record_problems
@@ -90,8 +90,8 @@ def test_sweep_thresholds_checked_before_decoding(capsys, tmp_path, ar_ckpt_dir,
                             str(tmp_path / "s.jsonl")], "--thresholds", message)
 
 
-def test_thresholds_parse():
-    assert thresholds("0.3, 0.9") == [0.3, 0.9]
+def test_sweep_values_parse():
+    assert sweep_values("0.3, 0.9") == [0.3, 0.9]
 
 
 @pytest.mark.parametrize(("section", "text"), [("ar", "ar: {steps: 0}"), ("ar", "ar: {steps: -5}")])

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from orl.cli import main
-from orl.commands.bench_latency import acceptance_length, acceptance_rate, speculative_metrics
-from orl.engines.base import Generation
+from orl.engines.base import EngineInfo, Generation
+from orl.eval.speculative import acceptance_length, acceptance_rate, speculative_metrics
 from orl.records import load_records
 
 LAST_LINE = re.compile(r"^median_s=(\S+) p90_s=(\S+) tokens_per_s=(\S+) tpf=(\S+)$")
@@ -24,16 +24,21 @@ def _gen(tokens: int, nfe: int, draft: int = 0, extra: dict | None = None) -> Ge
                       draft_forwards=draft, extra=extra or {})
 
 
+def _info(name: str, **what) -> EngineInfo:
+    """What an engine of that kind says about itself (its describe())."""
+    return EngineInfo(name, "m", None, "float32", "cpu", **what)
+
+
 def test_speculative_metrics_one_definition():
-    assert speculative_metrics("hf", [_gen(4, 4)]) == {}
+    assert speculative_metrics(_info("hf"), [_gen(4, 4)]) == {}
     # hf-assisted / dflash: every target forward verifies a draft (the first carries the prompt too).
-    spec = speculative_metrics("dflash", [_gen(6, 2, draft=2), _gen(4, 2, draft=1)])
+    spec = speculative_metrics(_info("dflash", speculative=True), [_gen(6, 2, draft=2), _gen(4, 2, draft=1)])
     assert spec == {"draft_forwards_mean": 1.5, "acceptance_length": 2.5}
     # vLLM / SGLang: their prefill forward verified nothing and yielded one token; it is left out of
     # both sides. 9 tokens in 4 forwards, 3 of them verifying: (9 - 1) / 3; then (5 - 1) / 2.
     served = [_gen(9, 4, extra={"verify_forwards": 3, "server_acceptance_length": 3.0}),
               _gen(5, 3, extra={"verify_forwards": 2, "server_acceptance_length": 2.5})]
-    assert speculative_metrics("sglang", served) == {"acceptance_length": (8 + 4) / (3 + 2)}  # no draft forwards
+    assert speculative_metrics(_info("sglang", counts_draft_forwards=False), served) == {"acceptance_length": (8 + 4) / (3 + 2)}  # no draft forwards
     assert acceptance_length([_gen(1, 1, extra={"verify_forwards": 0})]) is None
     assert acceptance_rate([_gen(3, 1, extra={"drafted_tokens": 8, "accepted_tokens": 2}),
                             _gen(3, 1, extra={"drafted_tokens": 2, "accepted_tokens": 1})]) == 0.3

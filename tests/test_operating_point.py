@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
+from orl.decoding import Policy
 from orl.errors import InputError
 from orl.eval.operating_point import Candidate, choose_operating_point, match
 from orl.eval.uncertainty import Runs, stack_runs
@@ -16,7 +19,7 @@ def passes(outcomes: list[int]) -> Runs:
 
 def _candidate(tau, outcomes, tpf):
     runs = passes(outcomes)
-    return Candidate(tau, float(np.mean(outcomes)), tpf, runs)
+    return Candidate(Policy("threshold", tau), float(np.mean(outcomes)), tpf, runs)
 
 
 def test_match_needs_the_tolerance_and_no_paired_evidence_of_being_worse():
@@ -49,11 +52,11 @@ def test_operating_point_is_the_fastest_match_and_edges_are_marked():
     assert point.matching == [0.5, 0.7, 0.9] and point.grid == [0.3, 0.5, 0.7, 0.9]
     # The lowest τ matching: its TPF is only a lower bound of the matched TPF.
     edge = choose_operating_point(sweep[1:], reference, 0.01)
-    assert edge.tau == 0.5 and edge.edge == "lowest"
+    assert edge.value == 0.5 and edge.edge == "lowest"
     # Nothing matches: the most accurate point, at the top of the grid, marked.
     weak = choose_operating_point([_candidate(0.5, [1] * 50 + [0] * 50, 6.0),
                                    _candidate(0.9, [1] * 60 + [0] * 40, 2.0)], reference, 0.01)  # fmt: skip
-    assert (weak.tau, weak.matched, weak.edge) == (0.9, False, "highest") and weak.why.startswith("not matched")
+    assert (weak.value, weak.matched, weak.edge) == (0.9, False, "highest") and weak.why.startswith("not matched")
     with pytest.raises(InputError):
         choose_operating_point([], reference)
 
@@ -82,6 +85,7 @@ def test_operating_point_command_writes_the_choice_and_its_record(tmp_path, caps
     assert main(["operating-point", "--sweep", str(sweep), "--reference", str(reference), "--out", str(out),
                  "--quality-out", str(quality)]) == 0  # fmt: skip
     assert policy_arg(f"@{out}") == "threshold:0.6"  # 0.80 < 0.82 - 0.01: the faster point does not match
+    assert json.loads(out.read_text())["tau"] == 0.6  # the swept parameter, under the policy's own name
     (record,) = load_records(quality)
     assert record["extra"]["matched"] is True and record["extra"]["edge"] is None
     assert record["extra"]["grid"] == [0.3, 0.6] and record["extra"]["reference"]["system"] == "AR (hf)"
@@ -90,3 +94,26 @@ def test_operating_point_command_writes_the_choice_and_its_record(tmp_path, caps
     write_records(sweep, [_record("sweep", [1] * 10, tau=0.5, per_problem=False)])
     assert main(["operating-point", "--sweep", str(sweep), "--reference", str(reference), "--out", str(out)]) == 2
     assert "per_problem" in capsys.readouterr().err
+
+
+def test_the_strict_point_is_the_policys_strict_variant(tmp_path):
+    from orl.eval.operating_point import write_strict_point
+
+    source, target = tmp_path / "point.json", tmp_path / "strict.json"
+    source.write_text(json.dumps({"policy": "threshold:0.85", "tau": 0.85, "matched": True}))
+    write_strict_point(source, target)
+    assert json.loads(target.read_text()) == {"policy": "strict-threshold:0.85", "tau": 0.85, "matched": True,
+                                              "from": str(source)}
+    source.write_text(json.dumps({"policy": "fixed:1"}))
+    with pytest.raises(InputError, match="strict variant"):
+        write_strict_point(source, target)
+
+
+def test_a_sweep_of_another_policy_chooses_a_point_of_that_policy():
+    reference = passes([1] * 80 + [0] * 20)
+    sweep = [Candidate(Policy("factor", f), float(np.mean(o)), tpf, passes(o))
+             for f, o, tpf in ((1.0, [1] * 80 + [0] * 20, 3.0), (2.0, [1] * 60 + [0] * 40, 6.0))]
+    point = choose_operating_point(sweep, reference, 0.01)
+    assert (point.policy, point.to_dict()["f"]) == ("factor:1", 1.0)
+    with pytest.raises(InputError, match="one policy"):
+        choose_operating_point([sweep[0], _candidate(0.5, [1] * 80 + [0] * 20, 2.0)], reference)

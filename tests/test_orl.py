@@ -20,9 +20,9 @@ def dlm(smoke_models):
 @pytest.mark.parametrize("pack_tokens", [0, 200])
 def test_replaying_a_captured_state_reproduces_its_logits(dlm, pack_tokens):
     from orl.decoding import Policy, decode_blocks, decode_rule
+    from orl.decoding.rollout import StateCapture
     from orl.tasks import tinycode
     from orl.train.replay import replay_logits
-    from orl.train.rollout import StateCapture
 
     prompts = [dlm.tokenizer.encode(p["prompt"]) for p in tinycode.train_problems(5, 6, "easy")]
     rule = decode_rule(dlm.model.config, dlm.tokenizer.eos_ids, Policy("threshold", 0.5))
@@ -43,9 +43,9 @@ def test_replaying_a_captured_state_reproduces_its_logits(dlm, pack_tokens):
 def test_rollout_matches_the_reference_decoder(dlm):
     """The batched rollout (left-padded rows) decodes each prompt exactly as one request alone does."""
     from orl.decoding import Policy, decode_rule
+    from orl.decoding.rollout import rollout
     from orl.engines.reference import ReferenceDiffusion
     from orl.tasks import tinycode
-    from orl.train.rollout import rollout
 
     problems = tinycode.train_problems(7, 5, "easy")
     policy = Policy("threshold", 0.6)
@@ -126,7 +126,7 @@ def test_seed_changes_the_prompts_the_resume_check_and_the_record(smoke_models, 
 def test_captured_states_move_to_the_training_device_whole():
     """Rollout states are kept on the CPU; orl_step and bench-replay move each micro-batch to the device
     its logits are on before the losses read its targets, masks and entropies."""
-    from orl.train.rollout import CapturedStates
+    from orl.decoding.rollout import CapturedStates
 
     n, b = 2, 4
     states = CapturedStates(

@@ -174,9 +174,9 @@ def test_replay_with_the_captured_z_reproduces_the_rollouts_logits(smoke_models,
     """Rollout = replay through a trained adapter: each captured state's logits come back (to 1e-5),
     replayed alone or packed with the other states of its block on one clean context."""
     from orl.decoding import Policy, decode_blocks, decode_rule
+    from orl.decoding.rollout import StateCapture
     from orl.tasks import tinycode
     from orl.train.replay import context_groups, replay_logits
-    from orl.train.rollout import StateCapture
 
     ckpt = _with_adapter(smoke_models, 0.5)
     prompts = [ckpt.tokenizer.encode(p["prompt"]) for p in tinycode.train_problems(5, 4, "easy")]
@@ -203,9 +203,9 @@ def test_replay_with_the_captured_z_reproduces_the_rollouts_logits(smoke_models,
 def test_a_packed_state_sees_its_context_and_itself_only(smoke_models, base):
     """Staircase visibility: changing one noisy state of a shared segment changes no other state's logits."""
     from orl.decoding import Policy, decode_rule
+    from orl.decoding.rollout import rollout
     from orl.tasks import tinycode
     from orl.train.replay import context_groups, replay_logits
-    from orl.train.rollout import rollout
 
     prompts = [base.tokenizer.encode(p["prompt"]) for p in tinycode.train_problems(6, 2, "easy")]
     rule = decode_rule(base.model.config, base.tokenizer.eos_ids, Policy("threshold", 0.99))
@@ -332,8 +332,8 @@ def test_no_ablations_first_update_is_orls(smoke_models, tmp_path, monkeypatch):
 def test_rollouts_sample_at_t_roll_each_row_from_its_own_seed(base):
     """K rollouts of one prompt differ at T_roll > 0; a row's samples depend on its seed, not its batch."""
     from orl.decoding import Policy, decode_rule
+    from orl.decoding.rollout import rollout
     from orl.tasks import tinycode
-    from orl.train.rollout import rollout
 
     ids = base.tokenizer.encode(tinycode.train_problems(0, 1, "easy")[0]["prompt"])
     other = base.tokenizer.encode(tinycode.train_problems(1, 1, "easy")[0]["prompt"])

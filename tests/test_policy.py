@@ -207,6 +207,50 @@ def test_bad_policy_records_name_the_field(record, message):
         Policy.from_record(record, "x.jsonl line 3: policy")
 
 
+def test_a_policy_knows_its_parameter_label_and_sweep_points():
+    policy = Policy.parse("threshold:0.9")
+    assert (policy.parameter, policy.label()) == ("tau", "τ=0.9")
+    assert [str(p) for p in (policy.with_value(0.5), Policy.parse("factor:1").with_value(2))] == [
+        "threshold:0.5", "factor:2"]
+    assert Policy.parse("fixed:1").with_value(3) == Policy("fixed", 3) and Policy.parse("fixed:2").parameter == "k"
+    with pytest.raises(InputError, match=r"--thresholds: a threshold must be in \(0, 1\]"):
+        policy.with_value(2, "--thresholds")
+    with pytest.raises(InputError, match="unknown policy 'greedy'"):
+        Policy.checked("greedy", 1, "--policy")
+
+
+def test_the_strict_variant_is_the_policys_own():
+    assert str(Policy.parse("threshold:0.85").strict_variant()) == "strict-threshold:0.85"
+    for spec in ("strict-threshold:0.9", "fixed:1", "factor:1"):
+        with pytest.raises(InputError, match="no strict variant"):
+            Policy.parse(spec).strict_variant()
+
+
+def test_the_decision_bound_is_the_confidence_a_rank_must_reach():
+    assert Policy.parse("threshold:0.9").bound(3) == pytest.approx(0.9)
+    assert Policy.parse("strict-threshold:0.7").bound(0) == pytest.approx(0.7)
+    assert Policy.parse("factor:1").bound(1) == pytest.approx(1 - 1 / 3)  # n = 2: 1 - f / (n + 1)
+    assert Policy.parse("fixed:2").bound(0) is None  # a rank cut has no confidence bound
+
+
+def test_in_a_graph_the_value_is_a_tensor_except_a_rank_cut():
+    graph = Policy.parse("threshold:0.9").in_graph("cpu")
+    assert torch.is_tensor(graph.value) and graph.value.dtype == torch.float32
+    assert Policy.parse("fixed:2").in_graph("cpu") == Policy("fixed", 2)
+    confidence = torch.tensor([[0.95, 0.5, 0.9, 0.3]])
+    assert torch.equal(commit_mask(graph, confidence, ALL), commit_mask(Policy.parse("threshold:0.9"), confidence, ALL))
+
+
+def test_reading_a_policy_does_not_import_torch():
+    """The tables read policies from records (orl.report) without loading torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from orl.decoding.policy import Policy; Policy.parse('threshold:0.9').label(); "
+            "import orl.report.matching; assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_strict_threshold_commits_only_above_tau_as_sglang_and_sdar_do():
     assert picks("strict-threshold:0.9", [0.95, 0.5, 0.9, 0.3]) == [0]  # 0.9 itself is not above 0.9
     assert picks("threshold:0.9", [0.95, 0.5, 0.9, 0.3]) == [0, 2]
@@ -327,3 +371,16 @@ def test_fixed_1_tpf_is_at_least_one_when_the_tail_is_predicted_eos(length):
     # Without the run, fixed(1) spends a forward on every dropped tail position.
     rule = DecodeRule(policy=Policy.parse("fixed:1"), block=B, mask_id=7, eos_ids=(1,), eos_fill=False)
     assert decode_blocks(model, [prompt], rule, max_new_tokens=32, pad_id=0).nfe[0] == -(-(length + 1) // B) * B
+
+
+def test_parity_measures_a_decisions_margin_from_the_policys_own_bound():
+    from orl.eval.parity import StepRecord, decision_margin
+
+    confidence = torch.tensor([0.905, 0.5, 0.2, 0.1])
+    step = StepRecord(confidence=confidence, top2=torch.tensor([[0.905, 0.05]] + [[0.5, 0.1]] * 3),
+                      masked=torch.ones(4, dtype=torch.bool), committed=torch.tensor([True, False, False, False]),
+                      tokens=torch.zeros(4, dtype=torch.long))
+    first = torch.tensor([True, False, False, False])
+    assert decision_margin(Policy.parse("threshold:0.9"), step, first) == pytest.approx(0.005, abs=1e-6)  # from τ
+    assert decision_margin(Policy.parse("factor:1"), step, first) == pytest.approx(0.405, abs=1e-6)  # from 1 - 1/2
+    assert decision_margin(Policy.parse("fixed:1"), step, first) == pytest.approx(0.405, abs=1e-6)  # from the next rank

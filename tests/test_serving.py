@@ -196,7 +196,7 @@ SGLANG_EAGLE3 = {"completion_tokens": 54, "spec_verify_ct": 16, "spec_accept_len
 
 
 def test_vllm_counters_convert_to_the_one_acceptance_length():
-    from orl.commands.bench_latency import acceptance_length
+    from orl.eval.speculative import acceptance_length
 
     tokens = list(range(10, 63)) + [1]  # 54 tokens, <eos> last
     g = generation_from_vllm(tokens, finish_reason="stop", stop_reason=None, eos_ids=EOS, decode=_decode, wall_s=0.2,
@@ -235,7 +235,7 @@ def test_vllm_decode_steps_without_a_draft_still_count():
 
 
 def test_sglang_counters_convert_to_the_one_acceptance_length():
-    from orl.commands.bench_latency import acceptance_length
+    from orl.eval.speculative import acceptance_length
 
     out = {"output_ids": list(range(10, 63)) + [1], "meta_info": SGLANG_EAGLE3}
     g = generation_from_sglang(out, method="eagle3", eos_ids=EOS, decode=_decode, wall_s=0.5)

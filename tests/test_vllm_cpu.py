@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from orl import rows
-from orl.commands.common import speculative_tokens_arg
-from orl.commands.spec_sweep import choose, parse_tokens
+from orl.commands.engine_args import speculative_tokens_arg
+from orl.commands.spec_sweep import parse_tokens
 from orl.engines import serving
 from orl.engines.registry import serving_call
 from orl.engines.vllm import CPU_KV_CACHE_BYTES
 from orl.errors import InputError
+from orl.eval.speculative import choose
 from orl.report.table2 import verification
 
 REPO = Path(__file__).resolve().parents[1]

@@ -28,9 +28,9 @@ import torch
 
 from orl.decoding import Policy, cut_at_eos, decode_rule, plan_blocks
 from orl.engines.base import EngineInfo, Generation, StepLog, checkpoint_info, within_budget
-from orl.engines.dlmrt.capture import default_mode, make_prefill_runner, make_runner
+from orl.engines.capture import cache_bucket, default_mode, make_prefill_runner, make_runner
 from orl.engines.dlmrt.chunk import ChunkSpec, StepObserver, denoise_chunk, prefill, start_block_chunk
-from orl.engines.dlmrt.state import DecodeState, cache_bucket
+from orl.engines.dlmrt.state import DecodeState
 from orl.errors import CheckpointError, InputError
 from orl.kernels.onednn import choose_linear, with_onednn_linears
 from orl.model.checkpoint import Checkpoint
@@ -50,7 +50,7 @@ class DlmrtConfig:
     """Engine knobs; the decoding semantics (policy, α, block) come from elsewhere."""
 
     sync_every: int | None = None  # S: steps per chunk between host reads; None = 1 on CPU, 2 on CUDA
-    min_cache_len: int = 256  # smallest cache bucket (engines/dlmrt/state.py)
+    min_cache_len: int = 256  # smallest cache bucket (engines/capture.py)
     mode: str | None = None  # one of capture.MODES; None = from `compiled` and the device
     compile_backend: str | Callable = "inductor"  # torch.compile backend of "compile" mode ("aot_eager": capture only)
     observer: StepObserver | None = None  # eager mode only: sees every step's logits and decisions (parity)
@@ -81,7 +81,7 @@ class DlmrtEngine:
         self.rule = decode_rule(cfg, ckpt.tokenizer.eos_ids, policy, residual=residual, ignore_eos=ignore_eos,
                                 where=str(ckpt.path / "config.json"))
         self.config = config or DlmrtConfig()
-        self.ckpt, self.policy, self.log_steps = ckpt, policy, log_steps
+        self.ckpt, self.log_steps = ckpt, log_steps  # the policy is the rule's: self.rule.policy
         self.model = ckpt.model
         self.device = next(self.model.parameters()).device
         self.linear = choose_linear(self.config.cpu_linear, self.model, self.rule.block, self.device)
@@ -98,14 +98,11 @@ class DlmrtEngine:
         steps = self.config.sync_every or (2 if self.device.type == "cuda" else 1)
         if steps < 1:
             raise InputError(f"sync_every: expected a positive integer, got {steps}")
-        # τ of the thresholds and f of factor enter the graph as a 0-d tensor rather than a baked-in
-        # constant, so one compilation per shape serves every value of a sweep; k of fixed(k)
-        # is structural (a rank cut) and stays a number.
-        graph_policy = policy if policy.name == "fixed" else Policy(
-            policy.name, torch.tensor(policy.value, dtype=torch.float32, device=self.device))
+        # The policy's value enters the graph as a 0-d tensor rather than a baked-in constant, so
+        # one compilation per shape serves every value of a sweep (Policy.in_graph).
         rule = self.rule
         self.spec = ChunkSpec(
-            policy=graph_policy, block=rule.block, steps=steps, alpha=rule.alpha, mask_id=rule.mask_id,
+            policy=rule.policy.in_graph(self.device), block=rule.block, steps=steps, alpha=rule.alpha, mask_id=rule.mask_id,
             eos_ids=torch.tensor(rule.eos_ids, device=self.device), eos_fill=rule.eos_fill,
             absolute=rule.layout == "absolute", log_steps=log_steps, observer=self.config.observer,
             residual_form=rule.residual_form,
@@ -160,6 +157,20 @@ class DlmrtEngine:
                                         make_runner(chunk, state, self.mode, backend),
                                         make_runner(start_block, state, self.mode, backend))
         return self._slots[length]
+
+    def slot_for(self, prompt: str, max_new_tokens: int) -> _Slot:
+        """The slot a request for `prompt` runs in: what the chunk probes (orl/eval/engine_bench.py) time,
+        profile and check, through its runners only."""
+        return self.slot(self.compile_key(prompt, max_new_tokens))
+
+    @torch.inference_mode()  # the state's buffers are inference tensors
+    def rewind(self, prompt: str, max_new_tokens: int) -> _Slot:
+        """That slot set back to the request's first block, so that a block-start chunk run on its own
+        (a probe, outside `generate`) stays within the cache."""
+        slot = self.slot_for(prompt, max_new_tokens)
+        first = self.plan(len(self.ckpt.tokenizer.encode(prompt)), max_new_tokens).first
+        slot.state.start.copy_(slot.state.start.new_tensor(first))
+        return slot
 
     @torch.inference_mode()
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:

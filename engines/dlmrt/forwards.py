@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 from orl.engines.base import Generation, synchronizer
-from orl.engines.dlmrt.capture import CudaGraphRunner, compile_fullgraph
+from orl.engines.capture import CudaGraphRunner, compile_fullgraph
 from orl.engines.dlmrt.chunk import block_forward
 from orl.engines.dlmrt.engine import DlmrtEngine
 from orl.engines.dlmrt.state import DecodeState

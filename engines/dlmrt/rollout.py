@@ -1,6 +1,6 @@
-"""ORL rollouts decoded by dlmrt: the states orl.train.rollout captures, from the KV-cache engine.
+"""ORL rollouts decoded by dlmrt: the states orl.decoding.rollout captures, from the KV-cache engine.
 
-orl.train.rollout decodes a batch of training prompts by full recompute, every step over
+orl.decoding.rollout decodes a batch of training prompts by full recompute, every step over
 the whole sequence. At real scale that is most of an ORL iteration, so on a GPU each rank
 decodes its share of the prompts with dlmrt instead (`orl train-orl --rollout-engine dlmrt`):
 
@@ -29,13 +29,13 @@ import torch
 from orl.decoding import DecodeRule
 from orl.decoding.layout import BlockPlan
 from orl.decoding.residual import residual_context
+from orl.decoding.rollout import RolloutResult, StateCapture, concat_states, mask_origins
 from orl.engines.dlmrt.engine import DlmrtConfig, DlmrtEngine
 from orl.engines.dlmrt.state import DecodeState
 from orl.errors import InputError
 from orl.model.checkpoint import Checkpoint
 from orl.model.transformer import Transformer
 from orl.tokenizer import Tokenizer
-from orl.train.rollout import RolloutResult, StateCapture, concat_states, mask_origins
 
 
 class _RequestCapture:
@@ -71,14 +71,14 @@ class _RequestCapture:
 
 
 class DlmrtRollout:
-    """An orl.train.rollout.Rollout that decodes with dlmrt, one engine per (model, rule), reused
+    """An orl.decoding.rollout.Rollout that decodes with dlmrt, one engine per (model, rule), reused
     across refreshes: the rollout model's parameters are updated in place (the training model at
     world size 1, orl.train.distributed.Replica's copy above it), so a compiled or captured chunk
     keeps reading the current weights."""
 
     def __init__(self, tokenizer: Tokenizer, *, mode: str | None = None, compile_backend: str = "inductor",
                  where: str | Path = "rollout"):
-        """`mode`: a dlmrt chunk mode (engines/dlmrt/capture.py); None = the device's default
+        """`mode`: a dlmrt chunk mode (engines/capture.py); None = the device's default
         (compile on the CPU, compile-graph on CUDA)."""
         self.tokenizer, self.where = tokenizer, Path(where)
         self.name = "dlmrt-eager" if mode == "eager" else "dlmrt"  # the train record's rollout_engine
@@ -100,7 +100,7 @@ class DlmrtRollout:
 
     def __call__(self, model: Transformer, prompts: list[list[int]], rule: DecodeRule, *, max_new_tokens: int,
                  pad_id: int, temperature: float = 0.0, seeds: list[int] | None = None) -> RolloutResult:
-        """Decode `prompts` (token ids) one by one; returns what orl.train.rollout.rollout returns.
+        """Decode `prompts` (token ids) one by one; returns what orl.decoding.rollout.rollout returns.
         `pad_id` is unused: requests are not padded into a batch. dlmrt decodes greedily."""
         if temperature > 0:
             raise InputError(f"{self.where}: the dlmrt rollout decodes greedily; set orl.rollout_temperature: 0 "

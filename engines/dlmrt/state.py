@@ -5,12 +5,8 @@ a request only writes into them. That is what lets the same step code run
 eagerly, under torch.compile (one compilation per shape, not per request) and
 inside a captured CUDA graph (which replays fixed memory addresses).
 
-The cache length is a bucket, not the request's exact length: the smallest power
-of two that holds prompt + generated blocks, at least `min_len`, at most the
-model's context (rounded up to the block). For the tiny models (context 256) that
-is one shape; for a long-context model it is a handful of log-spaced shapes
-instead of one buffer of the full context that every step would attend over.
-Slots past the request's end are never visible: the mask hides them.
+The cache length is a bucket, not the request's exact length (engines/capture.py
+`cache_bucket`): one state per bucket, each compiled or captured once.
 """
 
 from __future__ import annotations
@@ -23,15 +19,6 @@ from orl.model.transformer import KVCache, ModelConfig
 
 # Per-step statistics a chunk records when step logging is on (columns of DecodeState.log).
 LOG_COLUMNS = ("committed", "masked_before", "mean_entropy", "mean_confidence")
-
-
-def cache_bucket(needed: int, block: int, context: int, min_len: int) -> int:
-    """Cache length for a request needing `needed` slots (see the module docstring)."""
-    cap = -(-max(context, needed) // block) * block
-    length = max(min_len, 2 * block)  # a block start forward writes 2 blocks: keep room for it
-    while length < needed:
-        length *= 2
-    return max(needed, min(length, cap))
 
 
 @dataclass

@@ -13,10 +13,10 @@ from orl.commands.checks import nonneg_int, out_file, positive_int
 from orl.commands.common import (
     add_chat_flag,
     add_model_args,
+    add_policy_flag,
     add_progress_flag,
     chat_renderer,
     compile_notice,
-    model_block,
     parse_device,
     policy_arg,
     torch_dtype,
@@ -24,10 +24,10 @@ from orl.commands.common import (
 from orl.commands.eval_quality import SHORT_DIFFICULTIES
 from orl.tasks import SUITES
 
-BENCH_ENGINES = ("dlmrt", "dlmrt-eager", "reference")
-
 
 def register(subparsers) -> None:
+    from orl.engines.registry import DIFFUSION_ENGINES
+
     p = subparsers.add_parser(
         "bench-engine", help="benchmark dlmrt (compiled, eager) against the reference decoder; write records",
         description="Decode a suite's prompts at batch 1 with dlmrt compiled (CUDA graphs on a GPU), dlmrt eager "
@@ -40,15 +40,24 @@ def register(subparsers) -> None:
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
     p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES, help="TinyCode difficulty")
     p.add_argument("--limit", type=positive_int, default=32, help="first N problems of the suite")
-    p.add_argument("--policy", default="threshold:0.9", help="commit policy: fixed:K, threshold:T, "
-                   "strict-threshold:T or factor:F, or @FILE.json from `orl operating-point`")
+    add_policy_flag(p, "threshold:0.9")
     p.add_argument("--system", default=None, help="table row name stored in the records (default: model name)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generation budget per prompt")
     p.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
     p.add_argument("--ignore-eos", action="store_true", help="fixed-length speed runs: decode every prompt to "
                    "--max-new-tokens whatever the model emits (docs/metrics.md); TPF and NFE are counted the same way")
-    p.add_argument("--engines", default=",".join(BENCH_ENGINES), help="comma-separated subset of "
-                   f"{', '.join(BENCH_ENGINES)}")
+    p.add_argument("--engines", default=",".join(DIFFUSION_ENGINES), help="comma-separated subset of "
+                   f"{', '.join(DIFFUSION_ENGINES)}")
+    _add_measurement_flags(p)
+    p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
+    add_chat_flag(p)
+    add_model_args(p)
+    add_progress_flag(p)
+    p.set_defaults(func=run_bench_engine)
+
+
+def _add_measurement_flags(p) -> None:
+    """How the engines are timed, and what else is measured on dlmrt's chunk."""
     p.add_argument("--warmup", type=nonneg_int, default=2, help="discarded requests per engine, besides one per "
                    "compiled shape (compilation and capture happen there)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved passes over the prompts; each engine "
@@ -63,29 +72,16 @@ def register(subparsers) -> None:
                    "dlmrt chunk launches per step, and print where their time goes")
     p.add_argument("--check-sync", action="store_true", help="CUDA only: check that no chunk synchronises with the "
                    "host (sync debug mode 'error'); a sync found is recorded and makes the exit code 1")
-    p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
-    add_chat_flag(p)
-    add_model_args(p)
-    add_progress_flag(p)
-    p.set_defaults(func=run_bench_engine)
 
 
 def _engines(spec: str) -> list[str]:
+    from orl.engines.registry import DIFFUSION_ENGINES
     from orl.errors import InputError
 
     names = [n.strip() for n in spec.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BENCH_ENGINES]
-    if unknown or not names:
-        raise InputError(f"--engines: unknown or empty {spec!r}; expected names from {', '.join(BENCH_ENGINES)}")
+    if not names or any(n not in DIFFUSION_ENGINES for n in names):
+        raise InputError(f"--engines: unknown or empty {spec!r}; expected names from {', '.join(DIFFUSION_ENGINES)}")
     return names
-
-
-def _ratio(num: float | None, den: float | None) -> float | None:
-    return num / den if num and den else None
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
 
 
 def _check(args) -> None:
@@ -104,104 +100,51 @@ def _check(args) -> None:
 def run_bench_engine(args) -> int:
     import torch
 
-    from orl.decoding import Policy
-    from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
-    from orl.engines.reference import ReferenceDiffusion
     from orl.eval.engine_bench import (
-        chunk_step_time,
-        host_sync_in_chunk,
+        BenchPlan,
+        bench_engines,
+        bench_report,
+        engine_bench_records,
         prepare_graph_profiling,
-        profile_chunk,
-        run_rounds,
     )
-    from orl.eval.latency import timings_as_dicts
-    from orl.model.checkpoint import load_checkpoint
-    from orl.records import make_record, write_records
+    from orl.records import write_records
     from orl.tasks import load_suite
 
     _check(args)
-    names = _engines(args.engines)
-    policy = Policy.parse(policy_arg(args.policy))
-    device = parse_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
     chat = chat_renderer(args)
     prompts = [chat(p["prompt"]) if chat else p["prompt"] for p in problems]
-    ckpt = load_checkpoint(args.ckpt, device=device, dtype=torch_dtype(args.dtype, args.device))
-    if args.profile:
-        prepare_graph_profiling(device)  # before any engine captures a CUDA graph
-    residual, ignore_eos = not args.no_residual, args.ignore_eos
-    config = DlmrtConfig(sync_every=args.sync_every, compile_backend=args.compile_backend)
-    engines = {name: ReferenceDiffusion(ckpt, policy, residual=residual, ignore_eos=ignore_eos) if name == "reference"
-               else DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, ignore_eos=ignore_eos,
-                                config=config) for name in names}
+    ckpt, engines = _build(args)
     rounds = args.rounds or (5 if ckpt.model.embedding.device.type == "cuda" else 1)
-    if "dlmrt" in names:
-        compile_notice("dlmrt", device, "bench-engine")
-    results = run_rounds(engines, prompts, args.max_new_tokens, rounds=rounds, warmup=args.warmup,
-                         progress=not args.no_progress)
-    for name, engine in engines.items():
-        if isinstance(engine, DlmrtEngine):
-            results[name].step_time_s = chunk_step_time(engine, prompts[0], args.max_new_tokens, args.repeats)
-            if args.profile:
-                results[name].kernels_per_step, table = profile_chunk(engine, prompts[0], args.max_new_tokens)
-                unit = "CUDA kernels" if engine.device.type == "cuda" else "CPU operators"
-                print(f"profile ({engine.mode}): {results[name].kernels_per_step:.0f} {unit} per step")
-                print(table)
-            if args.check_sync:
-                results[name].host_sync = host_sync_in_chunk(engine, prompts[0], args.max_new_tokens)
-
-    speed = {name: r.median.summary.tokens_per_s for name, r in results.items()}
-    speedup_vs_eager = _ratio(speed.get("dlmrt"), speed.get("dlmrt-eager"))
-    base = results.get("reference", results[names[0]]).median
-    records = []
-    for name, result in results.items():
-        run, summary = result.median, result.median.summary
-        metrics = {**summary.metrics(), "wall_s": summary.total_s}
-        if run.overhead is not None:
-            metrics.update(overhead=run.overhead, forward_time_s=sum(t.after_s for t in run.timings))
-        if result.step_time_s is not None:
-            metrics["step_time_s"] = result.step_time_s
-        if name == "dlmrt" and speedup_vs_eager is not None:
-            metrics["speedup_vs_eager"] = speedup_vs_eager
-        if name != "reference" and _ratio(speed[name], speed.get("reference")) is not None:
-            metrics["speedup_vs_reference"] = speed[name] / speed["reference"]
-        same = sum(a.token_ids == b.token_ids and a.nfe == b.nfe for a, b in zip(run.generations, base.generations,
-                                                                                  strict=True))
-        info = engines[name].describe()
-        extra = {"max_new_tokens": args.max_new_tokens, "warmup": run.warmup, "rounds": rounds,
-                 "tokens_per_s_rounds": result.tokens_per_s_rounds, "threads": torch.get_num_threads(),
-                 "device": info.device, "compared_to": base.name, "identical_outputs": same,
-                 "chat_template": args.chat, **info.settings,
-                 "per_request": timings_as_dicts(run.timings)}
-        if result.kernels_per_step is not None:
-            extra["kernels_per_step"] = result.kernels_per_step
-        if args.check_sync:
-            extra["host_sync_in_chunk"] = result.host_sync
-        if run.overhead is not None:
-            extra["overhead_definition"] = ("generation wall / bare forwards (prefill + counted steps) replayed in "
-                                            "the same execution mode")
-        block = model_block(info)
-        records.append(make_record("engine_bench", system=args.system or f"{block['name']} ({name})", engine=name,
-                                   model=block, metrics=metrics, policy=info.policy, suite=args.suite,
-                                   n_problems=len(problems), extra=extra))
-        spread = result.tokens_per_s_rounds
-        print(f"{name:12s} tokens/s {summary.tokens_per_s:9.1f} (rounds {min(spread):.0f}-{max(spread):.0f})  "
-              f"TPF {summary.tpf:.3f}  NFE/req {summary.nfe / len(prompts):6.2f}  wall {summary.total_s:7.2f}s  "
-              f"overhead {_fmt(run.overhead)}  identical to {base.name}: {same}/{len(prompts)}")
-    write_records(args.out, records)
-    syncs = {name: r.host_sync for name, r in results.items() if r.host_sync}
-    if syncs:
-        print(f"HOST SYNCHRONISATION inside a chunk: {syncs}")
-    elif args.check_sync:
-        print("no host synchronisation inside a chunk (sync debug mode 'error')")
-    overhead = next((results[n].median.overhead for n in ("dlmrt", "dlmrt-eager") if n in results), None)
-    print(f"overhead={_fmt(overhead)}")
-    print(f"speedup_vs_eager={_fmt(speedup_vs_eager)}")
-    print(f"speedup_vs_reference={_fmt(_ratio(speed.get('dlmrt'), speed.get('reference')))}")
+    plan = BenchPlan(args.max_new_tokens, rounds, args.warmup, args.repeats, profile=args.profile,
+                     check_sync=args.check_sync, progress=not args.no_progress)
+    if args.profile:
+        prepare_graph_profiling(ckpt.model.embedding.device)  # before any engine captures a CUDA graph
+    if "dlmrt" in engines:
+        compile_notice("dlmrt", parse_device(args.device), "bench-engine")
+    results = bench_engines(engines, prompts, plan)
+    write_records(args.out, engine_bench_records(engines, results, plan, suite=args.suite, n_problems=len(problems),
+                                                 system=args.system, chat_template=args.chat))
+    print("\n".join(bench_report(engines, results, len(prompts), check_sync=args.check_sync)))
     if ckpt.config.get("quantization_config"):
         from orl.kernels.quantize import weight_bytes
 
         print(f"weight_bytes_ratio={weight_bytes(ckpt.model)['weight_bytes_ratio']:.4f}")
-    return 1 if syncs else 0
+    return 1 if any(r.host_sync for r in results.values()) else 0
+
+
+def _build(args):
+    """(checkpoint, {name: engine}) for --engines, every engine built by the registry on one loaded checkpoint."""
+    from orl.decoding import Policy
+    from orl.engines.dlmrt import DlmrtConfig
+    from orl.engines.registry import diffusion_engine
+    from orl.model.checkpoint import load_checkpoint
+
+    names = _engines(args.engines)
+    policy = Policy.parse(policy_arg(args.policy))
+    ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
+    config = DlmrtConfig(sync_every=args.sync_every, compile_backend=args.compile_backend)
+    return ckpt, {name: diffusion_engine(name, ckpt, policy=policy, residual=not args.no_residual,
+                                         ignore_eos=args.ignore_eos, dlmrt_config=config) for name in names}

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from orl.commands.checks import nonneg_int, out_file, positive_int
-from orl.commands.common import (
-    add_engine_args,
-    add_progress_flag,
-    build_from_args,
-    chat_renderer,
-    model_block,
-)
+from orl.commands.common import add_progress_flag, chat_renderer
+from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.commands.eval_quality import SHORT_DIFFICULTIES
-from orl.engines.serving import SERVING_ENGINES
 from orl.tasks import SUITES
 
-SPECULATIVE_ENGINES = ("hf-assisted", "dflash")
 RECORD_KINDS = ("latency", "engine_bench")
 
 
@@ -47,103 +38,30 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_bench_latency)
 
 
-def acceptance_length(generations) -> float | None:
-    """Tokens per verifying target forward, the bonus token included, prefill excluded (docs/metrics.md).
-
-    The one definition of every speculative row. A generation's `extra["verify_forwards"]` says how
-    many of its `nfe` target forwards verified a draft (vLLM, SGLang: engines/serving.py); the others
-    (their prefill) yielded one token each and are left out of both sides. Without the key every
-    target forward verified a draft (hf-assisted, dflash: the first one carries the prompt and the
-    first draft). None when no forward verified anything.
-    """
-    tokens = verify = 0
-    for g in generations:
-        verified = (g.extra or {}).get("verify_forwards", g.nfe)
-        tokens += g.num_tokens - (g.nfe - verified)
-        verify += verified
-    return tokens / verify if verify else None
-
-
-def speculative_metrics(engine_name: str, generations) -> dict[str, float]:
-    """acceptance_length (and draft_forwards_mean where the engine counts them) of a speculative row; {} otherwise."""
-    speculative = (engine_name in SPECULATIVE_ENGINES or any("verify_forwards" in (g.extra or {}) for g in generations)
-                   or any(g.draft_forwards for g in generations))
-    if not speculative or not generations:
-        return {}
-    metrics = {}
-    if engine_name not in SERVING_ENGINES:  # the servers do not report their drafter's forwards
-        metrics["draft_forwards_mean"] = sum(g.draft_forwards for g in generations) / len(generations)
-    value = acceptance_length(generations)
-    if value is not None:
-        metrics["acceptance_length"] = value
-    return metrics
-
-
-def acceptance_rate(generations) -> float | None:
-    """Accepted / drafted tokens where the engine reports both (dflash, vLLM, SGLang), else None."""
-    drafted = sum((g.extra or {}).get("drafted_tokens", 0) for g in generations)
-    accepted = sum((g.extra or {}).get("accepted_tokens", 0) for g in generations)
-    return accepted / drafted if drafted else None
-
-
 def run_bench_latency(args) -> int:
     from orl.engines.base import EngineUnavailable
-    from orl.eval.latency import measure_latency, timings_as_dicts
-    from orl.model.checkpoint import checkpoint_digest, read_json_config
-    from orl.records import make_record, not_run, write_records
+    from orl.eval.latency_record import latency_lines, latency_record, not_run_latency_record
+    from orl.model.checkpoint import checkpoint_digest
+    from orl.records import write_records
     from orl.tasks import load_suite
 
-    problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
-    prompts = [problem["prompt"] for problem in problems]
+    prompts = [problem["prompt"] for problem in load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)]
     extra = {"max_new_tokens": args.max_new_tokens, "device": args.device, "draft": args.draft,
              "draft_sha256": checkpoint_digest(args.draft) if args.draft else None, "ignore_eos": args.ignore_eos,
              "chat_template": args.chat}
     try:
         engine = build_from_args(args)
     except EngineUnavailable as exc:
-        config = read_json_config(Path(args.ckpt) / "config.json", "a checkpoint needs config.json")
-        model = {"name": config.get("orl_model_name") or Path(args.ckpt).name, "ckpt": str(args.ckpt),
-                 "ckpt_sha256": checkpoint_digest(args.ckpt), "precision": "unknown"}
-        system = args.system or f"{model['name']} ({args.engine})"
-        record = not_run(args.kind, system=system, engine=args.engine, reason=str(exc), suite=args.suite,
-                         n_problems=len(prompts), extra=extra, model=model)
+        record = not_run_latency_record(args.kind, args.ckpt, row_engine=args.engine, reason=str(exc),
+                                        suite=args.suite, n_problems=len(prompts), system=args.system, extra=extra)
         write_records(args.out, [record])
-        print(f"{system}: not run: {exc}")
+        print(f"{record['system']}: not run: {exc}")
         return 0
-
-    info = engine.describe()
-    model = model_block(info)
-    system = args.system or f"{model['name']} ({args.engine})"
     chat = chat_renderer(args)
-    try:
-        run = measure_latency(engine, [chat(p) for p in prompts] if chat else prompts, args.max_new_tokens,
-                              warmup=args.warmup, progress=not args.no_progress)
-    finally:
-        engine.close()  # a server's processes and GPU memory
-    summary = run.summary
-    metrics = summary.metrics()
-    if summary.nfe == 0:
-        # The engine could not count its forwards (sglang's dLLM backend): no TPF rather than a wrong one.
-        metrics.pop("tpf")
-        metrics.pop("nfe_mean")
-    metrics["prefill_forwards_mean"] = sum(t.prefill_forwards for t in run.timings) / len(run.timings)
-    metrics.update(speculative_metrics(args.engine, run.generations))
-    rate = acceptance_rate(run.generations)
-    if rate is not None:
-        metrics["acceptance_rate"] = rate
-    extra.update(warmup=run.warmup, device=info.device, **info.settings, per_request=timings_as_dicts(run.timings))
-    if any(g.extra for g in run.generations):
-        extra["engine_extra"] = [g.extra for g in run.generations]
-    record = make_record(args.kind, system=system, engine=info.name, model=model, metrics=metrics,
-                         policy=info.policy, suite=args.suite, n_problems=len(prompts), extra=extra)
+    record, run = latency_record(engine, [chat(p) for p in prompts] if chat else prompts, kind=args.kind,
+                                 row_engine=args.engine, suite=args.suite, system=args.system,
+                                 max_new_tokens=args.max_new_tokens, warmup=args.warmup,
+                                 progress=not args.no_progress, extra=extra)
     write_records(args.out, [record])
-    parts = [f"{system}: {summary.n_requests} requests after {run.warmup} warm-up, {summary.tokens} tokens, "
-             f"NFE {summary.nfe}"]
-    if "acceptance_length" in metrics:
-        parts.append(f"acceptance length {metrics['acceptance_length']:.3f}")
-    if "draft_forwards_mean" in metrics:
-        parts.append(f"draft forwards/request {metrics['draft_forwards_mean']:.2f}")
-    print(", ".join(parts))
-    line = summary.last_line()
-    print(line if summary.nfe else line.rsplit(" tpf=", 1)[0] + " tpf=n/a")
+    print("\n".join(latency_lines(record, run)))
     return 0

@@ -12,13 +12,17 @@ from __future__ import annotations
 from orl.commands.common import (
     add_model_args,
     add_progress_flag,
-    model_block,
     parse_device,
     parse_policy,
     torch_dtype,
 )
 
-SCALE_ENGINES = ("dlmrt", "dlmrt-eager", "reference", "hf")
+
+def _scale_engines() -> tuple[str, ...]:
+    """The block-diffusion decoders, and transformers' AR model of the same shapes."""
+    from orl.engines.registry import DIFFUSION_ENGINES
+
+    return (*DIFFUSION_ENGINES, "hf")
 
 
 def register(subparsers) -> None:
@@ -41,8 +45,8 @@ def register(subparsers) -> None:
     p.add_argument("--prompt-len", type=int, default=128, help="random prompt tokens per request")
     p.add_argument("--requests", type=int, default=2, help="timed requests per engine")
     p.add_argument("--warmup", type=int, default=1, help="warm-up requests per engine (compilation, capture)")
-    p.add_argument("--engines", default=",".join(SCALE_ENGINES), help="comma-separated subset of "
-                   f"{', '.join(SCALE_ENGINES)} (the reference decoder recomputes the whole context every step: slow)")
+    p.add_argument("--engines", default=",".join(_scale_engines()), help="comma-separated subset of "
+                   f"{', '.join(_scale_engines())} (the reference decoder recomputes the whole context every step: slow)")
     p.add_argument("--repeats", type=int, default=20, help="chunk repetitions for dlmrt's step time")
     p.add_argument("--copy-mb", type=int, default=1024, help="size of the bandwidth-measuring copy (past every cache)")
     p.add_argument("--gemm-size", type=int, default=2048,
@@ -62,8 +66,9 @@ def _check(args) -> list[str]:
     from orl.errors import InputError
 
     names = [n.strip() for n in args.engines.split(",") if n.strip()]
-    if not names or any(n not in SCALE_ENGINES for n in names):
-        raise InputError(f"--engines: unknown or empty {args.engines!r}; expected names from {', '.join(SCALE_ENGINES)}")
+    if not names or any(n not in _scale_engines() for n in names):
+        raise InputError(f"--engines: unknown or empty {args.engines!r}; expected names from "
+                         f"{', '.join(_scale_engines())}")
     for name in ("max_new_tokens", "prompt_len", "requests", "repeats", "copy_mb", "gemm_size"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(args, name)}")
@@ -73,24 +78,10 @@ def _check(args) -> list[str]:
 def run_bench_scale(args) -> int:
     import torch
 
-    from orl.decoding import plan_blocks
-    from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
-    from orl.engines.hf import HFEngine
-    from orl.engines.reference import ReferenceDiffusion
-    from orl.eval.engine_bench import chunk_step_time, prepare_graph_profiling, profile_chunk
-    from orl.eval.latency import measure_latency, timings_as_dicts
-    from orl.eval.scale import (
-        Floor,
-        copy_bandwidth,
-        flops_per_forward,
-        gemm_rate,
-        kv_bytes_read,
-        random_checkpoint,
-        random_hf_causal_lm,
-        random_prompts,
-        weight_bytes_read,
-    )
-    from orl.records import make_record, write_records
+    from orl.eval.engine_bench import prepare_graph_profiling
+    from orl.eval.scale import random_checkpoint, random_prompts
+    from orl.eval.scale_bench import ScaleRun, machine_line, measure_machine, scale_line, scale_record
+    from orl.records import write_records
 
     names = _check(args)
     device = parse_device(args.device)
@@ -101,67 +92,34 @@ def run_bench_scale(args) -> int:
     ckpt = random_checkpoint(args.arch, device, dtype, args.block)
     if args.profile:
         prepare_graph_profiling(device)  # before any engine captures a CUDA graph
-    config = ckpt.model.config
-    prompts = random_prompts(config, args.requests, args.prompt_len)
-    plan = plan_blocks(args.prompt_len, args.max_new_tokens, config.block_size, config.block_layout,
-                       config.max_position_embeddings)
-    bandwidth = copy_bandwidth(device, args.copy_mb << 20)
-    element = torch.empty((), dtype=dtype).element_size()
-    weights = weight_bytes_read(ckpt.model)
-    # A dlmrt step at the end of the generation attends to everything before its block's end.
-    # Its arithmetic: one block of tokens against that context (dlmrt's rows; the others' time per
-    # forward is a mean over forwards of other sizes, so only their bandwidth floor is stated).
-    rate = gemm_rate(device, dtype, args.gemm_size)
-    floor = Floor(weights, kv_bytes_read(config, plan.end, element), bandwidth,
-                  flops_per_forward(ckpt.model, config.block_size, plan.end), rate)
-    print(f"{args.arch}: {weights / 1e9:.3f} GB of weights read per forward ({str(dtype).replace('torch.', '')}), "
-          f"copy bandwidth {bandwidth / 1e9:.2f} GB/s, floor {floor.seconds * 1e3:.3f} ms per forward; "
-          f"GEMM {rate / 1e9:.1f} GFLOP/s, a block forward's compute floor {floor.compute_seconds * 1e3:.3f} ms")
-
-    records, dlmrt_ratio = [], None
+    run = ScaleRun(args.arch, args.prompt_len, args.max_new_tokens, args.warmup, args.repeats, profile=args.profile,
+                   progress=not args.no_progress)
+    prompts = random_prompts(ckpt.model.config, args.requests, args.prompt_len)
+    machine = measure_machine(ckpt, run, dtype, copy_mb=args.copy_mb, gemm_size=args.gemm_size)
+    print(machine_line(args.arch, dtype, machine))
+    records = []
     for name in names:
-        if name == "hf":
-            engine = HFEngine(random_hf_causal_lm(config, device, dtype), ckpt.tokenizer,
-                              model_name=ckpt.config["orl_model_name"], ignore_eos=True)
-        elif name == "reference":
-            engine = ReferenceDiffusion(ckpt, policy, ignore_eos=True)
-        else:
-            engine = DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", ignore_eos=True,
-                                 config=DlmrtConfig(cpu_linear=args.cpu_linear))
-            print(f"{engine.name}: linears through {engine.linear.describe()}", flush=True)
-        run = measure_latency(engine, prompts, args.max_new_tokens, warmup=args.warmup, progress=not args.no_progress)
-        summary = run.summary
-        forwards = sum(t.nfe + t.prefill_forwards for t in run.timings)
-        metrics = {**summary.metrics(), "time_per_forward_s": summary.total_s / forwards,
-                   "bandwidth_gb_per_s": bandwidth / 1e9, "floor_s": floor.seconds,
-                   "weight_bytes_read": floor.weight_bytes, "kv_bytes_read": floor.kv_bytes}
-        extra = {"arch": args.arch, "random_weights": True, "prompt_len": args.prompt_len, "block": config.block_size,
-                 "layout": config.block_layout, "per_request": timings_as_dicts(run.timings),
-                 "time_per_forward": "wall / (counted forwards + prefill)", **engine.describe().settings}
-        if isinstance(engine, DlmrtEngine):
-            step = chunk_step_time(engine, prompts[0], args.max_new_tokens, args.repeats)
-            metrics.update(step_time_s=step, time_per_forward_s=step)
-            extra["time_per_forward"] = "one decoding step of the captured / compiled chunk, at the generation's end"
-            extra["cpu_linear"] = engine.linear.to_record()
-            if args.profile:
-                extra["kernels_per_step"], _ = profile_chunk(engine, prompts[0], args.max_new_tokens)
-        # Ignored here: the floor counts what a forward must read; the reference decoder and the AR
-        # model read the same weights per forward, so their ratio says how far each is from it.
-        metrics["floor_ratio"] = metrics["time_per_forward_s"] / floor.seconds
-        if isinstance(engine, DlmrtEngine):
-            metrics.update(gemm_gflop_per_s=rate / 1e9, flops_per_forward=floor.flops,
-                           compute_floor_s=floor.compute_seconds, roofline_floor_s=floor.roofline_seconds,
-                           roofline_ratio=metrics["time_per_forward_s"] / floor.roofline_seconds)
-        if name == "dlmrt":
-            dlmrt_ratio = metrics["floor_ratio"]
-        info = engine.describe()
-        records.append(make_record("scale_bench", system=f"{args.arch} (random weights: speed only)", engine=info.name,
-                                   model=model_block(info), metrics=metrics, policy=info.policy, suite=None,
-                                   n_problems=len(prompts), extra=extra))
-        roofline = f"  roofline x{metrics['roofline_ratio']:.2f}" if "roofline_ratio" in metrics else ""
-        print(f"{info.name:12s} time/forward {metrics['time_per_forward_s'] * 1e3:9.3f} ms  floor x{metrics['floor_ratio']:.2f}"
-              f"{roofline}  tokens/s {summary.tokens_per_s:9.1f}  TPF {summary.tpf:.2f}", flush=True)
+        engine = _engine(name, ckpt, policy, args.cpu_linear, dtype)
+        records.append(scale_record(engine, prompts, run, machine, config=ckpt.model.config))
+        print(scale_line(records[-1]), flush=True)
         del engine
     write_records(args.out, records)
-    print(f"floor_ratio={dlmrt_ratio:.3f}" if dlmrt_ratio is not None else "floor_ratio=n/a (no dlmrt row)")
+    dlmrt = next((r["metrics"]["floor_ratio"] for name, r in zip(names, records, strict=True) if name == "dlmrt"), None)
+    print(f"floor_ratio={dlmrt:.3f}" if dlmrt is not None else "floor_ratio=n/a (no dlmrt row)")
     return 0
+
+
+def _engine(name: str, ckpt, policy, cpu_linear: str, dtype):
+    """The named engine on the random checkpoint, built by the registry; hf runs transformers' own AR model
+    of the same shapes."""
+    from orl.engines.dlmrt import DlmrtConfig
+    from orl.engines.registry import diffusion_engine, hf_engine_for_model
+    from orl.eval.scale import random_hf_causal_lm
+
+    if name == "hf":
+        model = random_hf_causal_lm(ckpt.model.config, ckpt.model.embedding.device, dtype)
+        return hf_engine_for_model(model, ckpt.tokenizer, model_name=ckpt.config["orl_model_name"], ignore_eos=True)
+    engine = diffusion_engine(name, ckpt, policy=policy, ignore_eos=True, dlmrt_config=DlmrtConfig(cpu_linear=cpu_linear))
+    if name != "reference":
+        print(f"{engine.name}: linears through {engine.linear.describe()}", flush=True)
+    return engine

@@ -1,6 +1,6 @@
 """Argument checks shared by the commands: each turns a bad value into one line before any work starts.
 
-Two kinds. Argparse types (`positive_int`, `thresholds`, `out_file`) check one value as it is parsed:
+Two kinds. Argparse types (`positive_int`, `sweep_values`, `out_file`) check one value as it is parsed:
 argparse then prints `orl CMD: error: argument --X: <why>` and exits 2 (orl.cli keeps that to one
 line). The `check_*` functions look at several arguments together, or at the checkpoint's config.json
 without loading weights, and raise InputError, which `orl` prints as one line with exit 2.
@@ -11,15 +11,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orl.errors import ConfigError, InputError
+from orl.errors import InputError
 
 # The commit policy every command defaults to; an explicit other one on an AR checkpoint is an error.
 DEFAULT_POLICY = "fixed:1"
-# Engines that take a draft / drafter checkpoint (the serving ones check theirs per method).
-DRAFT_REQUIRED = ("hf-assisted", "dflash")
-DRAFT_ACCEPTED = (*DRAFT_REQUIRED, "vllm", "sglang")
-# Engines that decode an AR checkpoint only, for which a dLLM commit policy means nothing.
-AR_ONLY = ("ar-compiled", "hf", "hf-assisted", "dflash")
 
 
 def positive_int(text: str) -> int:
@@ -72,26 +67,21 @@ def resolve_ckpt(args) -> str:
     return ckpt
 
 
-def thresholds(text: str) -> list[float]:
-    """An argparse type: comma-separated thresholds τ, each in (0, 1], at least one, no repeats."""
-    from orl.decoding import Policy
-
+def sweep_values(text: str) -> list[float]:
+    """An argparse type: comma-separated values of a policy's parameter (`orl sweep`), at least one, no
+    repeats. Whether each is valid for the policy (τ in (0, 1]) is the policy's to say (Policy.checked),
+    once the policy is known."""
     parts = [t.strip() for t in text.split(",")]
     if not any(parts):
-        raise argparse.ArgumentTypeError("expected comma-separated thresholds in (0, 1] such as 0.5,0.9; got none")
+        raise argparse.ArgumentTypeError("expected comma-separated values such as 0.5,0.9; got none")
     values = []
     for part in parts:
         try:
-            value = float(part)
+            values.append(float(part))
         except ValueError:
             raise argparse.ArgumentTypeError(f"{part!r} in {text!r} is not a number") from None
-        try:
-            Policy.checked("threshold", value, "τ")
-        except InputError as exc:
-            raise argparse.ArgumentTypeError(f"{exc} (in {text!r})") from None
-        values.append(value)
     if len(set(values)) != len(values):
-        raise argparse.ArgumentTypeError(f"{text!r} names a threshold twice")
+        raise argparse.ArgumentTypeError(f"{text!r} names a value twice")
     return values
 
 
@@ -114,17 +104,21 @@ def check_engine_args(args) -> None:
     hf-assisted without a draft would run plain greedy decoding under the speculative row's name; a
     --draft an engine does not read, or a dLLM --policy on an AR checkpoint, would be silently ignored.
     """
+    from orl.engines.registry import ENGINES, EngineKind
+    from orl.engines.serving import SERVING_ENGINES
     from orl.model.config import architecture, is_diffusion_arch, read_json_config
 
     engine, draft = args.engine, getattr(args, "draft", None)
-    if engine in DRAFT_REQUIRED and not draft:
+    kind = ENGINES.get(engine, EngineKind())
+    if kind.draft == "required" and not draft:
         raise InputError(f"--engine {engine}: needs --draft DIR (the draft / drafter checkpoint)")
-    if draft and engine not in DRAFT_ACCEPTED:
-        raise InputError(f"--draft: engine {engine} does not use a draft (only {', '.join(DRAFT_ACCEPTED)} do)")
+    if draft and kind.draft is None:
+        takers = ", ".join(name for name, k in ENGINES.items() if k.draft)
+        raise InputError(f"--draft: engine {engine} does not use a draft (only {takers} do)")
     policy = getattr(args, "policy", DEFAULT_POLICY)
-    if policy == DEFAULT_POLICY or engine in ("vllm", "sglang"):  # serving rows check their own method
+    if policy == DEFAULT_POLICY or engine in SERVING_ENGINES:  # serving rows check their own method
         return
-    if engine in AR_ONLY:
+    if kind.ar_only:
         raise InputError(f"--policy {policy}: engine {engine} decodes autoregressively and takes no commit "
                          f"policy (leave --policy at {DEFAULT_POLICY})")
     path = Path(args.ckpt) / "config.json"
@@ -132,28 +126,3 @@ def check_engine_args(args) -> None:
     if not is_diffusion_arch(architecture(config, path)):
         raise InputError(f"--policy {policy}: {args.ckpt} is an AR checkpoint ({config['architectures'][0]}), "
                          f"decoded one token per forward; a commit policy applies to block-diffusion checkpoints")
-
-
-# The counts of each training stage that must be positive: 0 or -5 steps would write an untrained
-# checkpoint (and report a loss of nan); 0 prompts, rollouts or states would train on nothing.
-# ORL's batch_size may be 0 (every selected state, OrlConfig), not negative.
-COUNTS_FROM_ZERO = {"orl": ("batch_size",)}
-TRAINING_COUNTS = {
-    "ar": ("steps", "batch_size"), "draft": ("steps", "batch_size"), "convert": ("steps", "batch_size"),
-    "orl": ("iterations_steps", "rollout_prompts", "rollouts_per_prompt", "states_per_block"),
-}
-
-
-def check_training_counts(preset, section: str) -> None:
-    """The counts TRAINING_COUNTS names for one stage's preset section, each a positive integer."""
-    values = getattr(preset, section)
-    for name in TRAINING_COUNTS[section]:
-        value = getattr(values, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"preset {preset.name!r} (with --config overrides): {section}.{name}: expected a "
-                              f"positive integer, got {value!r}")
-    for name in COUNTS_FROM_ZERO.get(section, ()):
-        value = getattr(values, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"preset {preset.name!r} (with --config overrides): {section}.{name}: expected an "
-                              f"integer ≥ 0 (0 = all), got {value!r}")

@@ -6,28 +6,27 @@ import re
 import sys
 from pathlib import Path
 
-from orl.commands.checks import check_engine_args, positive_int
-
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
-def model_block(info) -> dict:
-    """The record's `model` block for an engine's EngineInfo (orl.engines.base)."""
-    from orl.model.checkpoint import checkpoint_digest
-
-    return {"name": info.model_name, "ckpt": info.ckpt,
-            "ckpt_sha256": checkpoint_digest(info.ckpt) if info.ckpt else None, "precision": info.precision}
-
-
 def model_field(ckpt) -> dict:
-    """The record's `model` block for a loaded Checkpoint (training and benchmark commands)."""
+    """The record's `model` block for a loaded Checkpoint (training and benchmark commands): the one
+    builder's, EngineInfo.model_block."""
     from orl.engines.base import checkpoint_info
 
-    return model_block(checkpoint_info("", ckpt, "cpu"))
+    return checkpoint_info("", ckpt, "cpu").model_block()
 
 
 def add_progress_flag(parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def add_policy_flag(parser, default: str, what: str = "commit policy", note: str = "") -> None:
+    """--policy, its help listing the specs orl/decoding/policy.py defines (no list of policies here)."""
+    from orl.decoding.policy import policy_specs  # torch-free: `orl --help` stays quick
+
+    parser.add_argument("--policy", default=default, help=f"{what}: {policy_specs()}, or @FILE.json from "
+                        f"`orl operating-point` (default: %(default)s{', ' + note if note else ''})")
 
 
 def policy_arg(text: str) -> str:
@@ -94,78 +93,9 @@ def add_model_args(parser, *, dtype: bool = True) -> None:
                             "CPU, bfloat16 on CUDA")
 
 
-def add_engine_args(parser, default_engine: str | None, *, default_note: str | None = None) -> None:
-    """The arguments that choose an engine and what it runs (generate, eval-quality, bench-latency).
-
-    `default_note` describes a default the command resolves itself (the engine then defaults to None)."""
-    from orl.engines.registry import ENGINE_NAMES
-
-    parser.add_argument("--ckpt", required=True, help="checkpoint directory (HF layout; NVFP4-quantized ones too)")
-    default = default_note or (f"default: {default_engine}" if default_engine else None)
-    parser.add_argument("--engine", default=default_engine,
-                        required=default_engine is None and default_note is None, choices=ENGINE_NAMES,
-                        help="engine or baseline" + (f" ({default})" if default else "")
-                        + "; 'reference' picks greedy AR decoding for an AR checkpoint and LLaDA-style block "
-                        "decoding for a dLLM")
-    parser.add_argument("--policy", default="fixed:1", help="dLLM commit policy: fixed:K, threshold:T, "
-                        "strict-threshold:T or factor:F, or @FILE.json from `orl operating-point` (default: fixed:1, "
-                        "one token per step)")
-    parser.add_argument("--draft", default=None, help="draft / drafter checkpoint for hf-assisted, dflash and the "
-                        "speculative vllm / sglang methods")
-    parser.add_argument("--method", default=None, help="vllm / sglang only: the row's method (vllm: ar, draft_model, "
-                        "eagle3, dflash; sglang: ar, standalone, eagle3, dflash, dllm); default ar for an AR "
-                        "checkpoint, dllm for a block-diffusion one")
-    parser.add_argument("--num-speculative-tokens", default=None, help="drafted tokens per verification of a "
-                        "draft-model row (vllm / sglang speculative methods, hf-assisted): N, or @FILE.json from "
-                        "`orl spec-sweep` (its chosen num_speculative_tokens); default: each engine's own (5)")
-    parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget (default: 64)")
-    parser.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
-    add_chat_flag(parser)
-    add_model_args(parser)
-
-
 def add_chat_flag(parser) -> None:
     parser.add_argument("--chat", action="store_true", help="send each prompt as one user turn through the "
                         "checkpoint's chat template (tokenizer_config.json), for instruct checkpoints")
-
-
-def build_from_args(args, log_steps: bool = False):
-    """The engine the --engine/--ckpt/--policy/... arguments name (orl.engines.registry)."""
-    from orl.engines.registry import build_engine
-
-    check_engine_args(args)
-    return build_engine(args.engine, args.ckpt, policy=parse_policy(args.policy), draft_dir=args.draft,
-                        device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device),
-                        residual=not args.no_residual,
-                        log_steps=log_steps, ignore_eos=getattr(args, "ignore_eos", False), method=args.method,
-                        num_speculative_tokens=speculative_tokens_arg(getattr(args, "num_speculative_tokens", None)))
-
-
-def speculative_tokens_arg(text: str | None) -> int | None:
-    """A --num-speculative-tokens value: N, or @FILE.json naming a `orl spec-sweep` choice; None: the default."""
-    import json
-
-    from orl.errors import InputError
-
-    if text is None:
-        return None
-    value: object = text
-    if text.startswith("@"):
-        path = Path(text[1:])
-        try:
-            value = json.loads(path.read_text()).get("num_speculative_tokens")
-        except FileNotFoundError:
-            raise InputError(f"--num-speculative-tokens {text}: {path}: file not found") from None
-        except (json.JSONDecodeError, AttributeError):
-            raise InputError(f"--num-speculative-tokens {text}: {path}: expected a JSON object") from None
-    try:
-        tokens = int(value)
-    except (TypeError, ValueError):
-        tokens = 0
-    if tokens < 1 or str(value).strip() != str(tokens):
-        raise InputError(f"--num-speculative-tokens {text}: num_speculative_tokens: expected a positive integer, "
-                         f"got {value!r}")
-    return tokens
 
 
 def compile_notice(engine: str, device: str, command: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from orl.commands.checks import check_training_counts
 from orl.commands.common import parse_device
 from orl.commands.train_ar import add_training_args, seed_override
 
@@ -19,7 +18,7 @@ def register(subparsers) -> None:
 
 
 def run_convert(args) -> int:
-    from orl.train.config import load_preset
+    from orl.train.config import check_training_counts, load_preset
     from orl.train.distributed import training_world
     from orl.train.loop import is_finished
     from orl.train.pretrain import convert_to_diffusion

@@ -6,9 +6,9 @@ from orl.commands.checks import out_file, positive_int
 from orl.commands.common import (
     add_chat_flag,
     add_model_args,
+    add_policy_flag,
     add_progress_flag,
     chat_renderer,
-    model_block,
     parse_device,
     parse_policy,
     torch_dtype,
@@ -24,8 +24,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
-    p.add_argument("--policy", default="fixed:1", help="commit policy: fixed:K, threshold:T, strict-threshold:T "
-                   "or factor:F, or @FILE.json from `orl operating-point`")
+    add_policy_flag(p, "fixed:1")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget")
     p.add_argument("--system", default=None, help="table row name stored in the record (default: the model name)")
@@ -49,7 +48,7 @@ def run_entropy_profile(args) -> int:
     per_step, counts = entropy_per_step(generate_all(engine, problems, args.max_new_tokens,
                                                      progress=not args.no_progress, chat=chat_renderer(args)))
     info = engine.describe()
-    model = model_block(info)
+    model = info.model_block()
     record = make_record("entropy", system=args.system or model["name"], engine=info.name, model=model,
                          policy=info.policy, suite=args.suite, n_problems=len(problems), metrics={},
                          extra={"mean_entropy_per_step": per_step, "states_per_step": counts, "device": info.device,

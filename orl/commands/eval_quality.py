@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 from orl.commands.checks import out_file, positive_float, positive_int
-from orl.commands.common import (
-    add_engine_args,
-    add_progress_flag,
-    build_from_args,
-    chat_renderer,
-    compile_notice,
-    model_block,
-)
+from orl.commands.common import add_progress_flag, chat_renderer, compile_notice
+from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.tasks import SUITES
 from orl.tasks.tinycode import DIFFICULTIES
 
@@ -62,7 +56,7 @@ def run_eval_quality(args) -> int:
         info = engine.describe()
     finally:
         engine.close()  # a server's processes (vLLM's engine core)
-    model = model_block(info)
+    model = info.model_block()
     record = make_record(
         "quality", system=args.system or f"{model['name']} ({args.engine})", engine=info.name, model=model,
         metrics={"pass_at_1": result.pass_at_1, "tpf": result.tpf, "nfe_mean": result.nfe_mean,

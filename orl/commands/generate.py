@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from orl.commands.common import add_engine_args, build_from_args, chat_renderer, compile_notice
+from orl.commands.common import chat_renderer, compile_notice
+from orl.commands.engine_args import add_engine_args, build_from_args
 
 # What `--engine` means when not given: compiled dlmrt where it pays (CUDA graphs), the same engine
 # uncompiled on a CPU. One prompt on a 2-core CPU: 12 s eager against 95 s compiled when idle, 31 s

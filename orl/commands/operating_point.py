@@ -1,4 +1,5 @@
-"""`orl operating-point`: the matched-accuracy threshold chosen from a sweep (docs/metrics.md)."""
+"""`orl operating-point`: the matched-accuracy point (the policy's parameter, e.g. τ) chosen from a sweep
+(docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -24,24 +25,17 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_operating_point)
 
 
-def _runs(record: dict, where: str):
-    """The per-problem outcomes of a record, or InputError naming the file and the field."""
-    from orl.errors import InputError
-    from orl.eval.uncertainty import stack_runs
-
-    entries = record.get("per_problem")
-    if not entries:
-        raise InputError(f"{where}: per_problem: expected per-problem outcomes (task_id, passed), got none; "
-                         "matched accuracy is a paired test over the problems")
-    return stack_runs([e["task_id"] for e in entries], [{"passed": [bool(e["passed"]) for e in entries]}])
-
-
 def run_operating_point(args) -> int:
-    from orl.decoding import Policy
     from orl.errors import InputError
-    from orl.eval.operating_point import Candidate, choose_operating_point, edge_note
+    from orl.eval.operating_point import (
+        candidates_of,
+        choose_operating_point,
+        outcomes,
+        point_line,
+        point_quality_record,
+    )
     from orl.io import atomic_write_json
-    from orl.records import load_records, make_record, write_records
+    from orl.records import load_records, write_records
 
     if not 0 <= args.tolerance <= 1:
         raise InputError(f"--tolerance: expected a pass@1 difference in [0, 1], got {args.tolerance}")
@@ -51,30 +45,12 @@ def run_operating_point(args) -> int:
         raise InputError(f"{args.sweep if not sweep else args.reference}: no measured "
                          f"{'sweep' if not sweep else 'quality'} record")
     reference_record = max(reference, key=lambda r: r["created"])
-    taus = [Policy.from_record(r["policy"], f"{args.sweep}: policy").value for r in sweep]
-    candidates = [Candidate(tau, r["metrics"]["pass_at_1"], r["metrics"]["tpf"], _runs(r, f"{args.sweep} (tau={tau:g})"))
-                  for tau, r in zip(taus, sweep, strict=True)]  # fmt: skip
-    point = choose_operating_point(candidates, _runs(reference_record, args.reference), args.tolerance)
+    candidates = candidates_of(sweep, args.sweep)
+    point = choose_operating_point(candidates, outcomes(reference_record, args.reference), args.tolerance)
     atomic_write_json(args.out, point.to_dict())
     if args.quality_out:
-        chosen = next(r for tau, r in zip(taus, sweep, strict=True) if tau == point.tau)
-        record = make_record(
-            "quality", system=chosen["system"], engine=chosen["engine"], model=chosen["model"],
-            policy=chosen["policy"], suite=chosen["suite"], n_problems=chosen["n_problems"],
-            metrics={k: v for k, v in chosen["metrics"].items() if k in ("pass_at_1", "tpf", "nfe_mean")},
-            per_problem=chosen["per_problem"],
-            extra={"source": f"{args.sweep}: sweep point tau={point.tau:g}", "matched": point.matched,
-                   "edge": point.edge, "grid": point.grid, "matching": point.matching, "why": point.why,
-                   "reference": {"file": str(args.reference), "system": reference_record["system"],
-                                 "engine": reference_record["engine"]},
-                   "reference_pass_at_1": point.reference_pass_at_1, "tolerance": point.tolerance,
-                   "difference": point.difference, "difference_lo": point.difference_lo,
-                   "difference_hi": point.difference_hi},
-        )  # fmt: skip
-        write_records(args.quality_out, [record])
-    status = "matched" if point.matched else "NOT matched (most accurate point used)"
-    edge = edge_note(point.edge, point.grid)
-    print(f"operating point {point.policy}: pass@1={point.pass_at_1:.4f} tpf={point.tpf:.3f} "
-          f"(reference {point.reference_pass_at_1:.4f} - {point.tolerance}; {status}; {point.why})"
-          + (f"; {edge}" if edge else ""))
+        chosen = next(r for c, r in zip(candidates, sweep, strict=True) if c.value == point.value)
+        write_records(args.quality_out, [point_quality_record(point, chosen, reference_record, sweep_file=args.sweep,
+                                                              reference_file=args.reference)])
+    print(point_line(point, candidates[0].policy))
     return 0

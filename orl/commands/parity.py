@@ -5,7 +5,7 @@ from __future__ import annotations
 from orl.commands.checks import positive_int
 from orl.commands.common import add_model_args, parse_device, parse_policy, torch_dtype
 from orl.commands.eval_quality import SHORT_DIFFICULTIES
-from orl.engines.dlmrt.capture import MODES
+from orl.engines.capture import MODES
 from orl.tasks import SUITES
 
 
@@ -38,9 +38,9 @@ def register(subparsers) -> None:
 def run_parity(args) -> int:
     import torch
 
-    from orl.engines.dlmrt import DlmrtConfig, DlmrtEngine
-    from orl.engines.reference import ReferenceDiffusion
-    from orl.eval.parity import StepRecorder, first_difference
+    from orl.engines.dlmrt import DlmrtConfig
+    from orl.engines.registry import diffusion_engine
+    from orl.eval.parity import compare_outputs, explain_difference
     from orl.model.checkpoint import load_checkpoint
     from orl.tasks import load_suite
 
@@ -53,28 +53,16 @@ def run_parity(args) -> int:
     residual = not args.no_residual
     problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
     common = {"residual": residual, "ignore_eos": args.ignore_eos}
-    ref = ReferenceDiffusion(ckpt, policy, **common)
-    dl = DlmrtEngine(ckpt, policy, config=DlmrtConfig(sync_every=args.sync_every, mode=args.mode), **common)
+    ref = diffusion_engine("reference", ckpt, policy=policy, **common)
+    dl = diffusion_engine("dlmrt", ckpt, policy=policy, dlmrt_config=DlmrtConfig(sync_every=args.sync_every,
+                                                                                  mode=args.mode), **common)
     mode = dl.mode
-    identical, differing = 0, []
-    for problem in problems:
-        a, b = ref.generate(problem["prompt"], args.max_new_tokens), dl.generate(problem["prompt"], args.max_new_tokens)
-        if a.token_ids == b.token_ids and a.nfe == b.nfe:
-            identical += 1
-        else:
-            differing.append((problem, a, b))
+    identical, differing = compare_outputs(ref, dl, problems, args.max_new_tokens)
     print(f"policy {policy}, dlmrt {mode}, residual {'on' if residual else 'off'} (alpha {ref.rule.alpha:g}): "
           f"{identical}/{len(problems)} identical (tokens and NFE)")
     for problem, a, b in differing:
-        ref_steps, dl_steps = StepRecorder(), StepRecorder()
-        ReferenceDiffusion(ckpt, policy, observer=ref_steps.view, **common).generate(problem["prompt"],
-                                                                                     args.max_new_tokens)
-        DlmrtEngine(ckpt, policy, config=DlmrtConfig(sync_every=args.sync_every, mode="eager", observer=dl_steps),
-                    **common).generate(problem["prompt"], args.max_new_tokens)
-        found = first_difference(policy, ref_steps.steps, dl_steps.steps)
-        where = ("eager dlmrt reproduces no difference (it is in the compiled numerics)" if found is None else
-                 f"first differing step {found[0]}: decision margin {found[1]:.3g}, max |confidence diff| "
-                 f"{found[2]:.3g}")
+        where = explain_difference(ckpt, policy, problem["prompt"], args.max_new_tokens, sync_every=args.sync_every,
+                                   residual=residual, ignore_eos=args.ignore_eos)
         print(f"  {problem['task_id']}: reference nfe={a.nfe} tokens={a.num_tokens}, dlmrt nfe={b.nfe} "
               f"tokens={b.num_tokens}; {where}")
     share = len(differing) / len(problems)

@@ -10,9 +10,8 @@ is a JSON file (`num_speculative_tokens`, and every point), which `--num-specula
 
 from __future__ import annotations
 
-import hashlib
-
-from orl.commands.common import add_engine_args, add_progress_flag, build_from_args, chat_renderer
+from orl.commands.common import add_progress_flag, chat_renderer
+from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.tasks import SUITES
 
 
@@ -48,15 +47,9 @@ def parse_tokens(text: str) -> list[int]:
     return values
 
 
-def choose(points: list[dict]) -> dict:
-    """The fastest point (tokens/s); ties go to the smaller k."""
-    return max(points, key=lambda point: (point["tokens_per_s"], -point["num_speculative_tokens"]))
-
-
 def run_spec_sweep(args) -> int:
-    from orl.commands.bench_latency import acceptance_rate, speculative_metrics
     from orl.errors import InputError
-    from orl.eval.latency import measure_latency
+    from orl.eval.speculative import choose, spec_point
     from orl.io import atomic_write_json
     from orl.tasks import load_suite
 
@@ -68,28 +61,16 @@ def run_spec_sweep(args) -> int:
     problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
     chat = chat_renderer(args)
     prompts = [chat(p["prompt"]) if chat else p["prompt"] for p in problems]
-    points, outputs = [], {}
+    points = []
     for k in tokens:
         args.num_speculative_tokens = str(k)
-        engine = build_from_args(args)
-        try:
-            run = measure_latency(engine, prompts, args.max_new_tokens, warmup=args.warmup,
-                                  progress=not args.no_progress)
-            info = engine.describe()
-        finally:
-            engine.close()
-        metrics = run.summary.metrics()
-        metrics.update(speculative_metrics(args.engine, run.generations))
-        digest = hashlib.sha256(repr([g.token_ids for g in run.generations]).encode()).hexdigest()
-        outputs[k] = digest
-        points.append({"num_speculative_tokens": k, "tokens_per_s": metrics["tokens_per_s"],
-                       "latency_median_s": metrics["latency_median_s"], "latency_p90_s": metrics["latency_p90_s"],
-                       "acceptance_length": metrics.get("acceptance_length"),
-                       "acceptance_rate": acceptance_rate(run.generations), "tokens_sha256": digest})
-        print(f"k={k}: {metrics['tokens_per_s']:.1f} tokens/s, acceptance length "
-              f"{metrics.get('acceptance_length') or float('nan'):.3f}")
+        point, info = spec_point(build_from_args(args), prompts, k, max_new_tokens=args.max_new_tokens,
+                                 warmup=args.warmup, progress=not args.no_progress)
+        points.append(point)
+        print(f"k={k}: {point['tokens_per_s']:.1f} tokens/s, acceptance length "
+              f"{point['acceptance_length'] or float('nan'):.3f}")
     best = choose(points)
-    identical = len(set(outputs.values())) == 1
+    identical = len({point["tokens_sha256"] for point in points}) == 1
     atomic_write_json(args.out, {
         "system": args.system, "engine": info.name, "method": args.method, "suite": args.suite,
         "n_problems": len(prompts), "max_new_tokens": args.max_new_tokens, "device": info.device,

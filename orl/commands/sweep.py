@@ -1,8 +1,9 @@
-"""`orl sweep`: a threshold sweep through a dLLM engine, pass@1 and TPF per τ, and its AUP."""
+"""`orl sweep`: a sweep of a policy's parameter (τ of threshold(τ) by default) through a dLLM engine,
+pass@1 and TPF per value, and its AUP."""
 
 from __future__ import annotations
 
-from orl.commands.checks import out_file, positive_int, thresholds
+from orl.commands.checks import out_file, positive_int, sweep_values
 from orl.commands.common import (
     add_chat_flag,
     add_model_args,
@@ -17,6 +18,8 @@ from orl.tasks import SUITES
 
 
 def register(subparsers) -> None:
+    from orl.engines.registry import DIFFUSION_ENGINES
+
     p = subparsers.add_parser(
         "sweep", help="threshold sweep through dlmrt: pass@1 and TPF per τ, plus AUP",
         description="Evaluate threshold(τ) decoding for each τ on a suite; writes one 'sweep' record per τ "
@@ -26,9 +29,13 @@ def register(subparsers) -> None:
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
-    p.add_argument("--thresholds", default="0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95", type=thresholds,
-                   help="comma-separated τ values, each in (0, 1] (default: %(default)s)")
-    p.add_argument("--engine", default="dlmrt", choices=["dlmrt", "dlmrt-eager", "reference"],
+    p.add_argument("--policy", default="threshold", metavar="NAME",
+                   help="the commit policy (a name of orl/decoding/policy.py's RULES) whose parameter the sweep "
+                   "varies (default: %(default)s)")
+    p.add_argument("--thresholds", "--values", dest="values", default="0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95",
+                   type=sweep_values, help="comma-separated values of the policy's parameter, for the thresholds "
+                   "τ in (0, 1] (default: %(default)s)")
+    p.add_argument("--engine", default="dlmrt", choices=DIFFUSION_ENGINES,
                    help="dLLM engine (compiled dlmrt is the speed default; on a CPU it compiles first)")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget (default: 64)")
@@ -41,47 +48,25 @@ def register(subparsers) -> None:
 
 
 def run_sweep(args) -> int:
+    from orl.decoding import Policy
     from orl.engines.registry import engine_for_checkpoint
-    from orl.eval.aup import aup_or_none
-    from orl.eval.sweep import SweepPoint, run_sweep
+    from orl.eval.sweep import aup_line, aup_record, point_line, run_sweep, sweep_policies, sweep_record
     from orl.model.checkpoint import load_checkpoint
-    from orl.records import make_record, write_records
+    from orl.records import write_records
     from orl.tasks import load_suite
 
+    # Every value is checked against the policy before the checkpoint loads.
+    policies = sweep_policies(Policy.checked(args.policy, args.values[0], "--thresholds"), args.values, "--thresholds")
     ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
     problems = load_suite(args.suite, limit=args.limit)
-    taus = args.thresholds
-
-    def report(point: SweepPoint) -> None:
-        r = point.result
-        print(f"tau={point.policy.value:g} pass@1={r.pass_at_1:.4f} tpf={r.tpf:.3f} "
-              f"tokens_per_s={point.tokens_per_s or 0:.1f}", flush=True)
-
     compile_notice(args.engine, args.device, "sweep")
-    points = run_sweep(lambda policy: engine_for_checkpoint(args.engine, ckpt, policy=policy), problems, taus,
-                       args.max_new_tokens, progress=not args.no_progress, report=report, chat=chat_renderer(args))
+    points = run_sweep(lambda policy: engine_for_checkpoint(args.engine, ckpt, policy=policy), problems, policies,
+                       args.max_new_tokens, progress=not args.no_progress,
+                       report=lambda point: print(point_line(point), flush=True), chat=chat_renderer(args))
     model = model_field(ckpt)
-    system = args.system or model["name"]
-    records = [make_record(
-        "sweep", system=system, engine=args.engine, model=model, policy=p.policy.to_record(), suite=args.suite,
-        n_problems=len(problems), metrics={"pass_at_1": p.result.pass_at_1, "tpf": p.result.tpf,
-                                           "tokens_per_s": p.tokens_per_s, "nfe_mean": p.result.nfe_mean},
-        per_problem=p.result.per_problem,
-        extra={"device": p.engine.describe().device, "chat_template": args.chat, **p.engine.describe().settings},
-    ) for p in points]
-    area, note = aup_or_none([(p.result.tpf, p.result.pass_at_1) for p in points])
-    metrics = {"aup": None, "y_max": None, "aup_dropped": None}
-    if area is not None:
-        metrics = {"aup": area.value, "y_max": area.y_max, "aup_dropped": area.dropped}
-    records.append(make_record(
-        "aup", system=system, engine=args.engine, model=model, suite=args.suite, n_problems=len(problems),
-        metrics=metrics,
-        extra={"definition": "d3LLM AUP (orl/eval/aup.py): percent x TPF, alpha 3, points below y1 - 5 dropped",
-               "y_max_of": "this sweep's highest point; a table recomputes AUP with its own y_max",
-               "points": [{"tau": p.policy.value, "tpf": p.result.tpf, "pass_at_1": p.result.pass_at_1} for p in points],
-               "note": note},
-    ))  # fmt: skip
+    row = {"system": args.system or model["name"], "engine": args.engine, "model": model, "suite": args.suite,
+           "n_problems": len(problems)}
+    records = [sweep_record(p, **row, chat_template=args.chat) for p in points] + [aup_record(points, **row)]
     write_records(args.out, records)
-    print(f"aup={area.value:.4f} (y_max {area.y_max:.4g}%, {area.dropped} dropped)" if area is not None
-          else f"aup=undefined ({note})")
+    print(aup_line(records[-1]))
     return 0

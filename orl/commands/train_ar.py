@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from orl.commands.checks import check_training_counts
 from orl.commands.common import add_model_args, add_progress_flag, parse_device
 from orl.kernels.onednn import CPU_LINEARS
 from orl.train.config import PRESETS
@@ -54,7 +53,7 @@ def register(subparsers) -> None:
 
 def run_train_ar(args) -> int:
     from orl.errors import InputError
-    from orl.train.config import load_preset
+    from orl.train.config import check_training_counts, load_preset
     from orl.train.distributed import training_world
     from orl.train.loop import is_finished
     from orl.train.pretrain import train_ar

@@ -4,35 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from orl.commands.checks import check_training_counts
 from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device
 from orl.commands.train_ar import add_cpu_linear_flag
 from orl.train.config import PRESETS
 
 ROLLOUT_ENGINES = ("recompute", "dlmrt", "dlmrt-eager")
-
-# What the train record keeps of the run's summary besides its cost (Table 5 reads both).
-SUMMARY_EXTRA = ("ablation", "method_version", "seed", "refreshes", "rollouts", "rollout_tpf", "rollout_pass_rate",
-                 "replay_states", "replay_state_bytes", "rollout_s", "steps", "reference_targets", "residual_alpha",
-                 "residual", "gate_tau", "gate_applied", "aec_applied", "rollout_prompts", "rollouts_per_prompt",
-                 "states_per_block", "updates_without_retained", "rollout_engine", "cpu_linear",
-                 "world_size", "device", "device_hours", "peak_memory_bytes_per_rank")
-
-
-def cost_metrics(summary: dict) -> dict:
-    """The train record's metrics: self-generated tokens, wall, the run's mean gated share, AEC active share
-    and retained fraction, and per device the tokens/s and peak memory (largest rank); GPU-hours (world
-    size x wall) only where the devices are GPUs."""
-    metrics = {"self_generated_tokens": summary["self_generated_tokens"], "train_wall_s": summary["wall_s"],
-               "gated_share": summary["gated_share_mean"], "aec_active_share": summary["aec_active_share_mean"],
-               "retained_fraction": summary["retained_fraction_mean"]}
-    if summary.get("device") == "cuda":
-        metrics["train_gpu_hours"] = summary["device_hours"]
-    if summary.get("tokens_per_s_per_device"):
-        metrics["train_tokens_per_s"] = summary["tokens_per_s_per_device"]
-    if summary.get("peak_memory_bytes_per_rank"):
-        metrics["peak_memory_bytes"] = max(summary["peak_memory_bytes_per_rank"])
-    return metrics
 
 
 def register(subparsers) -> None:
@@ -70,8 +46,8 @@ def register(subparsers) -> None:
 
 
 def make_rollout(engine: str, init):
-    """The rollout decoder `--rollout-engine` names (orl.train.rollout.Rollout)."""
-    from orl.train.rollout import RecomputeRollout
+    """The rollout decoder `--rollout-engine` names (orl.decoding.rollout.Rollout)."""
+    from orl.decoding.rollout import RecomputeRollout
 
     if engine == "recompute":
         return RecomputeRollout()
@@ -82,11 +58,11 @@ def make_rollout(engine: str, init):
 
 
 def run_train_orl(args) -> int:
-    from orl.records import make_record, write_records
-    from orl.train.config import load_preset
+    from orl.train.config import check_training_counts, load_preset
     from orl.train.distributed import training_world
     from orl.train.loop import is_finished
     from orl.train.orl import check_init, train_orl
+    from orl.train.orl_record import summary_lines
 
     orl_overrides = {**({"isolation": args.isolation} if args.isolation else {}),
                      **({"seed": args.seed} if args.seed is not None else {})}
@@ -109,23 +85,22 @@ def run_train_orl(args) -> int:
                                 cpu_linear=args.cpu_linear)
         if not world.main:
             return 0  # rank 0 reports and writes the record
-    print(f"wrote {args.out}: {summary['steps']} updates, {summary['refreshes']} rollout batches, "
-          f"{summary['self_generated_tokens']:,} self-generated tokens, {summary['wall_s']:.1f} s")
-    if not summary["self_generated_tokens"]:
-        print(f"warning: {args.out}: no rollout completion passed its tests, so no self-generated token was "
-              "retained" + ("; the reference solutions stood in as targets (orl.use_reference_for_failed)"
-                            if summary.get("reference_targets") else "; ORL trained on nothing of its own"),
-              file=sys.stderr)
+    done, warning = summary_lines(summary, args.out)
+    print(done)
+    if warning:
+        print(warning, file=sys.stderr)
     if args.record:
-        from orl.model.checkpoint import load_checkpoint
-
-        ckpt = load_checkpoint(args.out)
-        record = make_record(
-            "train", system=args.system or f"ORL ({args.ablation})", engine="dlmrt", model=model_field(ckpt),
-            metrics=cost_metrics(summary), extra={**{k: summary.get(k) for k in SUMMARY_EXTRA},
-                                                  **(summary.get("per_update") or {}),
-                                                  "isolation": summary.get("isolation", preset.orl.isolation)},
-            config={"preset": preset.digest(), "ablation": args.ablation, "seed": preset.orl.seed},
-        )
-        write_records(args.record, [record])
+        _write_record(args, summary, preset)
     return 0
+
+
+def _write_record(args, summary: dict, preset) -> None:
+    """The run's `train` record (orl/train/orl_record.py), its model block from the trained checkpoint."""
+    from orl.model.checkpoint import load_checkpoint
+    from orl.records import write_records
+    from orl.train.orl_record import orl_train_record
+
+    write_records(args.record, [orl_train_record(
+        summary, system=args.system or f"ORL ({args.ablation})", model=model_field(load_checkpoint(args.out)),
+        preset_digest=preset.digest(), ablation=args.ablation, seed=preset.orl.seed,
+        isolation=preset.orl.isolation)])

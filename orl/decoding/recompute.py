@@ -2,7 +2,7 @@
 
 One function, two users: the reference decoder (engines/reference.py: one prompt, the
 oracle dlmrt must match and the slow baseline of Table 3) and the ORL rollout
-(orl/train/rollout.py: a batch of training prompts, capturing the states it saw).
+(orl/decoding/rollout.py: a batch of training prompts, capturing the states it saw).
 
     for each block j:
         until no position of the block is masked:

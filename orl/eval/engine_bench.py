@@ -23,7 +23,8 @@ import torch
 from orl.engines.base import Engine, synchronizer
 from orl.engines.dlmrt import DlmrtEngine
 from orl.engines.dlmrt.forwards import BareForwards
-from orl.eval.latency import SuiteRun, measure_latency
+from orl.eval.latency import SuiteRun, measure_latency, timings_as_dicts
+from orl.records import make_record
 
 
 @dataclass
@@ -34,7 +35,108 @@ class EngineResult:
     tokens_per_s_rounds: list[float]
     step_time_s: float | None = None
     kernels_per_step: float | None = None
+    profile_table: str | None = None  # the profiler's costliest kernels / operators of one chunk
     host_sync: str | None = None  # the first sync found inside a chunk, None when none (or not checked)
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """How `orl bench-engine` measures (its flags)."""
+
+    max_new_tokens: int
+    rounds: int
+    warmup: int
+    repeats: int  # chunk runs timed for the step time
+    profile: bool = False
+    check_sync: bool = False
+    progress: bool = True
+
+
+def bench_engines(engines: dict[str, Engine], prompts: Sequence[str], plan: BenchPlan) -> dict[str, EngineResult]:
+    """The interleaved rounds over every engine, then dlmrt's chunk probes on the first prompt."""
+    results = run_rounds(engines, prompts, plan.max_new_tokens, rounds=plan.rounds, warmup=plan.warmup,
+                         progress=plan.progress)
+    for name, engine in engines.items():
+        if isinstance(engine, DlmrtEngine):
+            probe_chunks(engine, prompts[0], plan, results[name])
+    return results
+
+
+def probe_chunks(engine: DlmrtEngine, prompt: str, plan: BenchPlan, result: EngineResult) -> None:
+    """dlmrt's step time, and where asked its kernels per step and the no-sync check, into `result`."""
+    result.step_time_s = chunk_step_time(engine, prompt, plan.max_new_tokens, plan.repeats)
+    if plan.profile:
+        result.kernels_per_step, result.profile_table = profile_chunk(engine, prompt, plan.max_new_tokens)
+    if plan.check_sync:
+        result.host_sync = host_sync_in_chunk(engine, prompt, plan.max_new_tokens)
+
+
+def speeds(results: dict[str, EngineResult]) -> dict[str, float]:
+    """Each engine's median tokens/s."""
+    return {name: r.median.summary.tokens_per_s for name, r in results.items()}
+
+
+def ratio(num: float | None, den: float | None) -> float | None:
+    return num / den if num and den else None
+
+
+def identical_outputs(run: SuiteRun, base: SuiteRun) -> int:
+    """Requests whose tokens and NFE equal the base run's."""
+    return sum(a.token_ids == b.token_ids and a.nfe == b.nfe for a, b in zip(run.generations, base.generations,
+                                                                              strict=True))
+
+
+def base_run(results: dict[str, EngineResult]) -> SuiteRun:
+    """What every engine's outputs are compared with: the reference decoder's, else the first engine's."""
+    return results.get("reference", next(iter(results.values()))).median
+
+
+def bench_metrics(name: str, result: EngineResult, speed: dict[str, float]) -> dict:
+    """One engine's `engine_bench` metrics: the protocol's, overhead, step time and the speed-ups."""
+    run, summary = result.median, result.median.summary
+    metrics = {**summary.metrics(), "wall_s": summary.total_s}
+    if run.overhead is not None:
+        metrics.update(overhead=run.overhead, forward_time_s=sum(t.after_s for t in run.timings))
+    if result.step_time_s is not None:
+        metrics["step_time_s"] = result.step_time_s
+    vs_eager = ratio(speed.get("dlmrt"), speed.get("dlmrt-eager"))
+    if name == "dlmrt" and vs_eager is not None:
+        metrics["speedup_vs_eager"] = vs_eager
+    if name != "reference" and ratio(speed[name], speed.get("reference")) is not None:
+        metrics["speedup_vs_reference"] = speed[name] / speed["reference"]
+    return metrics
+
+
+def bench_extra(result: EngineResult, info, plan: BenchPlan, *, base: SuiteRun, chat_template: bool) -> dict:
+    """One engine's `engine_bench` extra: rounds, threads, what it was compared with, per request."""
+    run = result.median
+    extra = {"max_new_tokens": plan.max_new_tokens, "warmup": run.warmup, "rounds": plan.rounds,
+             "tokens_per_s_rounds": result.tokens_per_s_rounds, "threads": torch.get_num_threads(),
+             "device": info.device, "compared_to": base.name, "identical_outputs": identical_outputs(run, base),
+             "chat_template": chat_template, **info.settings, "per_request": timings_as_dicts(run.timings)}
+    if result.kernels_per_step is not None:
+        extra["kernels_per_step"] = result.kernels_per_step
+    if plan.check_sync:
+        extra["host_sync_in_chunk"] = result.host_sync
+    if run.overhead is not None:
+        extra["overhead_definition"] = ("generation wall / bare forwards (prefill + counted steps) replayed in "
+                                        "the same execution mode")
+    return extra
+
+
+def engine_bench_records(engines: dict[str, Engine], results: dict[str, EngineResult], plan: BenchPlan, *,
+                         suite: str, n_problems: int, system: str | None, chat_template: bool) -> list[dict]:
+    """One `engine_bench` record per engine (`system`: the table row; default '<model> (<engine>)')."""
+    speed, base = speeds(results), base_run(results)
+    records = []
+    for name, result in results.items():
+        info = engines[name].describe()
+        block = info.model_block()
+        records.append(make_record(
+            "engine_bench", system=system or f"{block['name']} ({name})", engine=name, model=block,
+            metrics=bench_metrics(name, result, speed), policy=info.policy, suite=suite, n_problems=n_problems,
+            extra=bench_extra(result, info, plan, base=base, chat_template=chat_template)))
+    return records
 
 
 def run_rounds(engines: dict[str, Engine], prompts: Sequence[str], max_new_tokens: int, *, rounds: int,
@@ -53,15 +155,10 @@ def run_rounds(engines: dict[str, Engine], prompts: Sequence[str], max_new_token
     return results
 
 
-def _slot(engine: DlmrtEngine, prompt: str, max_new_tokens: int):
-    """The engine's slot (state and runners) that a request for `prompt` runs in."""
-    return engine.slot(engine.compile_key(prompt, max_new_tokens))
-
-
 def chunk_step_time(engine: DlmrtEngine, prompt: str, max_new_tokens: int, repeats: int) -> float:
     """Seconds per decoding step of the engine's S-step chunk, on the state a real request left."""
     engine.generate(prompt, max_new_tokens)  # builds (captures) the slot and leaves a real state in it
-    slot = _slot(engine, prompt, max_new_tokens)
+    slot = engine.slot_for(prompt, max_new_tokens)
     for _ in range(5):
         slot.run_chunk()
     if engine.device.type == "cuda":
@@ -83,11 +180,7 @@ def chunk_step_time(engine: DlmrtEngine, prompt: str, max_new_tokens: int, repea
 
 def host_sync_in_chunk(engine: DlmrtEngine, prompt: str, max_new_tokens: int) -> str | None:
     """Run a block-start chunk and a chunk under CUDA's sync debug mode "error"; the first sync found, or None."""
-    slot = _slot(engine, prompt, max_new_tokens)
-    with torch.inference_mode():  # the state's buffers are inference tensors
-        # Back to the first block, so the block-start chunk stays in bounds.
-        slot.state.start.copy_(slot.state.start.new_tensor(engine.plan(len(engine.ckpt.tokenizer.encode(prompt)),
-                                                                       max_new_tokens).first))
+    slot = engine.rewind(prompt, max_new_tokens)  # back to the first block: the block-start chunk stays in bounds
     sync = synchronizer(engine.device)
     sync()
     torch.cuda.set_sync_debug_mode("error")
@@ -122,7 +215,7 @@ def profile_chunk(engine: DlmrtEngine, prompt: str, max_new_tokens: int, top: in
     """
     from torch.profiler import ProfilerActivity, profile
 
-    slot = _slot(engine, prompt, max_new_tokens)
+    slot = engine.slot_for(prompt, max_new_tokens)
     slot.run_chunk()
     cuda = engine.device.type == "cuda"
     sync = synchronizer(engine.device) or (lambda: None)
@@ -139,3 +232,34 @@ def profile_chunk(engine: DlmrtEngine, prompt: str, max_new_tokens: int, top: in
         kernels = [e for e in events if e.cpu_parent is None]
         table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
     return len(kernels) / engine.spec.steps, table
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def bench_report(engines: dict[str, Engine], results: dict[str, EngineResult], n_prompts: int, *,
+                 check_sync: bool) -> list[str]:
+    """What `orl bench-engine` prints: the profile tables, one line per engine, the sync verdict, and
+    `overhead=`, `speedup_vs_eager=`, `speedup_vs_reference=` last."""
+    lines, base = [], base_run(results)
+    for name, result in results.items():
+        if result.profile_table is not None:
+            unit = "CUDA kernels" if engines[name].device.type == "cuda" else "CPU operators"
+            lines += [f"profile ({engines[name].mode}): {result.kernels_per_step:.0f} {unit} per step",
+                      result.profile_table]
+    for name, result in results.items():
+        run, summary, spread = result.median, result.median.summary, result.tokens_per_s_rounds
+        lines.append(f"{name:12s} tokens/s {summary.tokens_per_s:9.1f} (rounds {min(spread):.0f}-{max(spread):.0f})  "
+                     f"TPF {summary.tpf:.3f}  NFE/req {summary.nfe / n_prompts:6.2f}  wall {summary.total_s:7.2f}s  "
+                     f"overhead {_fmt(run.overhead)}  identical to {base.name}: {identical_outputs(run, base)}/{n_prompts}")
+    syncs = {name: r.host_sync for name, r in results.items() if r.host_sync}
+    if syncs:
+        lines.append(f"HOST SYNCHRONISATION inside a chunk: {syncs}")
+    elif check_sync:
+        lines.append("no host synchronisation inside a chunk (sync debug mode 'error')")
+    speed = speeds(results)
+    overhead = next((results[n].median.overhead for n in ("dlmrt", "dlmrt-eager") if n in results), None)
+    return lines + [f"overhead={_fmt(overhead)}",
+                    f"speedup_vs_eager={_fmt(ratio(speed.get('dlmrt'), speed.get('dlmrt-eager')))}",
+                    f"speedup_vs_reference={_fmt(ratio(speed.get('dlmrt'), speed.get('reference')))}"]

@@ -6,19 +6,24 @@ A candidate matches the reference when both hold:
        (candidate - reference) over the problems both solved or failed is not entirely below 0.
 The operating point of a sweep is the fastest matching point (highest TPF; ties: higher pass@1);
 where none matches, the most accurate point (ties: higher TPF), marked unmatched. A chosen point
-at an end of the threshold grid is marked: at the lowest τ a faster point may still match (its
-TPF is a lower bound of the matched TPF); unmatched at the highest τ, a stricter τ might match.
+at an end of the grid is marked: at the lowest τ a faster point may still match (its TPF is a
+lower bound of the matched TPF); unmatched at the highest τ, a stricter τ might match. A sweep
+varies its policy's parameter (Policy.parameter: τ of the thresholds), whichever policy it is.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
+from orl.decoding.policy import Policy
 from orl.errors import InputError
-from orl.eval.uncertainty import Estimate, Runs, paired, ratio_of_sums
+from orl.eval.uncertainty import Estimate, Runs, paired, ratio_of_sums, stack_runs
+from orl.io import atomic_write_json
 
 DEFAULT_TOLERANCE = 0.01  # one point of pass@1: the configs' match_tolerance
 EPSILON = 1e-9  # "exactly reference - tolerance" (e.g. 1 problem in 100) is within it
@@ -55,33 +60,65 @@ def match(candidate: Runs, reference: Runs, tolerance: float = DEFAULT_TOLERANCE
 
 @dataclass(frozen=True)
 class Candidate:
-    """One sweep point: its threshold, pass@1, TPF and per-problem outcomes."""
+    """One sweep point: its policy (the swept parameter's value), pass@1, TPF and per-problem outcomes."""
 
-    tau: float
+    policy: Policy
     pass_at_1: float
     tpf: float
     runs: Runs  # `passed` at least, over the problems of the sweep
+
+    @property
+    def value(self) -> float:
+        return self.policy.value
 
 
 @dataclass
 class OperatingPoint:
     policy: str  # e.g. "threshold:0.8"
-    tau: float
+    parameter: str  # the swept parameter (Policy.parameter): the JSON's key for `value` ("tau")
+    value: float
     pass_at_1: float
     tpf: float
     reference_pass_at_1: float
     tolerance: float
     matched: bool  # False when no point matches: the most accurate one is used
-    edge: str | None  # "lowest" / "highest": the chosen τ is an end of the grid (module docstring)
+    edge: str | None  # "lowest" / "highest": the chosen value is an end of the grid (module docstring)
     difference: float  # chosen - reference pass@1
     difference_lo: float | None
     difference_hi: float | None
     why: str
-    grid: list[float]  # every τ of the sweep
-    matching: list[float]  # the τ that match
+    grid: list[float]  # every value of the sweep
+    matching: list[float]  # the values that match
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The operating-point file: {policy, <parameter>: value, pass_at_1, ...} (`--policy @FILE` reads it)."""
+        fields = asdict(self)
+        fields.pop("parameter")
+        return {"policy": fields.pop("policy"), self.parameter: fields.pop("value"), **fields}
+
+
+def outcomes(record: dict, where: str) -> Runs:
+    """The per-problem outcomes of a record, or InputError naming the file and the field."""
+    entries = record.get("per_problem")
+    if not entries:
+        raise InputError(f"{where}: per_problem: expected per-problem outcomes (task_id, passed), got none; "
+                         "matched accuracy is a paired test over the problems")
+    return stack_runs([e["task_id"] for e in entries], [{"passed": [bool(e["passed"]) for e in entries]}])
+
+
+def candidates_of(records: Sequence[dict], where: str) -> list[Candidate]:
+    """The sweep points of measured `sweep` records read from the file `where`."""
+    policies = [Policy.from_record(r["policy"], f"{where}: policy") for r in records]
+    return [Candidate(p, r["metrics"]["pass_at_1"], r["metrics"]["tpf"], outcomes(r, f"{where} ({p.parameter}={p.value:g})"))
+            for p, r in zip(policies, records, strict=True)]
+
+
+def _one_rule(candidates: Sequence[Candidate]) -> str:
+    """The policy every candidate sweeps (a sweep varies one parameter of one rule)."""
+    names = {c.policy.name for c in candidates}
+    if len(names) != 1:
+        raise InputError(f"operating point: a sweep varies one policy's parameter; got {', '.join(sorted(names))}")
+    return names.pop()
 
 
 def choose_operating_point(candidates: Sequence[Candidate], reference: Runs,
@@ -89,33 +126,80 @@ def choose_operating_point(candidates: Sequence[Candidate], reference: Runs,
     """The fastest matching candidate, else the most accurate one (module docstring)."""
     if not candidates:
         raise InputError("operating point: no sweep points to choose from")
+    _one_rule(candidates)
     ref_pass = float(np.asarray(reference.values["passed"]).mean())
-    matches = {c.tau: match(c.runs, reference, tolerance) for c in candidates}
-    eligible = [c for c in candidates if matches[c.tau].matched]
+    matches = {c.value: match(c.runs, reference, tolerance) for c in candidates}
+    eligible = [c for c in candidates if matches[c.value].matched]
     if eligible:
         chosen = max(eligible, key=lambda c: (c.tpf, c.pass_at_1))
     else:
         chosen = max(candidates, key=lambda c: (c.pass_at_1, c.tpf))
-    grid = sorted(c.tau for c in candidates)
+    grid = sorted(c.value for c in candidates)
     edge = None
-    if len(grid) > 1 and chosen.tau == grid[0]:
+    if len(grid) > 1 and chosen.value == grid[0]:
         edge = "lowest"
-    elif len(grid) > 1 and chosen.tau == grid[-1] and not eligible:
+    elif len(grid) > 1 and chosen.value == grid[-1] and not eligible:
         edge = "highest"
-    result = matches[chosen.tau]
+    result = matches[chosen.value]
     return OperatingPoint(
-        policy=f"threshold:{chosen.tau:g}", tau=chosen.tau, pass_at_1=chosen.pass_at_1, tpf=chosen.tpf,
-        reference_pass_at_1=ref_pass, tolerance=tolerance, matched=bool(eligible), edge=edge,
-        difference=result.difference.value, difference_lo=result.difference.lo,
-        difference_hi=result.difference.hi, why=result.why, grid=grid, matching=sorted(c.tau for c in eligible),
+        policy=str(chosen.policy), parameter=chosen.policy.parameter, value=chosen.value,
+        pass_at_1=chosen.pass_at_1, tpf=chosen.tpf, reference_pass_at_1=ref_pass, tolerance=tolerance,
+        matched=bool(eligible), edge=edge, difference=result.difference.value, difference_lo=result.difference.lo,
+        difference_hi=result.difference.hi, why=result.why, grid=grid, matching=sorted(c.value for c in eligible),
     )
 
 
-def edge_note(edge: str | None, grid: Sequence[float]) -> str | None:
-    """What a chosen point at an end of the grid means, in one phrase (None when it is inside)."""
+def edge_note(edge: str | None, grid: Sequence[float], symbol: str = "τ") -> str | None:
+    """What a chosen point at an end of the grid means, in one phrase (None when it is inside); `symbol`
+    names the swept parameter (Policy.rule.symbol)."""
     span = f"{min(grid):g}-{max(grid):g}" if grid else "?"
     if edge == "lowest":
-        return f"lowest τ of the grid {span}: the matched TPF may be higher (a lower bound)"
+        return f"lowest {symbol} of the grid {span}: the matched TPF may be higher (a lower bound)"
     if edge == "highest":
-        return f"highest τ of the grid {span}: a stricter τ might match"
+        return f"highest {symbol} of the grid {span}: a stricter {symbol} might match"
     return None
+
+
+def write_strict_point(source: str | Path, target: str | Path) -> None:
+    """The operating-point file `source` at its policy's strict variant (threshold:τ -> strict-threshold:τ),
+    written to `target` with `from` naming the source: Table 3's rows compare with SGLang, whose
+    LowConfidence rule commits c > τ (workflows/rules/evaluate.smk, rule strict_point)."""
+    point = json.loads(Path(source).read_text())
+    spec = point.get("policy")
+    if not isinstance(spec, str):
+        raise InputError(f"{source}: policy: expected a spec such as 'threshold:0.9', got {spec!r}")
+    try:
+        strict = Policy.parse(spec).strict_variant(f"{source}: policy")
+    except InputError as exc:
+        raise InputError(f"{source}: Table 3's strict variant: {exc}") from None
+    atomic_write_json(target, {**point, "policy": str(strict), "from": str(source)})
+
+
+def point_quality_record(point: OperatingPoint, chosen: dict, reference: dict, *, sweep_file: str,
+                         reference_file: str) -> dict:
+    """The chosen sweep point as a `quality` record: what the tables read as the row's pass@1 and TPF,
+    with the matching verdict and its reference."""
+    from orl.records import make_record
+
+    return make_record(
+        "quality", system=chosen["system"], engine=chosen["engine"], model=chosen["model"],
+        policy=chosen["policy"], suite=chosen["suite"], n_problems=chosen["n_problems"],
+        metrics={k: v for k, v in chosen["metrics"].items() if k in ("pass_at_1", "tpf", "nfe_mean")},
+        per_problem=chosen["per_problem"],
+        extra={"source": f"{sweep_file}: sweep point {point.parameter}={point.value:g}", "matched": point.matched,
+               "edge": point.edge, "grid": point.grid, "matching": point.matching, "why": point.why,
+               "reference": {"file": str(reference_file), "system": reference["system"],
+                             "engine": reference["engine"]},
+               "reference_pass_at_1": point.reference_pass_at_1, "tolerance": point.tolerance,
+               "difference": point.difference, "difference_lo": point.difference_lo,
+               "difference_hi": point.difference_hi},
+    )
+
+
+def point_line(point: OperatingPoint, policy: Policy) -> str:
+    """`orl operating-point`'s printed line: the choice, its pass@1 and TPF, the verdict, an edge's note."""
+    status = "matched" if point.matched else "NOT matched (most accurate point used)"
+    edge = edge_note(point.edge, point.grid, policy.rule.symbol)
+    return (f"operating point {point.policy}: pass@1={point.pass_at_1:.4f} tpf={point.tpf:.3f} "
+            f"(reference {point.reference_pass_at_1:.4f} - {point.tolerance}; {status}; {point.why})"
+            + (f"; {edge}" if edge else ""))

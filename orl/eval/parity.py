@@ -15,12 +15,13 @@ dlmrt's eager-mode step observer): nothing is patched.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from orl.decoding import Policy, StepOutput
-from orl.decoding.policy import factor_bound
+from orl.engines.base import Engine, Generation
 
 
 @dataclass
@@ -51,18 +52,19 @@ class StepRecorder:
 
 
 def decision_margin(policy: Policy, step: StepRecord, positions: torch.Tensor) -> float:
-    """Smallest margin of the reference's decisions at `positions` (see the module docstring)."""
+    """Smallest margin of the reference's decisions at `positions` (see the module docstring): from the
+    confidence ranked on the other side of the cut, from the policy's own bound at the position's rank
+    (Policy.bound; none for a pure rank cut), and between the position's top two probabilities."""
     c, masked, chosen = step.confidence, step.masked, step.committed & step.masked
     margins = []
     for i in torch.nonzero(positions).flatten().tolist():
         others = masked & (chosen != chosen[i])
         if others.any():
             margins.append(float((c[others] - c[i]).abs().min()))
-        if policy.name in ("threshold", "strict-threshold"):
-            margins.append(abs(float(c[i]) - policy.value))
-        elif policy.name == "factor":
-            rank = int((masked & (c > c[i])).sum())  # 0-based rank among masked positions
-            margins.append(abs(float(c[i]) - float(factor_bound(policy.value, torch.tensor(float(rank))))))
+        rank = int((masked & (c > c[i])).sum())  # 0-based rank among masked positions
+        bound = policy.bound(rank)
+        if bound is not None:
+            margins.append(abs(float(c[i]) - bound))
         margins.append(float(step.top2[i, 0] - step.top2[i, 1]))  # the token itself
     return min(margins) if margins else float("nan")
 
@@ -77,3 +79,36 @@ def first_difference(policy: Policy, ref: list[StepRecord], other: list[StepReco
     if len(ref) != len(other):
         return min(len(ref), len(other)), float("nan"), float("nan")
     return None
+
+
+def compare_outputs(ref: Engine, other: Engine, problems: Sequence[dict],
+                    max_new_tokens: int) -> tuple[int, list[tuple[dict, Generation, Generation]]]:
+    """(identical count, [(problem, reference generation, other generation)] of the differing prompts);
+    identical means equal token ids and NFE."""
+    identical, differing = 0, []
+    for problem in problems:
+        a, b = ref.generate(problem["prompt"], max_new_tokens), other.generate(problem["prompt"], max_new_tokens)
+        if a.token_ids == b.token_ids and a.nfe == b.nfe:
+            identical += 1
+        else:
+            differing.append((problem, a, b))
+    return identical, differing
+
+
+def explain_difference(ckpt, policy: Policy, prompt: str, max_new_tokens: int, *, sync_every: int | None,
+                       residual: bool, ignore_eos: bool) -> str:
+    """Why one prompt differs: both decoders again with their step observers (dlmrt eager, whose observer
+    runs Python inside the chunk), and the first differing step's margin, in one phrase."""
+    from orl.engines.dlmrt import DlmrtConfig
+    from orl.engines.registry import diffusion_engine
+
+    ref_steps, dl_steps = StepRecorder(), StepRecorder()
+    common = {"policy": policy, "residual": residual, "ignore_eos": ignore_eos}
+    eager = DlmrtConfig(sync_every=sync_every, mode="eager", observer=dl_steps)
+    diffusion_engine("reference", ckpt, observer=ref_steps.view, **common).generate(prompt, max_new_tokens)
+    diffusion_engine("dlmrt", ckpt, dlmrt_config=eager, **common).generate(prompt, max_new_tokens)
+    found = first_difference(policy, ref_steps.steps, dl_steps.steps)
+    if found is None:
+        return "eager dlmrt reproduces no difference (it is in the compiled numerics)"
+    return (f"first differing step {found[0]}: decision margin {found[1]:.3g}, max |confidence diff| "
+            f"{found[2]:.3g}")

@@ -1,4 +1,5 @@
-"""A threshold sweep: the same checkpoint decoded with threshold(τ) for each τ, pass@1 and TPF per point.
+"""A sweep: the same checkpoint decoded at each value of its policy's parameter (τ of threshold(τ), the
+default; Policy.parameter), pass@1 and TPF per point.
 
 The sweep is what AUP integrates and what the operating point is chosen from (METHOD.md §4).
 Each point is a full quality evaluation (sandboxed tests) with per-problem results, so the
@@ -12,7 +13,9 @@ from dataclasses import dataclass
 
 from orl.decoding import Policy
 from orl.engines.base import Engine
+from orl.eval.aup import aup_or_none
 from orl.eval.quality import QualityResult, evaluate_quality
+from orl.records import make_record
 
 
 @dataclass
@@ -26,15 +29,19 @@ class SweepPoint:
         return self.result.tokens / self.result.wall_s if self.result.wall_s else None
 
 
-def run_sweep(make_engine: Callable[[Policy], Engine], problems: Sequence[dict], taus: Sequence[float],
+def sweep_policies(policy: Policy, values: Sequence[float], where: str = "sweep") -> list[Policy]:
+    """`policy` at each of `values` of its parameter, each checked (InputError naming `where`)."""
+    return [policy.with_value(value, where) for value in values]
+
+
+def run_sweep(make_engine: Callable[[Policy], Engine], problems: Sequence[dict], policies: Sequence[Policy],
               max_new_tokens: int, *, progress: bool = True,
               report: Callable[[SweepPoint], None] | None = None,
               chat: Callable[[str], str] | None = None) -> list[SweepPoint]:
-    """One quality evaluation per τ (prompts through `chat`, the chat template, where given); each engine
-    is warmed up on the first prompt so compilation is not timed."""
+    """One quality evaluation per policy (`sweep_policies`; prompts through `chat`, the chat template,
+    where given); each engine is warmed up on the first prompt so compilation is not timed."""
     points = []
-    for tau in taus:
-        policy = Policy.checked("threshold", tau, "--thresholds")
+    for policy in policies:
         engine = make_engine(policy)
         engine.generate(chat(problems[0]["prompt"]) if chat else problems[0]["prompt"], max_new_tokens)
         result = evaluate_quality(engine, list(problems), max_new_tokens, progress=progress, chat=chat)
@@ -43,3 +50,46 @@ def run_sweep(make_engine: Callable[[Policy], Engine], problems: Sequence[dict],
         if report is not None:
             report(point)
     return points
+
+
+def sweep_record(point: SweepPoint, *, system: str, engine: str, model: dict, suite: str, n_problems: int,
+                 chat_template: bool) -> dict:
+    """One point's `sweep` record: pass@1, TPF, tokens/s and the per-problem outcomes at its policy."""
+    info = point.engine.describe()
+    r = point.result
+    return make_record(
+        "sweep", system=system, engine=engine, model=model, policy=point.policy.to_record(), suite=suite,
+        n_problems=n_problems, per_problem=r.per_problem,
+        metrics={"pass_at_1": r.pass_at_1, "tpf": r.tpf, "tokens_per_s": point.tokens_per_s, "nfe_mean": r.nfe_mean},
+        extra={"device": info.device, "chat_template": chat_template, **info.settings})
+
+
+def aup_record(points: Sequence[SweepPoint], *, system: str, engine: str, model: dict, suite: str,
+               n_problems: int) -> dict:
+    """The sweep's `aup` record: d3LLM's AUP with this sweep's own y_max (undefined: None and the reason)."""
+    area, note = aup_or_none([(p.result.tpf, p.result.pass_at_1) for p in points])
+    metrics = {"aup": None, "y_max": None, "aup_dropped": None}
+    if area is not None:
+        metrics = {"aup": area.value, "y_max": area.y_max, "aup_dropped": area.dropped}
+    points_block = [{p.policy.parameter: p.policy.value, "tpf": p.result.tpf, "pass_at_1": p.result.pass_at_1}
+                    for p in points]
+    return make_record(
+        "aup", system=system, engine=engine, model=model, suite=suite, n_problems=n_problems, metrics=metrics,
+        extra={"definition": "d3LLM AUP (orl/eval/aup.py): percent x TPF, alpha 3, points below y1 - 5 dropped",
+               "y_max_of": "this sweep's highest point; a table recomputes AUP with its own y_max",
+               "points": points_block, "note": note})
+
+
+def aup_line(record: dict) -> str:
+    """The sweep's last printed line: aup=<x> (y_max, dropped points) or aup=undefined (why)."""
+    m = record["metrics"]
+    if m["aup"] is None:
+        return f"aup=undefined ({record['extra']['note']})"
+    return f"aup={m['aup']:.4f} (y_max {m['y_max']:.4g}%, {m['aup_dropped']} dropped)"
+
+
+def point_line(point: SweepPoint) -> str:
+    """One point's printed line: its parameter's value, pass@1, TPF and tokens/s."""
+    r = point.result
+    return (f"{point.policy.parameter}={point.policy.value:g} pass@1={r.pass_at_1:.4f} tpf={r.tpf:.3f} "
+            f"tokens_per_s={point.tokens_per_s or 0:.1f}")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from orl.decoding.policy import Policy
 from orl.eval.uncertainty import wilson
 from orl.io import atomic_write_bytes
 from orl.report import stats
@@ -85,7 +86,8 @@ def sweep_curves(records: list[dict]) -> dict[tuple, list[tuple]]:
         tpf, acc = record["metrics"].get("tpf"), record["metrics"].get("pass_at_1")
         if tpf is None or acc is None:
             continue
-        tau = ((record.get("policy") or {}).get("params") or {}).get("tau")
+        block = record.get("policy")  # the value of the swept parameter (τ of the thresholds)
+        tau = Policy.from_record(block, f"{record['system']}: policy").value if block else None
         key = (record["system"], record["engine"], record["suite"], record["model"]["ckpt_sha256"])
         curves.setdefault(key, []).append((tpf, acc, tau, _interval(record)))
     return {key: sorted(points, key=lambda p: p[:3]) for key, points in sorted(curves.items(), key=lambda kv: str(kv[0]))}

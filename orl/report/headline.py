@@ -27,8 +27,7 @@ def verification(row: dict) -> str:
     """How a Table 2 line's output is checked: strict for speculative rows (every drafted token verified
     greedily against the AR target), none for AR decoding, parallel commits for the dLLM rows."""
     engine = row.get("engine")
-    system = str(row.get("system") or "")
-    if engine in ("hf-assisted", "dflash") or (engine in ("vllm", "sglang") and "+" in system):
+    if isinstance(row.get("verification"), str):  # the line's row drafts (orl.rows Row.draft; table2.verification)
         return "strict (greedy)"
     if engine in ("dlmrt", "dlmrt-eager", "reference"):
         return "none (dLLM commits)"

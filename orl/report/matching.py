@@ -11,6 +11,7 @@ that is only a lower bound of the matched TPF.
 from __future__ import annotations
 
 from orl import rows
+from orl.decoding.policy import Policy
 from orl.eval.operating_point import DEFAULT_TOLERANCE, edge_note, match
 from orl.eval.uncertainty import Runs
 from orl.report import stats
@@ -35,37 +36,45 @@ def tolerance_of(records: list[dict]) -> float:
     return float(max(found, key=lambda r: r["created"])["extra"]["tolerance"])
 
 
-def _tau(record: dict) -> float | None:
-    return ((record.get("policy") or {}).get("params") or {}).get("tau")
+def _policy(record: dict) -> Policy | None:
+    """The record's commit policy where it is an operating point's, else None.
+
+    An operating point is a value of a confidence rule's parameter (τ, f: Policy.bound is defined); a
+    rank cut (fixed:k) is a row's own fixed setting (orl.rows Row.policy), which its name already says.
+    """
+    block = record.get("policy")
+    policy = Policy.from_record(block, f"{record.get('system')}: policy") if block else None
+    return policy if policy is not None and policy.rule.bound is not None else None
 
 
 def _edge(record: dict, sweep: list[dict]) -> str | None:
-    """Whether the quality record's threshold is an end of its sweep's grid (a phrase), else None."""
-    tau, grid = _tau(record), sorted(t for t in (_tau(r) for r in sweep) if t is not None)
-    if tau is None or len(grid) < 2:
+    """Whether the quality record's point is an end of its sweep's grid (a phrase), else None."""
+    policy = _policy(record)
+    grid = sorted(p.value for p in map(_policy, sweep) if p is not None and policy and p.name == policy.name)
+    if policy is None or len(grid) < 2:
         return None
-    extra = record.get("extra") or {}
+    extra, symbol = record.get("extra") or {}, policy.rule.symbol
     if "edge" in extra:  # the operating-point record's own verdict (highest only where nothing matched)
-        return edge_note(extra["edge"], grid)
-    if tau == grid[0]:
-        return edge_note("lowest", grid)
-    if tau == grid[-1]:
-        return edge_note("highest", grid)
+        return edge_note(extra["edge"], grid, symbol)
+    if policy.value == grid[0]:
+        return edge_note("lowest", grid, symbol)
+    if policy.value == grid[-1]:
+        return edge_note("highest", grid, symbol)
     return None
 
 
 def operating_point_text(line: Measured) -> str | None:
-    """Each seed's chosen threshold and where it sits in its sweep's grid (seeds choosing alike grouped)."""
+    """Each seed's chosen point (τ=0.9) and where it sits in its sweep's grid (seeds choosing alike grouped)."""
     groups: dict[tuple, list] = {}
     for position, (seed, record) in enumerate(zip(line.seeds, line.records.get("quality") or [], strict=False)):
-        tau = _tau(record)
+        policy = _policy(record)
         sweep = line.sweeps[position] if position < len(line.sweeps) else []
-        if tau is not None:
-            groups.setdefault((tau, _edge(record, sweep) if sweep else None), []).append(seed)
+        if policy is not None:
+            groups.setdefault((policy.label(), _edge(record, sweep) if sweep else None), []).append(seed)
     parts = []
-    for (tau, edge), seeds in groups.items():
+    for (label, edge), seeds in groups.items():
         named = ", ".join(f"s{seed}" for seed in seeds if seed is not None)
-        parts.append(f"τ={tau:g}" + (f" ({named})" if named and len(groups) > 1 else "") + (f": {edge}" if edge else ""))
+        parts.append(label + (f" ({named})" if named and len(groups) > 1 else "") + (f": {edge}" if edge else ""))
     return "; ".join(parts) or None
 
 

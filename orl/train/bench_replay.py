@@ -21,12 +21,12 @@ import time
 import torch
 
 from orl.decoding import Policy, decode_rule
+from orl.decoding.rollout import attach_targets, concat_states, prompt_prefixes, rollout
 from orl.model.checkpoint import load_checkpoint
 from orl.train.config import TrainPreset
 from orl.train.losses import aec_parts, gate_split, masked_ce_terms, mean
 from orl.train.orl import rollout_groups, rollout_prompts, sample_seed, select_states
 from orl.train.replay import context_groups, packed_layout, padded_layout, replay_logits
-from orl.train.rollout import attach_targets, concat_states, prompt_prefixes, rollout
 
 
 def capture_batch(model, tok, preset: TrainPreset, rollouts_per_prompt: int):

@@ -221,3 +221,28 @@ def _check_tasks(preset: TrainPreset, where: str) -> TrainPreset:
     if not 0.0 <= preset.long_fraction <= 1.0:
         raise ConfigError(f"{where}: long_fraction: expected a share between 0 and 1, got {preset.long_fraction}")
     return preset
+
+
+# The counts of each training stage that must be positive: 0 or -5 steps would write an untrained
+# checkpoint (and report a loss of nan); 0 prompts, rollouts or states would train on nothing.
+# ORL's batch_size may be 0 (every selected state, OrlConfig), not negative.
+COUNTS_FROM_ZERO = {"orl": ("batch_size",)}
+TRAINING_COUNTS = {
+    "ar": ("steps", "batch_size"), "draft": ("steps", "batch_size"), "convert": ("steps", "batch_size"),
+    "orl": ("iterations_steps", "rollout_prompts", "rollouts_per_prompt", "states_per_block"),
+}
+
+
+def check_training_counts(preset, section: str) -> None:
+    """The counts TRAINING_COUNTS names for one stage's preset section, each a positive integer."""
+    values = getattr(preset, section)
+    for name in TRAINING_COUNTS[section]:
+        value = getattr(values, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"preset {preset.name!r} (with --config overrides): {section}.{name}: expected a "
+                              f"positive integer, got {value!r}")
+    for name in COUNTS_FROM_ZERO.get(section, ()):
+        value = getattr(values, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"preset {preset.name!r} (with --config overrides): {section}.{name}: expected an "
+                              f"integer ≥ 0 (0 = all), got {value!r}")

@@ -45,6 +45,14 @@ from pathlib import Path
 import torch
 
 from orl.decoding import Policy, decode_rule
+from orl.decoding.rollout import (
+    CapturedStates,
+    RecomputeRollout,
+    Rollout,
+    attach_targets,
+    concat_states,
+    prompt_prefixes,
+)
 from orl.errors import CheckpointError, ConfigError, InputError
 from orl.model.checkpoint import checkpoint_digest, load_checkpoint
 from orl.tasks import tinycode
@@ -55,14 +63,6 @@ from orl.train.loop import LOG, Micro, ParamGroup, Step, train
 from orl.train.losses import aec_parts, dparallel_entropy_terms, gate_split, kl_anchor_terms, masked_ce_terms
 from orl.train.pretrain import STAGE_SECTIONS, prepare
 from orl.train.replay import replay_logits
-from orl.train.rollout import (
-    CapturedStates,
-    RecomputeRollout,
-    Rollout,
-    attach_targets,
-    concat_states,
-    prompt_prefixes,
-)
 
 ABLATIONS = ("none", "stale", "no-aec", "no-gate", "no-residual", "entropy-weighted", "dparallel")
 

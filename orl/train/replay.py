@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
+from orl.decoding.rollout import CapturedStates
 from orl.model.masks import block_causal_limits
 from orl.model.transformer import Transformer
-from orl.train.rollout import CapturedStates
 
 
 @dataclass

@@ -7,7 +7,6 @@
 # per-row file is named by its run and lies in a folder of its suite (config `suites`: Tables 1-3
 # show each suite; the first is the main one, that of Tables 4-5, the entropy figure and the
 # speed-vs-length runs), so one prompt set (`eval_limit` problems) serves every job of a suite.
-import json
 import os
 import re
 import sys
@@ -18,7 +17,7 @@ from snakemake.utils import validate
 from orl import rows
 from orl.engines.registry import ENGINE_NAMES
 from orl.engines.serving import SERVING_ENGINES, VLLM_ENV_MISSING
-from orl.io import atomic_write_json
+from orl.eval.operating_point import write_strict_point
 from orl.records import not_run, write_records
 from orl.report.gate import write_gate
 from orl.rows import ROW
@@ -242,16 +241,6 @@ def point_file(row, seed, suite, strict=False):
     """The operating point a run decodes at; strict: its strict-threshold variant (Table 3, rule strict_point)."""
     point, point_seed = point_run(row, seed)
     return f"{RESULTS}/oppoint/{'strict/' if strict else ''}{suite}/{run_id(point, point_seed)}.json"
-
-
-def write_strict_point(source, target):
-    """The operating point `source` with its threshold:τ as strict-threshold:τ (SGLang's LowConfidence rule)."""
-    point = json.loads(Path(source).read_text())
-    policy = point.get("policy")
-    if not (isinstance(policy, str) and policy.startswith("threshold:")):
-        raise ValueError(f"{source}: policy: expected threshold:τ for Table 3's strict variant, got {policy!r}")
-    # The commands parse and check the spec when they read it (`--policy @FILE`).
-    atomic_write_json(target, {**point, "policy": f"strict-{policy}", "from": str(source)})
 
 
 def train_file(row, seed):

@@ -165,7 +165,7 @@ if not ENGINE_MISSING:
 
 rule strict_point:
     # Table 3 compares identical decoding settings with SGLang, whose LowConfidence commits confidence > τ:
-    # its jobs decode at the strict variant of the operating point (strict-threshold:τ, orl/decoding/policy.py).
+    # its jobs decode at the strict variant of the operating point (Policy.strict_variant: strict-threshold:τ).
     input:
         f"{RESULTS}/oppoint/{{suite}}/{{run}}.json",
     output:

@@ -1,7 +1,9 @@
 """Running a chunk: eagerly, through torch.compile(fullgraph=True), or as a replayed CUDA graph.
 
-A chunk is a function `fn(state)` that only mutates the static buffers of a
-DecodeState (engines/dlmrt/chunk.py). The four modes run the same function:
+Shared by the engines that decode from static buffers (dlmrt, engines/ar.py), so that
+neither reaches into the other. A chunk is a function `fn(state)` that only mutates the
+static buffers of a decoding state (dlmrt's DecodeState, engines/dlmrt/chunk.py; the AR
+engine's own). The four modes run the same function:
 - "eager": call it (the comparison baseline of the benchmarks);
 - "compile": torch.compile with fullgraph=True, so a graph break (a host sync or
   Python branch on a tensor value slipping into the step code) is an error, not a
@@ -14,6 +16,13 @@ DecodeState (engines/dlmrt/chunk.py). The four modes run the same function:
   compiled call captured as one CUDA graph. The first (warm-up) call compiles, outside
   the capture.
 In both graph modes the state's buffers are the graph's static inputs and outputs.
+
+The buffers' length is a bucket (`cache_bucket`), not the request's exact length: the
+smallest power of two that holds prompt + generation, at least `min_len`, at most the
+model's context (rounded up to the block). For the tiny models (context 256) that is one
+shape; for a long-context model it is a handful of log-spaced shapes, each compiled or
+captured once, instead of one buffer of the full context that every step would attend
+over. Slots past the request's end are never visible: the mask hides them.
 """
 
 from __future__ import annotations
@@ -30,6 +39,15 @@ GRAPH_MODES = ("cudagraph", "compile-graph")
 # sweep in one process needs more than torch's default of 8 before it would recompile
 # from scratch or fall back.
 _RECOMPILE_LIMIT = 64
+
+
+def cache_bucket(needed: int, block: int, context: int, min_len: int) -> int:
+    """Cache length for a request needing `needed` slots (see the module docstring)."""
+    cap = -(-max(context, needed) // block) * block
+    length = max(min_len, 2 * block)  # a block start forward writes 2 blocks: keep room for it
+    while length < needed:
+        length *= 2
+    return max(needed, min(length, cap))
 
 
 def default_mode(device: torch.device, compiled: bool) -> str:
