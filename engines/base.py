@@ -32,7 +32,7 @@ class Generation:
     """What one request produced, and what it cost.
 
     nfe counts model forwards during generation with prompt prefill excluded
-    (METHOD.md §4); for speculative decoding it counts target-model forwards.
+    (docs/method.md §4); for speculative decoding it counts target-model forwards.
     """
 
     token_ids: list[int]  # generated tokens, up to and including <eos> when one was produced
@@ -50,7 +50,7 @@ class Generation:
 
     @property
     def tpf(self) -> float:
-        """Tokens per forward: generated tokens / NFE (METHOD.md §4)."""
+        """Tokens per forward: generated tokens / NFE (docs/method.md §4)."""
         return self.num_tokens / self.nfe if self.nfe else 0.0
 
 

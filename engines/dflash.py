@@ -9,7 +9,7 @@ own next token (the "bonus") after that prefix. Repeat until <eos> or the budget
 With greedy acceptance the output is exactly the target's greedy decoding;
 only the number of target forwards changes.
 
-Costs, counted (METHOD.md §4, the same convention as engines/hf.py):
+Costs, counted (docs/method.md §4, the same convention as engines/hf.py):
 - `nfe` = target forwards. There is no separate prefill: the first target forward
   carries the prompt and verifies the first draft, so `prefill_forwards` = 1
   marks that one; TPF = generated tokens / target forwards = mean acceptance

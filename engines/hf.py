@@ -16,7 +16,7 @@ How forwards are counted (the same convention as engines/reference.py's Referenc
   forward; `prefill_forwards` = 1 records that it also carried the prompt.
   Plain greedy therefore has nfe == generated tokens, TPF exactly 1, and
   assisted generation's TPF is tokens per target forward = mean acceptance
-  length including the target's bonus token (METHOD.md §4).
+  length including the target's bonus token (docs/method.md §4).
 - `draft_forwards` counts the draft model's forward calls.
 
 Text goes through our tokenizer (orl.tokenizer), not transformers', so prompts

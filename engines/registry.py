@@ -53,7 +53,7 @@ def build_engine(
 ) -> Engine:
     """Load the checkpoint and wrap it in the named engine; dtype None keeps the checkpoint's own.
 
-    `ignore_eos` (speed runs only, METHOD.md §4) makes every engine generate to the budget.
+    `ignore_eos` (speed runs only, docs/method.md §4) makes every engine generate to the budget.
     `method` is a serving row's method (vllm / sglang only; engines/serving.py METHODS).
     `num_speculative_tokens`: drafted tokens per verification of a draft-model row (the serving
     methods', hf-assisted's); None: each one's default.

@@ -8,7 +8,7 @@ A row's *method* is data of the row (orl/rows.py `Row.method`), passed as `--met
 never guessed from the names in a checkpoint's config (many EAGLE-3 heads ship as
 `LlamaForCausalLM`, DFlash drafters as `DFlashDraftModel`).
 
-One acceptance-length definition for every speculative row (METHOD.md §4): tokens per
+One acceptance-length definition for every speculative row (docs/method.md §4): tokens per
 verifying target forward, the bonus token included, prefill excluded. A generation says
 how many of its target forwards verified a draft in `extra["verify_forwards"]`; the other
 target forwards (vLLM's and SGLang's prefill) yielded one token each and are left out of

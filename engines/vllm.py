@@ -61,7 +61,7 @@ def vllm_call(
     num_speculative_tokens: int | None = None, ignore_eos: bool = False, seed: int = 0,
     gpu_memory_utilization: float = 0.8, enforce_eager: bool = False, device: str = "cuda",
 ) -> ServingCall:
-    """The `vllm.LLM(**kwargs)` call and sampling arguments of one row, batch-1 greedy (METHOD.md §4);
+    """The `vllm.LLM(**kwargs)` call and sampling arguments of one row, batch-1 greedy (docs/method.md §4);
     on the CPU (device "cpu", vllm's CPU build) with a KV cache sized in bytes (module docstring)."""
     kwargs: dict[str, Any] = {
         "model": str(ckpt_dir),

@@ -23,7 +23,7 @@ from orl.kernels.linear import MODES, NVFP4Linear
 from orl.kernels.nvfp4 import BLOCK_SIZE, SCALE_DTYPE
 
 QUANT_METHOD = "nvfp4"
-# The residual adapter (METHOD.md §2) stays in high precision: d×d twice, and a fresh one is all zeros.
+# The residual adapter (docs/method.md §2) stays in high precision: d×d twice, and a fresh one is all zeros.
 DEFAULT_SKIP = ("embed", "lm_head", "residual_adapter")
 
 

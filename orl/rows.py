@@ -156,7 +156,7 @@ def _table1(family: Family, suite: str | None, variant: str, claims: tuple[str, 
 # The tiny analog is compared with QwenDLM-4B's ratios: same recipe (converted from an AR
 # model, then ORL), at a scale this machine trains.
 _QWEN_GAINS = ("t1-qwendlm4b-tpf-gain", "t1-qwendlm4b-throughput-gain-page", "t1-qwendlm4b-throughput-gain")
-# METHOD.md §3 version 2: each a switch of the same loop (orl.train.orl.VARIANTS).
+# docs/method.md §3 version 2: each a switch of the same loop (orl.train.orl.VARIANTS).
 _ABLATIONS = (
     ("stale", "ORL: stale rollouts"),
     ("no-aec", "ORL: no AEC"),
@@ -247,7 +247,7 @@ ROWS: tuple[Row, ...] = (
 
 ROW: dict[str, Row] = {row.key: row for row in ROWS}
 
-# Matched accuracy (METHOD.md §4): every operating point, and every Table 2 row, is matched against
+# Matched accuracy (docs/method.md §4): every operating point, and every Table 2 row, is matched against
 # the AR target's greedy pass@1 (what speculative decoding reproduces exactly), as the paper does.
 MATCH_REFERENCE = "ar_hf"
 TRAINED = "orl"  # the ORL row itself: trained by `orl train-orl` (no ablation)

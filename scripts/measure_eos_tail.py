@@ -1,4 +1,4 @@
-"""Forwards spent on positions after the final <eos>, across a suite (the <eos> rule of METHOD.md §2).
+"""Forwards spent on positions after the final <eos>, across a suite (the <eos> rule of docs/method.md §2).
 
 A forward is spent on the dropped tail when everything it commits for a request lies after that
 request's final <eos> (the first end token of the completion, which is kept): such a step

@@ -1,6 +1,6 @@
 """What ORL version 2's gate and AEC would do on one rollout batch: the figures a choice of τ_gate or ρ needs.
 
-METHOD.md §3.4 sends a masked position to CE when the rollout was uncertain there (c^(k) < τ_gate)
+docs/method.md §3 sends a masked position to CE when the rollout was uncertain there (c^(k) < τ_gate)
 and anchors the confident rest with a capped KL; AEC is a squared hinge on state-averaged normalised
 entropy, active when H̄_next > (1 − ρ)·H̄_source. On one rollout batch of a checkpoint (N prompts × K
 rollouts, the states ORL would replay, before any update), this script measures for a grid of τ_gate

@@ -1,5 +1,5 @@
 """ORL version 2 and each Table 5 ablation at one seed, one after another, with their sweeps and operating
-points, summarised per run (METHOD.md §3): gated share, AEC active share, retained fraction, TPF and pass@1
+points, summarised per run (docs/method.md §3): gated share, AEC active share, retained fraction, TPF and pass@1
 at the operating point (matched to the AR target's greedy pass@1), wall time.
 
     python scripts/run_orl_v2_seed0.py --dlm /work/base/dlm --ar /work/base/ar --preset tiny \

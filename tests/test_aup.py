@@ -1,4 +1,4 @@
-"""AUP as d3LLM defines it (METHOD.md §4), checked against numbers worked out by hand."""
+"""AUP as d3LLM defines it (docs/method.md §4), checked against numbers worked out by hand."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def ours(dlm_dir):
 
 @pytest.fixture(scope="module")
 def sdar(dlm_dir):
-    """The same weights decoded with SDAR's layout (METHOD.md §5)."""
+    """The same weights decoded with SDAR's layout (docs/method.md §5)."""
     ckpt = load_checkpoint(dlm_dir)
     ckpt.model.config.block_layout = "absolute"
     return ckpt

@@ -1,4 +1,4 @@
-"""Matched accuracy (METHOD.md §4, orl/eval/operating_point.py): tolerance and paired test, the chosen point."""
+"""Matched accuracy (docs/method.md §4, orl/eval/operating_point.py): tolerance and paired test, the chosen point."""
 
 from __future__ import annotations
 

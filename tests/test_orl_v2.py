@@ -1,4 +1,4 @@
-"""ORL version 2 (METHOD.md §2-3): each loss term against hand-computed values, the residual adapter's
+"""ORL version 2 (docs/method.md §2-3): each loss term against hand-computed values, the residual adapter's
 zero start in every decoder, replay = rollout, the shared-clean-context packing, the refresh cadence,
 and that no ablation's first update is ORL's."""
 

@@ -89,7 +89,7 @@ def test_table_order_and_roles():
         "dlmrt (graph-captured)", "dlmrt eager", "reference decoder", "SGLang dLLM (LowConfidence; no ORL residual)",
         "vLLM"]
     assert [row.key for row, _ in rows.with_role(3, "serving")] == ["orl_sglang", "orl_vllm"]
-    # Matched accuracy is against the AR target's greedy pass@1 (METHOD.md §4).
+    # Matched accuracy is against the AR target's greedy pass@1 (docs/method.md §4).
     reference = rows.ROW[rows.MATCH_REFERENCE]
     assert reference.ckpt == "ar" and reference.engine == "hf" and not reference.sweep and reference.draft is None
 

@@ -1,4 +1,4 @@
-"""SDAR-family checkpoints decode as SDAR's own loop does (METHOD.md §5), in dlmrt and the reference decoder.
+"""SDAR-family checkpoints decode as SDAR's own loop does (docs/method.md §5), in dlmrt and the reference decoder.
 
 The oracle is tests/real_checkpoints.py's `sdar_generate`: JetAstra/SDAR's block_diffusion_generate with
 greedy sampling, run on transformers' own Qwen3 model (the SDAR checkpoint's Qwen3 twin) with 4-D block

@@ -1,6 +1,6 @@
 """The denoising chunk: S decoding steps of one block, static shapes, no host synchronisation.
 
-This is the code dlmrt captures (METHOD.md §2). Every function here reads and
+This is the code dlmrt captures (docs/method.md §2). Every function here reads and
 writes the preallocated buffers of a DecodeState in place and never looks at a
 tensor value from Python: no .item(), no bool(tensor), no data-dependent shapes.
 Whether the block is done is decided on the device and written to
@@ -78,7 +78,7 @@ def reset_block(spec: ChunkSpec, state: DecodeState) -> None:
     """A fresh block: everything masked, no previous distribution (step 0: residual r = 0).
 
     probs = 0 makes the residual term P @ E exactly zero, so step 0's input is exactly
-    E[MASK], as METHOD.md §2 and the reference decoder have it.
+    E[MASK], as docs/method.md §2 and the reference decoder have it.
     """
     state.tokens.fill_(spec.mask_id)
     state.masked.fill_(True)
@@ -91,7 +91,7 @@ def prefill(model: Transformer, spec: ChunkSpec, state: DecodeState, prompt_ids:
     """Write the prompt's keys/values (one forward, not counted in NFE) and set up block 0.
 
     Our layout: the whole prompt is prefilled (causal) and block 0 starts after it. The absolute
-    layout (METHOD.md §5): only the prompt's whole blocks are prefilled; block 0 is the block
+    layout (docs/method.md §5): only the prompt's whole blocks are prefilled; block 0 is the block
     holding the prompt's tail, whose tokens are committed from the start and whose keys/values
     are written with the block (orl/decoding/layout.py). The prompt length varies per request:
     capture.py compiles this with a symbolic length.

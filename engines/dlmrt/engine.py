@@ -1,6 +1,6 @@
 """DlmrtEngine: block-diffusion decoding with a static KV cache and captured denoising chunks.
 
-One request (METHOD.md §2):
+One request (docs/method.md §2):
     prefill the prompt into the cache (1 forward, not in NFE; compiled once for any length);
     for each block j:
         run the block's first chunk (block 0: S steps; block j > 0: the forward that writes

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 
-from orl.commands.checks import nonneg_int, out_file, positive_int
+from orl.commands.checks import out_file, positive_int
 from orl.commands.common import (
     add_chat_flag,
     add_model_args,
     add_policy_flag,
     add_progress_flag,
+    add_warmup_flag,
     chat_renderer,
     compile_notice,
     parse_device,
@@ -58,8 +59,7 @@ def register(subparsers) -> None:
 
 def _add_measurement_flags(p) -> None:
     """How the engines are timed, and what else is measured on dlmrt's chunk."""
-    p.add_argument("--warmup", type=nonneg_int, default=2, help="discarded requests per engine, besides one per "
-                   "compiled shape (compilation and capture happen there)")
+    add_warmup_flag(p, "requests per engine, besides one per compiled shape (compilation and capture happen there),")
     p.add_argument("--rounds", type=int, default=None, help="interleaved passes over the prompts; each engine "
                    "reports its median round (default: 5 on CUDA, where one pass lasts well under a second, else 1)")
     p.add_argument("--repeats", type=int, default=50, help="chunk repetitions for dlmrt's step time")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from orl.commands.checks import nonneg_int, out_file, positive_int
-from orl.commands.common import add_progress_flag, chat_renderer
+from orl.commands.checks import out_file, positive_int
+from orl.commands.common import add_progress_flag, add_warmup_flag, chat_renderer
 from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.commands.eval_quality import SHORT_DIFFICULTIES
 from orl.tasks import SUITES
@@ -26,7 +26,7 @@ def register(subparsers) -> None:
     p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES,
                    help="TinyCode difficulty (default: medium)")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N prompts (default: all)")
-    p.add_argument("--warmup", type=nonneg_int, default=3, help="warm-up requests, not measured (default: 3)")
+    add_warmup_flag(p, "requests")
     p.add_argument("--ignore-eos", action="store_true", help="speed runs: generate every request to "
                    "--max-new-tokens whatever the model emits (as serving benchmarks do; docs/metrics.md)")
     p.add_argument("--system", default=None, help="table row name stored in the record (default: derived)")

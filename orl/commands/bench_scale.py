@@ -12,6 +12,7 @@ from __future__ import annotations
 from orl.commands.common import (
     add_model_args,
     add_progress_flag,
+    add_warmup_flag,
     parse_device,
     parse_policy,
     torch_dtype,
@@ -44,7 +45,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-new-tokens", type=int, default=256, help="tokens generated per request (end token ignored)")
     p.add_argument("--prompt-len", type=int, default=128, help="random prompt tokens per request")
     p.add_argument("--requests", type=int, default=2, help="timed requests per engine")
-    p.add_argument("--warmup", type=int, default=1, help="warm-up requests per engine (compilation, capture)")
+    add_warmup_flag(p, "requests per engine (compilation, capture)")
     p.add_argument("--engines", default=",".join(_scale_engines()), help="comma-separated subset of "
                    f"{', '.join(_scale_engines())} (the reference decoder recomputes the whole context every step: slow)")
     p.add_argument("--repeats", type=int, default=20, help="chunk repetitions for dlmrt's step time")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orl.commands.checks import positive_float, positive_int
+from orl.commands.checks import positive_int
+from orl.commands.common import add_timeout_flag
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("samples", type=Path, help="samples file (.jsonl): task_id and completion per line")
     check.add_argument("--problems", type=Path, required=True,
                        help="HumanEval-format problems (.jsonl or .jsonl.gz): task_id, prompt, test, entry_point")  # fmt: skip
-    check.add_argument("--timeout", type=positive_float, default=3.0, help="wall-clock seconds per sample (default: 3)")
+    add_timeout_flag(check)
     check.add_argument("--workers", type=positive_int, default=None, help="parallel sandboxes (default: CPU count)")
     check.add_argument("--isolation", choices=["bwrap", "fallback", "auto"], default="bwrap",
                        help="sandbox (default: bwrap, required: an error when it cannot run here; fallback: the "

@@ -6,6 +6,8 @@ import re
 import sys
 from pathlib import Path
 
+from orl.commands.checks import nonneg_int, positive_float
+
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -19,6 +21,23 @@ def model_field(ckpt) -> dict:
 
 def add_progress_flag(parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+# One default per flag across the commands (the DAG passes its own values explicitly).
+WARMUP_REQUESTS = 2
+TEST_TIMEOUT_S = 5.0
+
+
+def add_warmup_flag(parser, what: str = "requests per engine") -> None:
+    """--warmup: requests run first and not measured (compilation, capture, caches)."""
+    parser.add_argument("--warmup", type=nonneg_int, default=WARMUP_REQUESTS,
+                        help=f"warm-up {what}, not measured (default: {WARMUP_REQUESTS})")
+
+
+def add_timeout_flag(parser) -> None:
+    """--timeout: wall-clock seconds for one program's tests in the sandbox."""
+    parser.add_argument("--timeout", type=positive_float, default=TEST_TIMEOUT_S,
+                        help=f"wall-clock seconds for one completion's tests in the sandbox (default: {TEST_TIMEOUT_S:g})")
 
 
 def add_policy_flag(parser, default: str, what: str = "commit policy", note: str = "") -> None:

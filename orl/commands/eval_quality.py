@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from orl.commands.checks import out_file, positive_float, positive_int
-from orl.commands.common import add_progress_flag, chat_renderer, compile_notice
+from orl.commands.checks import out_file, positive_int
+from orl.commands.common import add_progress_flag, add_timeout_flag, chat_renderer, compile_notice
 from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.tasks import SUITES
 from orl.tasks.tinycode import DIFFICULTIES
@@ -24,7 +24,7 @@ def register(subparsers) -> None:
     p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES,
                    help="TinyCode difficulty (default: medium)")
     p.add_argument("--system", default=None, help="table row name stored in the record (default: derived)")
-    p.add_argument("--timeout", type=positive_float, default=5.0, help="seconds per problem's tests (default: 5)")
+    add_timeout_flag(p)
     p.add_argument("--workers", type=positive_int, default=None, help="parallel sandboxes (default: CPU count)")
     p.add_argument("--isolation", default="bwrap", choices=["bwrap", "fallback"],
                    help="sandbox (default: bwrap, required; fallback: the weaker sandbox, named in the record)")

@@ -10,7 +10,7 @@ is a JSON file (`num_speculative_tokens`, and every point), which `--num-specula
 
 from __future__ import annotations
 
-from orl.commands.common import add_progress_flag, chat_renderer
+from orl.commands.common import add_progress_flag, add_warmup_flag, chat_renderer
 from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.tasks import SUITES
 
@@ -27,7 +27,7 @@ def register(subparsers) -> None:
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
     p.add_argument("--difficulty", default="medium", help="TinyCode difficulty (default: medium)")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up requests per k, not measured (default: 2)")
+    add_warmup_flag(p, "requests per k")
     p.add_argument("--tokens", required=True, help="the k to try, comma-separated (e.g. 2,3,4,5,6)")
     p.add_argument("--system", default=None, help="the row's display name, stored in the output")
     p.add_argument("--out", required=True, help="JSON file to write")

@@ -1,8 +1,8 @@
-"""The end-of-sequence rule, the same in every decoder (METHOD.md §2).
+"""The end-of-sequence rule, the same in every decoder (docs/method.md §2).
 
 - Fill: once <eos> is committed at a position, every later position of that block is
   committed as <eos> at once, so no forward is spent on text that will be dropped (an
-  option: SDAR-family rows run without it, METHOD.md §5).
+  option: SDAR-family rows run without it, docs/method.md §5).
 - Run: in the same step, every masked position that reaches a committed <eos> of its block
   through masked positions all predicted <eos> (this step's argmax is an end token) is
   committed with its prediction. A model often commits a block's trailing <eos> right to

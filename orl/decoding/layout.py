@@ -1,4 +1,4 @@
-"""Where a request's blocks sit, for each checkpoint family (METHOD.md §1, §5).
+"""Where a request's blocks sit, for each checkpoint family (docs/method.md §1, §5).
 
 - "after-prompt" (ours): the prompt attends causally; block 0 starts right after it.
 - "absolute" (SDAR / TraDo): blocks sit at absolute positions, multiples of B; the prompt

@@ -1,4 +1,4 @@
-"""Commit policies: which masked positions of a block a denoising step commits (METHOD.md §2).
+"""Commit policies: which masked positions of a block a denoising step commits (docs/method.md §2).
 
 Every decoder (dlmrt, the reference decoder, the ORL rollout) decides with `commit_mask`.
 It is batched tensor code with static shapes and no host synchronisation (no .item(), no

@@ -6,7 +6,7 @@ oracle dlmrt must match and the slow baseline of Table 3) and the ORL rollout
 
     for each block j:
         until no position of the block is masked:
-            one forward over [context | block j] (block-causal, METHOD.md §1), the block's
+            one forward over [context | block j] (block-causal, docs/method.md §1), the block's
             masked positions embedded with the residual context (orl.decoding.residual);
             denoise_step: commit by the policy, then the <eos> fill (orl.decoding.step);
         stop a row after the block that finished with <eos>, or after its last block.
@@ -75,7 +75,7 @@ def decode_blocks(
         max_new_tokens: budget per request, rounded up to whole blocks.
         pad_id: token placed in padding columns (hidden from attention).
         observer: called once per step with a StepView.
-        temperature, seeds: sample token values at temperature T (ORL's rollouts, METHOD.md §3.1), each
+        temperature, seeds: sample token values at temperature T (ORL's rollouts, docs/method.md §3), each
             row from its own generator seeded `seeds[i]`, drawn only at steps where that row is active,
             so a row's samples do not depend on which other rows share its batch. T = 0: greedy.
     """

@@ -1,4 +1,4 @@
-"""ORL's residual context: a masked position carries the previous step's prediction (METHOD.md §2).
+"""ORL's residual context: a masked position carries the previous step's prediction (docs/method.md §2).
 
     ẽ_i = E[MASK] + α · g_ϕ(sg(z_i)),   z_i = P_i^{(k-1)} @ E        (the adapter form, version 2)
     ẽ_i = E[MASK] + w_i · z_i,   w_i = α · (1 − H(P_i^{(k-1)}) / log V)   (`entropy-weighted`, version 1)

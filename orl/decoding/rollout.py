@@ -1,4 +1,4 @@
-"""On-policy rollout with residual-state capture (METHOD.md §3, step 1).
+"""On-policy rollout with residual-state capture (docs/method.md §3, step 1).
 
 The current model decodes a batch of training prompts with the decoders' own code
 (orl.decoding.recompute: policy threshold(τ_train), residual on), without gradient, and

@@ -2,7 +2,7 @@
 
 `DecodeRule` is what dlmrt, the reference decoder and the ORL rollout all receive, so they
 make the same decisions: the commit policy, the block size and where blocks sit (the
-checkpoint family's layout, METHOD.md §5), the mask and end tokens, the residual α, and
+checkpoint family's layout, docs/method.md §5), the mask and end tokens, the residual α, and
 the two <eos> options. `decode_rule` builds it from a checkpoint's config with the
 family's defaults; a row may turn the options on or off explicitly.
 """
@@ -36,10 +36,10 @@ def decode_rule(
     ignore_eos: bool = False, where: str = "config.json",
 ) -> DecodeRule:
     """The rule for a checkpoint's ModelConfig: our family decodes with the residual (its α) and
-    the <eos> fill; SDAR-layout checkpoints without either unless asked (METHOD.md §5).
+    the <eos> fill; SDAR-layout checkpoints without either unless asked (docs/method.md §5).
 
     `ignore_eos` decodes to the token budget whatever the model emits, with the fill off, so that
-    speed runs have a fixed length (METHOD.md §4); quality runs never set it.
+    speed runs have a fixed length (docs/method.md §4); quality runs never set it.
     """
     if not isinstance(policy, Policy):
         raise InputError(f"policy: expected a Policy (Policy.parse('threshold:0.9')), got {policy!r}")

@@ -1,4 +1,4 @@
-"""One denoising step of a block: distributions in, commits out (METHOD.md §2).
+"""One denoising step of a block: distributions in, commits out (docs/method.md §2).
 
 `denoise_step` is the whole decision a step makes, shared by every decoder: the
 confidences, the policy's commits, then the <eos> rule (the run of <eos> predictions
@@ -52,7 +52,7 @@ def denoise_step(
             <eos>, and the run of masked <eos> predictions that leads up to one.
         generated: [b, B] bool, the block's completion positions (None: all of them); an end token
             in the prompt's tail (absolute layout) fills nothing.
-        temperature, gumbel: ORL's rollouts sample token values (METHOD.md §3.1): the value is
+        temperature, gumbel: ORL's rollouts sample token values (docs/method.md §3): the value is
             argmax(logits / T + Gumbel noise [b, B, V]), a draw from softmax(logits / T); which
             positions commit is still decided by the confidence of P (T = 1). None: greedy.
     """

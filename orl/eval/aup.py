@@ -16,7 +16,7 @@ quality-weighted accuracy, so a point far below the best accuracy in the table c
 than its own accuracy. Units: percent × tokens per forward (AR decoding at 80% scores 80).
 
 d3LLM's script refuses a sweep whose most parallel point lies more than 5 points below y₁ (an
-assertion) and otherwise drops those points; METHOD.md §4 drops them in every case and reports
+assertion) and otherwise drops those points; docs/method.md §4 drops them in every case and reports
 the count. Where d3LLM's function returns a value, this one returns the same value.
 """
 

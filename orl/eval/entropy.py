@@ -1,4 +1,4 @@
-"""Entropy per denoising step: the picture of "uncertainty drops faster" (TABLES.md, figures).
+"""Entropy per denoising step: the picture of "uncertainty drops faster" (docs/tables.md, figures).
 
 For each step index k within a block, the mean over requests and blocks of the mean entropy of
 the positions still masked when step k began, from the reference decoder's step logs.

@@ -1,4 +1,4 @@
-"""The one timing protocol (METHOD.md §4), behind bench-latency, bench-engine and bench-scale.
+"""The one timing protocol (docs/method.md §4), behind bench-latency, bench-engine and bench-scale.
 
     1. warm up: W requests (cycling over the prompts), plus one request for every further
        compiled shape the suite needs (Engine.compile_key), so that no compilation or graph

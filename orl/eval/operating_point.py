@@ -1,4 +1,4 @@
-"""Matched accuracy (METHOD.md §4): which sweep points match a reference system, and the one chosen.
+"""Matched accuracy (docs/method.md §4): which sweep points match a reference system, and the one chosen.
 
 A candidate matches the reference when both hold:
     1. its pass@1 is within the tolerance: pass@1 >= reference pass@1 - tolerance;

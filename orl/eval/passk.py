@@ -1,4 +1,4 @@
-"""pass@k with the unbiased estimator (Chen et al., 2021; METHOD.md §4).
+"""pass@k with the unbiased estimator (Chen et al., 2021; docs/method.md §4).
 
 With n samples of a problem of which c pass, the probability that at least one
 of k samples drawn without replacement passes is

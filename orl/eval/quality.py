@@ -1,5 +1,5 @@
 """Quality evaluation: generate a completion per problem with an engine, run the tests in the
-sandbox, report pass@1 with per-problem results (METHOD.md §4: greedy, one sample each)."""
+sandbox, report pass@1 with per-problem results (docs/method.md §4: greedy, one sample each)."""
 
 from __future__ import annotations
 

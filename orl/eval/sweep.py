@@ -1,7 +1,7 @@
 """A sweep: the same checkpoint decoded at each value of its policy's parameter (τ of threshold(τ), the
 default; Policy.parameter), pass@1 and TPF per point.
 
-The sweep is what AUP integrates and what the operating point is chosen from (METHOD.md §4).
+The sweep is what AUP integrates and what the operating point is chosen from (docs/method.md §4).
 Each point is a full quality evaluation (sandboxed tests) with per-problem results, so the
 uncertainty of every point and of paired differences can be computed from the records.
 """

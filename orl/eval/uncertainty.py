@@ -1,4 +1,4 @@
-"""Uncertainty of every figure a table shows (METHOD.md §4), as pure functions.
+"""Uncertainty of every figure a table shows (docs/method.md §4), as pure functions.
 
 The data of one system is a `Runs`: one row per training seed, one column per problem (or per
 request of a latency suite), several named arrays (passed, tokens, nfe, wall_s). A *statistic*

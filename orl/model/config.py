@@ -1,6 +1,6 @@
 """config.json of the checkpoint families this harness runs: read, validate, write.
 
-Families (METHOD.md §5), all one Qwen3-style model (orl.model.transformer):
+Families (docs/method.md §5), all one Qwen3-style model (orl.model.transformer):
 - `Qwen3ForCausalLM`: the AR model, a plain transformers Qwen3 config;
 - `OrlBlockDiffusionLM`: ours, Qwen3 fields plus attention_mode, block_size,
   mask_token_id, residual_alpha; blocks start after the prompt;
@@ -189,7 +189,7 @@ def model_config_from_hf(config: dict, path: Path) -> ModelConfig:
 
 
 def _residual_adapter(config: dict, path: Path, hidden: int) -> dict | None:
-    """config.json's residual_adapter (METHOD.md §2): null / absent, or {"form", "shape": [d, d]}."""
+    """config.json's residual_adapter (docs/method.md §2): null / absent, or {"form", "shape": [d, d]}."""
     value = config.get("residual_adapter")
     if value is None:
         return None

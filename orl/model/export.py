@@ -116,11 +116,11 @@ def export_checkpoint(
         state.pop("lm_head.weight", None)
     notes = _notes(fmt, cfg, auto_map)
     if cfg.residual_adapter is not None:
-        # SDAR / Qwen3 runtimes have no residual context: the adapter (METHOD.md §2) cannot go with them.
+        # SDAR / Qwen3 runtimes have no residual context: the adapter (docs/method.md §2) cannot go with them.
         config.pop("residual_adapter", None)
         config["residual_alpha"] = 0.0  # α without the adapter would be the entropy-weighted form: off instead
         state = {k: v for k, v in state.items() if not k.startswith("residual_adapter.")}
-        notes.append("the residual adapter (residual_adapter.*, METHOD.md §2) is DROPPED: SDAR / Qwen3 runtimes "
+        notes.append("the residual adapter (residual_adapter.*, docs/method.md §2) is DROPPED: SDAR / Qwen3 runtimes "
                      "have no residual context, so the export decodes without it (residual off), not as ORL does")
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)

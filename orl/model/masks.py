@@ -1,13 +1,13 @@
 """Attention masks as pure functions (True = the query may attend the key).
 
 Every pattern the harness needs is "key index < limit(query)", with a per-query
-limit (METHOD.md §1):
+limit (docs/method.md §1):
 - causal:       limit(q) = q + 1
 - block-causal: prompt queries are causal; a completion query in block j sees
                 the prompt, all earlier blocks and all of block j, so
                 limit(q) = start + (j + 1) * B with j = (q - start) // B.
                 This is our "after-prompt" block layout.
-- absolute:     SDAR's layout (METHOD.md §5): blocks sit at multiples of B from
+- absolute:     SDAR's layout (docs/method.md §5): blocks sit at multiples of B from
                 position 0, the prompt included, so every query sees its own
                 block whole and all earlier ones: limit(q) = (q // B + 1) * B.
 Indices are cache slots in the engine and sequence positions in training; the

@@ -11,7 +11,7 @@ shapes. With a KVCache the new keys/values are written in place at `slots`
 and the queries attend over the whole preallocated cache.
 
 Checkpoint families are switches of this one model, never copies of it
-(METHOD.md §5): Qwen3 is `causal`; our block-diffusion model and SDAR / TraDo
+(docs/method.md §5): Qwen3 is `causal`; our block-diffusion model and SDAR / TraDo
 are `block-causal` and differ only in `block_layout`, which says where blocks
 sit and so which mask the decoders build (masks.layout_block_limits).
 """
@@ -40,7 +40,7 @@ class ModelConfig:
     max_position_embeddings: int = 256
     tie_word_embeddings: bool = True
     attention_bias: bool = False  # biases on q/k/v/o projections (Qwen3's attention_bias; off in every release)
-    # Block diffusion (METHOD.md §1-2, §5); ignored by the AR model.
+    # Block diffusion (docs/method.md §1-2, §5); ignored by the AR model.
     attention_mode: str = "causal"  # "causal" or "block-causal"
     # Where blocks sit: "after-prompt" (ours: the prompt attends causally, block 0 starts right after it)
     # or "absolute" (SDAR: blocks at multiples of block_size, the prompt inside blocks, bidirectional
@@ -48,8 +48,8 @@ class ModelConfig:
     block_layout: str = "after-prompt"
     block_size: int = 16
     mask_token_id: int | None = None
-    residual_alpha: float = 0.0  # α of the residual context (METHOD.md §2); 0 = off (a base dLLM)
-    # The residual adapter g_ϕ ORL adds (METHOD.md §2): {"form": ADAPTER_FORM, "shape": [d, d]}; None = no
+    residual_alpha: float = 0.0  # α of the residual context (docs/method.md §2); 0 = off (a base dLLM)
+    # The residual adapter g_ϕ ORL adds (docs/method.md §2): {"form": ADAPTER_FORM, "shape": [d, d]}; None = no
     # adapter, and then α > 0 is the version-1 entropy-weighted form E[MASK] + α(1 − H/log V)·z.
     residual_adapter: dict | None = None
     eos_token_id: int = 1
@@ -210,7 +210,7 @@ def adapter_spec(config: ModelConfig) -> dict:
 
 
 class ResidualAdapter(nn.Module):
-    """g_ϕ(z) = W₂·SiLU(W₁·RMSNorm(z)) (METHOD.md §2, ours), W₂ zero at creation so that a freshly
+    """g_ϕ(z) = W₂·SiLU(W₁·RMSNorm(z)) (docs/method.md §2, ours), W₂ zero at creation so that a freshly
     added adapter contributes exactly 0 and the model decodes as with no residual."""
 
     def __init__(self, config: ModelConfig):
@@ -267,7 +267,7 @@ class Transformer(nn.Module):
         return self.residual_adapter
 
     def residual_term(self, z: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """What the residual context adds to a position's input embedding (METHOD.md §2): w·g_ϕ(z) with
+        """What the residual context adds to a position's input embedding (docs/method.md §2): w·g_ϕ(z) with
         the adapter (w = α where masked), else the entropy-weighted form w·z; z is detached (sg)."""
         z = z.detach().to(self.model.embed_tokens.weight.dtype)
         out = self.residual_adapter(z) if self.residual_adapter is not None else z
@@ -300,7 +300,7 @@ class Transformer(nn.Module):
                 None means plain causal attention over the inputs (AR training fast path).
             cache: static KV buffers; when given, keys/values are written at `slots` ([t], shared
                 by the batch) and attention runs over all cache slots.
-            residual: [b, t, d] the pre-adapter residual z = P^{(k-1)} @ E (METHOD.md §2), with
+            residual: [b, t, d] the pre-adapter residual z = P^{(k-1)} @ E (docs/method.md §2), with
                 `residual_weight` [b, t] (α or the entropy weight where masked, 0 elsewhere): the forward
                 adds `residual_term(z, w)` to the token embeddings, so E[MASK] + α·g_ϕ(z) is formed here,
                 where a sharded embedding and adapter are whole and the adapter gets its gradient.

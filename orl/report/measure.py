@@ -70,7 +70,7 @@ def sweep_records(records: list[dict], want: Want, suite: str | None, seed, inde
 
 def y_max_of(records: list[dict], wants: list[Want], suite: str | None) -> float | None:
     """The highest pass@1, in percent, among the measured sweep points of these lines on `suite`: every
-    point of every seed (AUP's y_max, METHOD.md §4), not only the latest record of each τ."""
+    point of every seed (AUP's y_max, docs/method.md §4), not only the latest record of each τ."""
     accuracies = [float(record["metrics"]["pass_at_1"]) for want in wants
                   for record in sweep_points(records, want, suite, ANY_SEED, {})
                   if record["metrics"].get("pass_at_1") is not None]

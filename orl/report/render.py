@@ -104,7 +104,7 @@ TABLE_CAVEATS = {
         "`gated_share`: the mean share of masked positions the gate sends to the KL anchor instead of CE "
         "(c ≥ τ_gate; for no gate and dParallel what it would have split, or 0); `aec_active_share`: the share "
         "of state pairs whose entropy fell short of the (1 − ρ) contraction; `retained_fraction`: rollouts that "
-        "passed their tests (docs/method.md §3; METHOD version 2).",
+        "passed their tests (docs/method.md §3, version 2).",
         "Cost of the ORL stage (mean over seeds): `world_size` training processes, `device_hours` = world size × "
         "wall (`train_gpu_hours` where the devices are GPUs: the paper's 36 H100-hours compare with it), "
         "`train_tokens_per_s` training tokens per second per device, `peak_memory_gb` the largest rank's peak "

@@ -70,14 +70,14 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
 
 def verification(row) -> str | None:
     """How a speculative row accepts drafted tokens: "strict" (greedy, lossless: the target's own argmax) or
-    "relaxed" (METHOD.md §4: within δ of the target's top probability); None for a row that drafts nothing."""
+    "relaxed" (docs/method.md §4: within δ of the target's top probability); None for a row that drafts nothing."""
     if row.draft is None:
         return None
     return row.verification
 
 
 def _acceptance_as_tpf(value: dict, acceptance_length: float | None) -> None:
-    """A speculative line's TPF is its mean acceptance length (METHOD.md §4: tokens per verifying target
+    """A speculative line's TPF is its mean acceptance length (docs/method.md §4: tokens per verifying target
     forward, prefill excluded). Where the two differ (vLLM's prefill forward samples a token and verifies
     nothing, so tokens / all forwards is lower) the record's acceptance length replaces the per-request
     ratio, whose interval then measured the other quantity and is dropped."""

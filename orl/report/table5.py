@@ -10,7 +10,7 @@ interval excludes 0 and "unresolved" otherwise. Cost comes from the `train` reco
 seed (extra.packing absent or true): self-generated tokens, training wall time, the world size
 (training processes), device-hours (world size × wall; GPU-hours where the devices are GPUs),
 training tokens/s per device, peak memory per device (the largest rank's: CUDA's allocator peak,
-the process's peak resident set on a CPU), and per update (METHOD.md §3.4, means over the run):
+the process's peak resident set on a CPU), and per update (docs/method.md §3, means over the run):
 the gated share |C|/|M| (masked positions anchored by the KL term instead of CE; for the no-gate and
 dParallel lines what the gate would have split, or 0), the AEC active share (pairs with a shortfall)
 and the retained fraction of rollouts (extra.gated_share, aec_active_share, retained_fraction); the step-speed benchmark's records (extra.packing true / false) give the

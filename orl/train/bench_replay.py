@@ -2,7 +2,7 @@
 
 One rollout batch as ORL makes it (N prompts, K sampled rollouts each, threshold(τ_train), residual
 on, at most S states per block) is replayed by an ORL update (forward + backward of gated CE and
-λ·AEC, METHOD.md §3.4) twice, in the same process:
+λ·AEC, docs/method.md §3) twice, in the same process:
 
 - unpacked: one state per row with its own copy of the clean context, right-padded;
 - packed: the states of one block share one copy of their clean context ("staircase"), segments

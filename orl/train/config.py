@@ -66,13 +66,13 @@ class DiffusionConfig:
     max_new_tokens: int = 64  # the rollout's budget for short problems
     long_max_new_tokens: int = 96  # ... and for tinycode-long problems (bodies of 3-5 blocks)
     # Where blocks sit in the converted model: "after-prompt" (ours) or "absolute" (SDAR's layout, saved as
-    # an SDARForCausalLM checkpoint), METHOD.md §5.
+    # an SDARForCausalLM checkpoint), docs/method.md §5.
     block_layout: str = "after-prompt"
 
 
 @dataclass
 class OrlConfig:
-    """ORL post-training, version 2 (METHOD.md §3); defaults are the method's starting values.
+    """ORL post-training, version 2 (docs/method.md §3); defaults are the method's starting values.
 
     One update per rollout batch (updates_per_rollout = 1): each update decodes N prompts K times with
     the current weights, keeps the verified trajectories, replays at most S states per block of each,
@@ -85,7 +85,7 @@ class OrlConfig:
     states_per_block: int = 4  # S: replayed states per block of a retained trajectory, uniform among its steps
     batch_size: int = 0  # at most this many of the selected states per update (0 = all of them)
     lr: float = 2e-4
-    adapter_lr: float = 1e-3  # the residual adapter's own optimizer group (METHOD.md §3.5, ours)
+    adapter_lr: float = 1e-3  # the residual adapter's own optimizer group (docs/method.md §3, ours)
     adapter_grad_clip: float = 1.0  # ... and its own gradient-norm cap
     warmup_steps: int = 2
     weight_decay: float = 0.0
@@ -95,7 +95,7 @@ class OrlConfig:
     tau_train: float = 0.9  # threshold(τ_train) policy of the rollout
     rollout_temperature: float = 0.7  # T_roll: token values sampled so that the K rollouts differ (ours)
     residual_alpha: float = 1.0  # α written into the +ORL checkpoint
-    # The loss (METHOD.md §3.4): CE on U = {c < τ_gate}, β·min(KL(p_θ ‖ p_θ₀), κ) on the rest, λ·L_AEC.
+    # The loss (docs/method.md §3): CE on U = {c < τ_gate}, β·min(KL(p_θ ‖ p_θ₀), κ) on the rest, λ·L_AEC.
     gate_tau: float = 0.9  # τ_gate
     kl_beta: float = 0.1  # β
     kl_cap: float = 1.0  # κ, nats per position

@@ -42,7 +42,7 @@ def encode_pair(tokenizer: Tokenizer, prompt: str, completion: str, block_size: 
                 layout: str = "after-prompt") -> tuple[list[int], list[int]]:
     """Prompt ids and completion ids + <eos>; with a block size the completion is padded with <eos>
     to whole blocks of its layout (blocks from the prompt's end, or from position 0 for the
-    absolute layout), which is what block decoding produces after <eos> (METHOD.md §2)."""
+    absolute layout), which is what block decoding produces after <eos> (docs/method.md §2)."""
     prompt_ids = tokenizer.encode(prompt)
     completion_ids = tokenizer.encode(completion) + [tokenizer.eos_id]
     if block_size:

@@ -1,4 +1,4 @@
-"""ORL's loss, version 2 (METHOD.md §3.4), and the dParallel row's.
+"""ORL's loss, version 2 (docs/method.md §3), and the dParallel row's.
 
 Over the masked positions M_k of a replayed state k:
 

@@ -1,4 +1,4 @@
-"""Training objectives of the base models (METHOD.md §1).
+"""Training objectives of the base models (docs/method.md §1).
 
 - `ar_sum`: next-token cross-entropy on completion tokens (prompt → completion).
 - `masked_block_sum` (with `noise_one_block`): the block-diffusion objective. For each row pick one block j
@@ -57,7 +57,7 @@ def ar_sum(model: Transformer, batch: TokenBatch, groups: int = LENGTH_GROUPS) -
 
 @dataclass
 class Noise:
-    """One block per row masked at rate t (METHOD.md §1): what `masked_block_sum` trains on."""
+    """One block per row masked at rate t (docs/method.md §1): what `masked_block_sum` trains on."""
 
     ids: torch.Tensor  # [b, t] noisy ids ([MASK] in the chosen block where masked)
     masked: torch.Tensor  # [b, t] bool

@@ -1,4 +1,4 @@
-"""ORL post-training, version 2 (METHOD.md §3), and its Table 5 ablations.
+"""ORL post-training, version 2 (docs/method.md §3), and its Table 5 ablations.
 
 One update, with the current weights θ ("fresh rollout → one update → fresh rollout"):
 
@@ -66,7 +66,7 @@ from orl.train.replay import replay_logits
 
 ABLATIONS = ("none", "stale", "no-aec", "no-gate", "no-residual", "entropy-weighted", "dparallel")
 
-# What every line of train_log.jsonl carries (METHOD.md §3.4; 0 where a variant has no such term).
+# What every line of train_log.jsonl carries (docs/method.md §3; 0 where a variant has no such term).
 LOG_KEYS = ("retained_fraction", "gated_share", "aec_active_share", "aec_mean", "kl_anchor_mean", "adapter_norm",
             "rollouts_per_update", "updates_per_rollout")
 
@@ -121,7 +121,7 @@ def check_init(init_dir: str | Path, preset: TrainPreset, device: str = "cpu"):
     layout = ckpt.model.config.block_layout
     if layout != preset.diffusion.block_layout:
         raise ConfigError(f"diffusion.block_layout: the config says {preset.diffusion.block_layout!r} but "
-                          f"{config_path} is a {layout!r} checkpoint (METHOD.md §5): pick the preset of its family")
+                          f"{config_path} is a {layout!r} checkpoint (docs/method.md §5): pick the preset of its family")
     return ckpt
 
 
@@ -150,7 +150,7 @@ def sample_seed(seed: int, update: int, row: int) -> int:
 
 
 def select_states(states: CapturedStates, per_block: int, rng: random.Random) -> CapturedStates:
-    """At most `per_block` states of each (trajectory, block), uniformly among its steps (METHOD.md §3.3),
+    """At most `per_block` states of each (trajectory, block), uniformly among its steps (docs/method.md §3),
     ordered by (trajectory, block, step) so that states sharing a clean context sit together."""
     steps: dict[tuple[int, int], list[int]] = {}
     for i, key in enumerate(zip(states.request.tolist(), states.block.tolist(), strict=True)):
@@ -250,7 +250,7 @@ def _zero_step(metrics: dict, names: tuple[str, ...], weights: tuple[float, ...]
 
 def orl_step(model, ref_model, batch: CapturedStates, preset: TrainPreset, variant: Variant, world: World,
              metrics: dict) -> Step:
-    """One update's replay (METHOD.md §3.4) on this rank's share of `batch`: CE on U, β·KL on C, λ·AEC."""
+    """One update's replay (docs/method.md §3) on this rank's share of `batch`: CE on U, β·KL on C, λ·AEC."""
     cfg = preset.orl
     residual = variant.residual != "off"
     sums: list = [0.0] * 8  # masked, confident, AEC pairs, AEC active, AEC hinge, KL sum, adapter norm, its count

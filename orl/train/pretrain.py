@@ -4,7 +4,7 @@
 - `train_ar`: the AR model (or the small draft model) on prompt → completion pairs.
 - `convert_to_diffusion`: start from the AR weights, switch the attention to
   block-causal and continue training with the masked-block objective
-  (QwenDLM is "converted from Qwen3"; METHOD.md §1).
+  (QwenDLM is "converted from Qwen3"; docs/method.md §1).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Replay: forward the current weights on captured states (METHOD.md §3, step 3).
+"""Replay: forward the current weights on captured states (docs/method.md §3, step 3).
 
 A state is [context | block]: the block's masked positions get E_θ[MASK] + α·g_ϕ(z) (or the
 entropy-weighted w·z) with the *captured* pre-adapter residual z, formed inside the forward

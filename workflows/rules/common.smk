@@ -202,7 +202,7 @@ def missing(row):
         return missing(ROW[row.point])
     reference = ROW[rows.MATCH_REFERENCE]
     if row.sweep and row is not reference and missing(reference):
-        # The operating point is matched to the AR target's pass@1 (METHOD.md §4).
+        # The operating point is matched to the AR target's pass@1 (docs/method.md §4).
         return f"no operating point without the AR target's pass@1 ({rows.MATCH_REFERENCE}: {missing(reference)})"
     return None
 

@@ -30,7 +30,7 @@ rule sweep:
 
 
 rule operating_point:
-    # Matched accuracy (METHOD.md §4): the fastest threshold whose pass@1 is within the tolerance of the
+    # Matched accuracy (docs/method.md §4): the fastest threshold whose pass@1 is within the tolerance of the
     # AR target's (orl.rows.MATCH_REFERENCE) on the same suite and not shown worse by the paired test.
     # Writes the choice and a quality record of that sweep point.
     input:
@@ -206,7 +206,7 @@ if not ENGINE_MISSING:
 
     rule bench_length:
         # The speedup-vs-length figure: fixed-length runs (--ignore-eos: every prompt decoded to N tokens,
-        # METHOD.md §4) of dlmrt and the reference decoder on a handful of prompts, one per length.
+        # docs/method.md §4) of dlmrt and the reference decoder on a handful of prompts, one per length.
         input:
             ckpt=ENGINE_CKPT,
             point=point_file(ENGINE_ROW, ENGINE_SEED, MAIN),

@@ -20,7 +20,7 @@ RENDER_FLAGS = f"--profile {PROFILE} --results {RESULTS} --out {REPORTS} --claim
 if not PAPER:
 
     rule bench_packing:
-        # Table 5: replay train-step throughput, unpacked and with a shared clean context per block (METHOD §3.3).
+        # Table 5: replay train-step throughput, unpacked and with a shared clean context per block (docs/method.md §3).
         input:
             ckpt_done("dlm"),
         output:
