@@ -17,6 +17,7 @@ BASE = REPO_ROOT / "results" / "tiny" / "base"
 @pytest.mark.skipif(not (BASE / MANIFEST).is_file(), reason=f"no committed base checkpoints under {BASE}")
 def test_committed_base_matches_its_manifest_and_loads():
     manifest = check_manifest(BASE)
+    assert not list(BASE.rglob("*.jsonl"))  # every .jsonl under results/<profile>/ is read as records
     assert set(manifest["checkpoints"]) == set(CHECKPOINTS)
     for name, entry in manifest["checkpoints"].items():
         assert all(f["bytes"] <= MAX_FILE_BYTES for f in entry["files"].values())

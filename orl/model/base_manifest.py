@@ -19,9 +19,10 @@ from orl.io import atomic_write_json
 from orl.model.weights import file_sha256, weights_digest
 
 CHECKPOINTS = ("ar", "draft", "dlm")  # AR target, draft model, converted dLLM
-# What a checkpoint folder needs to load and to say how it was trained; resume state is left behind.
+# What a checkpoint folder needs to load and to say how it was trained. Resume state is left behind, and so
+# is train_log.jsonl: every .jsonl under results/<profile>/ is read as a record file.
 KEPT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-              "tokenizer_config.json", "train_summary.json", "train_log.jsonl")
+              "tokenizer_config.json", "train_summary.json")
 MAX_FILE_BYTES = 16 * 1024 * 1024  # the repository's limit for a committed checkpoint file
 MANIFEST = "manifest.json"
 
