@@ -7,8 +7,6 @@ are `overhead=<x>`, `speedup_vs_eager=<x>`, `speedup_vs_reference=<x>`.
 
 from __future__ import annotations
 
-import argparse
-
 from orl.commands.checks import out_file, positive_int
 from orl.commands.common import (
     add_chat_flag,
@@ -35,7 +33,6 @@ def register(subparsers) -> None:
         "and the reference decoder (same checkpoint and policy), in interleaved rounds: tokens/s, latency, TPF, "
         "dlmrt's overhead over its bare model forwards and its step time. Writes one engine_bench record per "
         "engine and prints overhead=, speedup_vs_eager= and speedup_vs_reference= as the last lines.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
@@ -59,7 +56,7 @@ def register(subparsers) -> None:
 
 def _add_measurement_flags(p) -> None:
     """How the engines are timed, and what else is measured on dlmrt's chunk."""
-    add_warmup_flag(p, "requests per engine, besides one per compiled shape (compilation and capture happen there),")
+    add_warmup_flag(p, "requests per engine (besides one per compiled shape, where compilation and capture happen)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved passes over the prompts; each engine "
                    "reports its median round (default: 5 on CUDA, where one pass lasts well under a second, else 1)")
     p.add_argument("--repeats", type=int, default=50, help="chunk repetitions for dlmrt's step time")
