@@ -38,6 +38,10 @@ SNAKEMAKE = $(VENV)/bin/snakemake -c$(CORES) --rerun-incomplete
 # only checks them. FORCE=1 retrains and remeasures everything (trained stages still resume).
 FORCE ?=
 FORCE_FLAG = $(if $(FORCE),--forceall)
+# The tiny profile copies its AR target, draft and dLLM from the committed results/tiny/base; TRAIN_BASE=1
+# trains them here instead (config `base` emptied), e.g. `make reproduce FORCE=1 TRAIN_BASE=1`.
+TRAIN_BASE ?=
+BASE_FLAG = $(if $(TRAIN_BASE),base=)
 
 # A clone's checkout writes the committed records one after another, so a record can look newer than
 # the table rendered from it and Snakemake, with no metadata of its own yet, would redo everything from
@@ -50,13 +54,13 @@ clone-times:
 # Ends with where Table 2 is and what the run did (orl/report/summary.py).
 reproduce: venv clone-times
 	$(VENV)/bin/snakemake --unlock --config profile=$(PROFILE) >/dev/null 2>&1 || true
-	@start=$$(date +%s); echo "$(SNAKEMAKE) reproduce_table2 $(FORCE_FLAG) --config profile=$(PROFILE)"; \
-	  $(SNAKEMAKE) reproduce_table2 $(FORCE_FLAG) --config profile=$(PROFILE) \
+	@start=$$(date +%s); echo "$(SNAKEMAKE) reproduce_table2 $(FORCE_FLAG) --config profile=$(PROFILE) $(BASE_FLAG)"; \
+	  $(SNAKEMAKE) reproduce_table2 $(FORCE_FLAG) --config profile=$(PROFILE) $(BASE_FLAG) \
 	  && $(PY) -m orl.report.summary --profile $(PROFILE) --table 2 --since $$start
 
 reproduce-all: venv clone-times
 	$(VENV)/bin/snakemake --unlock --config profile=$(PROFILE) >/dev/null 2>&1 || true
-	$(SNAKEMAKE) reproduce_all $(FORCE_FLAG) --config profile=$(PROFILE)
+	$(SNAKEMAKE) reproduce_all $(FORCE_FLAG) --config profile=$(PROFILE) $(BASE_FLAG)
 
 # The HTML report (figures and tables) of a finished run: reports/<profile>/report.html.
 report: venv

@@ -8,8 +8,19 @@ import pytest
 
 from orl.errors import CheckpointError
 from orl.io import REPO_ROOT
-from orl.model.base_manifest import CHECKPOINTS, MANIFEST, MAX_FILE_BYTES, check_manifest, copy_base
+from orl.model.base_manifest import (
+    CHECKPOINTS,
+    MANIFEST,
+    MAX_FILE_BYTES,
+    STAGES,
+    base_problem,
+    check_manifest,
+    copy_base,
+    take_base,
+)
 from orl.model.checkpoint import load_checkpoint
+from orl.train.config import load_preset
+from orl.train.pretrain import STAGE_SECTIONS
 
 BASE = REPO_ROOT / "results" / "tiny" / "base"
 
@@ -40,3 +51,45 @@ def test_a_changed_file_is_refused(tmp_path):
     shutil.rmtree(tmp_path / "base" / "ar")
     with pytest.raises(CheckpointError, match="missing"):
         check_manifest(tmp_path / "base")
+
+
+def _fake_base(tmp_path, digests):
+    sources = {}
+    for name in CHECKPOINTS:
+        source = tmp_path / "trained" / name
+        source.mkdir(parents=True)
+        (source / "config.json").write_text('{"architectures": ["Qwen3ForCausalLM"]}')
+        (source / "model.safetensors").write_bytes(name.encode() * 10)
+        (source / "train_summary.json").write_text(f'{{"config_digest": "{digests[name]}-{STAGES[name]}"}}')
+        sources[name] = source
+    copy_base(sources, tmp_path / "base")
+    return tmp_path / "base"
+
+
+def test_the_base_stands_in_only_for_the_preset_it_was_trained_with(tmp_path):
+    base = _fake_base(tmp_path, {"ar": "aaaa", "draft": "bbbb", "dlm": "cccc"})
+    assert base_problem(base, {"ar": "aaaa", "draft": "bbbb", "dlm": "cccc"}) is None
+    problem = base_problem(base, {"ar": "aaaa", "draft": "bbbb", "dlm": "dddd"})
+    assert "checkpoints.dlm" in problem and "'cccc'" in problem and "'dddd'" in problem and "convert" in problem
+    assert "not found" in base_problem(tmp_path / "elsewhere", {})
+
+
+def test_taking_the_base_copies_checked_files(tmp_path):
+    base = _fake_base(tmp_path, {"ar": "aaaa", "draft": "bbbb", "dlm": "cccc"})
+    take_base(base, "dlm", tmp_path / "ckpt" / "dlm")
+    copied = sorted(path.name for path in (tmp_path / "ckpt" / "dlm").iterdir())
+    assert copied == ["config.json", "model.safetensors", "train_summary.json"]
+    assert (tmp_path / "ckpt" / "dlm" / "model.safetensors").read_bytes() == b"dlm" * 10
+    (base / "ar" / "model.safetensors").write_bytes(b"tampered")  # any base file off its manifest: nothing taken
+    with pytest.raises(CheckpointError, match="sha256 differs"):
+        take_base(base, "draft", tmp_path / "ckpt" / "draft")
+    assert not (tmp_path / "ckpt" / "draft" / "config.json").exists()
+
+
+@pytest.mark.skipif(not (BASE / MANIFEST).is_file(), reason=f"no committed base checkpoints under {BASE}")
+def test_the_committed_base_matches_the_tiny_preset():
+    """The tiny profile's DAG copies the committed base only while the preset still gives its digests: a
+    changed preset section without a retrained base would make every ORL-stage run train from it anyway."""
+    preset = load_preset("tiny")
+    digests = {name: preset.digest(*STAGE_SECTIONS[STAGES[name]]) for name in CHECKPOINTS}
+    assert base_problem(BASE, digests) is None

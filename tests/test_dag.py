@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,25 @@ def test_dry_run_lists_the_whole_chain_for_table2(tmp_path):
     for rule in ("train_ar", "train_draft", "convert", "train_orl", "quantize_nvfp4", "sweep", "operating_point",
                  "latency", "quality_row", "render_table"):
         assert f"{rule} " in run.stdout or f"rule {rule}:" in run.stdout, rule
+
+
+def test_the_tiny_profile_copies_its_committed_base_instead_of_training_it(tmp_path):
+    """results/tiny/base present (and matching the preset): its three checkpoints are taken, not trained; the
+    ORL stage trains from the copy. `base=` (make reproduce TRAIN_BASE=1) trains the base again."""
+    base = REPO / "results" / "tiny" / "base"
+    if not (base / "manifest.json").is_file():
+        pytest.skip(f"no committed base under {base}")
+    shutil.copytree(base, tmp_path / "results" / "tiny" / "base")
+    run = snakemake("-n", "-p", "reproduce_table2", "--config", "profile=tiny", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    planned = [job["rule"] for job in planned_jobs(run.stdout)]
+    assert planned.count("take_base") == 3 and not {"train_ar", "train_draft", "convert"} & set(planned)
+    orl = next(job for job in planned_jobs(run.stdout) if job["rule"] == "train_orl")
+    assert "--init results/tiny/ckpt/dlm " in orl["command"] and "--cpu-linear onednn" in orl["command"]
+    run = snakemake("-n", "reproduce_table2", "--config", "profile=tiny", "base=", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    planned = {job["rule"] for job in planned_jobs(run.stdout)}
+    assert {"train_ar", "train_draft", "convert"} <= planned and "take_base" not in planned
 
 
 def test_a_bare_dry_run_plans_table2(tmp_path):

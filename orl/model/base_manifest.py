@@ -68,3 +68,39 @@ def check_manifest(base_dir: Path) -> dict:
         if weights_digest(base_dir / name) != entry["weights_sha256"]:
             raise CheckpointError(f"{base_dir / name}: weights digest differs from {path} checkpoints.{name}")
     return manifest
+
+
+# The training stage whose preset sections shaped each checkpoint (orl/train/pretrain.py STAGE_SECTIONS).
+STAGES = {"ar": "ar", "draft": "draft", "dlm": "convert"}
+
+
+def base_problem(base_dir: Path, stage_digests: dict[str, str]) -> str | None:
+    """Why the committed base cannot stand in for training the base here, or None when it can.
+
+    `stage_digests` maps each checkpoint to the current preset's digest of its stage (as the DAG's
+    preset_digest gives it); a base trained from other preset sections is stale, and the DAG then trains
+    the base itself rather than pass off another configuration's checkpoints as this one's."""
+    path = base_dir / MANIFEST
+    if not path.is_file():
+        return f"{path} not found"
+    entries = json.loads(path.read_text()).get("checkpoints", {})
+    for name in CHECKPOINTS:
+        if name not in entries:
+            return f"{path}: checkpoints.{name} missing"
+        trained_with = str(entries[name].get("config_digest") or "")
+        if not trained_with.startswith(f"{stage_digests[name]}-"):
+            return (f"{path}: checkpoints.{name} was trained with preset digest {trained_with.split('-')[0]!r}, "
+                    f"the preset now gives {stage_digests[name]!r} (its {STAGES[name]} sections changed)")
+    return None
+
+
+def take_base(base_dir: Path, name: str, out_dir: Path) -> None:
+    """Copy checkpoint `name` of the committed base to out_dir, after checking every base file against the
+    manifest (CheckpointError otherwise). config.json is written last: its presence marks a complete folder."""
+    manifest = check_manifest(base_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = sorted(manifest["checkpoints"][name]["files"], key=lambda file: file == "config.json")
+    for file in files:
+        partial = out_dir / f".{file}.partial"
+        shutil.copyfile(base_dir / name / file, partial)
+        partial.replace(out_dir / file)

@@ -8,7 +8,39 @@
 # command names exactly the files snakemake tracks. NVFP4 quantization (of the primary seed's ORL
 # checkpoint) runs on every profile.
 
-if not PAPER:
+from orl.model.base_manifest import CHECKPOINTS as BASE_CHECKPOINTS
+from orl.model.base_manifest import STAGES as BASE_STAGES
+from orl.model.base_manifest import base_problem, check_manifest, take_base
+
+# The committed base (config `base`, results/tiny/base on the tiny profile): when its manifest matches the
+# preset, the AR target, draft model and converted dLLM are copied from it instead of trained (about 40
+# minutes on 2 cores), so the ORL-stage jobs of every seed start from one base. `--config base=` (make
+# reproduce-base) trains the base here instead; a base trained from other preset sections is not used.
+BASE = None if PAPER else (config.get("base") or None)
+BASE_PROBLEM = (base_problem(Path(BASE), {name: preset_digest(BASE_STAGES[name]) for name in BASE_CHECKPOINTS})
+                if BASE else "no base configured")
+if BASE and BASE_PROBLEM:
+    print(f"base: not using {BASE} ({BASE_PROBLEM}); the DAG trains the base itself", file=sys.stderr)
+BASE_FILES = ({name: sorted(entry["files"]) for name, entry in check_manifest(Path(BASE))["checkpoints"].items()}
+              if BASE and not BASE_PROBLEM else {})
+
+if BASE_FILES:
+
+    rule take_base:
+        # In place of train_ar / train_draft / convert: every file checked against the manifest, then copied
+        # (config.json last), so the later stages read {CKPT} as when the base is trained here.
+        input:
+            manifest=f"{BASE}/manifest.json",
+            files=lambda wc: [f"{BASE}/{wc.name}/{file}" for file in BASE_FILES[wc.name]],
+        output:
+            f"{CKPT}/{{name}}/config.json",
+        wildcard_constraints:
+            name=one_of(BASE_CHECKPOINTS),
+        run:
+            take_base(Path(BASE), wildcards.name, Path(output[0]).parent)
+
+
+if not PAPER and not BASE_FILES:
 
     rule train_ar:
         output:
