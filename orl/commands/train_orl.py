@@ -69,7 +69,6 @@ def run_train_orl(args) -> int:
     preset = load_preset(args.preset, args.config, {"orl": orl_overrides} if orl_overrides else None)
     check_training_counts(preset, "orl")
     device = parse_device(args.device)
-    init = check_init(args.init, preset, device)
     if is_finished(args.out) and not args.record:
         print(f"{args.out}: already trained (delete it to retrain)")
         return 0
@@ -80,7 +79,8 @@ def run_train_orl(args) -> int:
         summary = json.loads((Path(args.out) / "train_summary.json").read_text())
     else:
         with training_world(device) as world:
-            summary = train_orl(preset, args.init, args.out, ablation=args.ablation, world=world,
+            init = check_init(args.init, preset, world.device)  # loaded once, on this rank's device
+            summary = train_orl(preset, init, args.out, ablation=args.ablation, world=world,
                                 progress=not args.no_progress, rollout=make_rollout(args.rollout_engine, init),
                                 cpu_linear=args.cpu_linear)
         if not world.main:

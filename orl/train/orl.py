@@ -54,7 +54,7 @@ from orl.decoding.rollout import (
     prompt_prefixes,
 )
 from orl.errors import CheckpointError, ConfigError, InputError
-from orl.model.checkpoint import checkpoint_digest, load_checkpoint
+from orl.model.checkpoint import Checkpoint, checkpoint_digest, load_checkpoint
 from orl.tasks import tinycode
 from orl.tasks.files import training_problems
 from orl.train.config import OptimConfig, TrainPreset
@@ -360,11 +360,13 @@ def dparallel_step(model, batch: CapturedStates, preset: TrainPreset, world: Wor
     return Step(("ce", "ce_rev", "entropy", "entropy_rev"), (1.0, 1.0, w, w), [micro], metrics)
 
 
-def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *, ablation: str = "none",
+def train_orl(preset: TrainPreset, init: str | Path | Checkpoint, out_dir: str | Path, *, ablation: str = "none",
               device: str = "cpu", progress: bool = True, world: World | None = None,
               rollout: Rollout = RecomputeRollout(), cpu_linear: str = "aten") -> dict:
-    """Post-train `init_dir` with ORL (or an ablation) and write the checkpoint to `out_dir`.
+    """Post-train `init` with ORL (or an ablation) and write the checkpoint to `out_dir`.
 
+    `init` is the base dLLM's folder, or the checkpoint `check_init` already loaded from it on this rank's
+    device (what `orl train-orl` passes, so the checkpoint is read once per rank).
     `rollout` decodes the rollouts: full recompute (the default, and the tiny records') or dlmrt
     (engines/dlmrt/rollout.py, what `orl train-orl --rollout-engine dlmrt` passes).
     """
@@ -379,7 +381,8 @@ def train_orl(preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *,
     if cfg.isolation not in ("bwrap", "fallback"):
         raise ConfigError(f"orl.isolation: expected 'bwrap' or 'fallback', got {cfg.isolation!r}")
     rollout_prompts(preset, 0)  # a bad or forbidden training file stops the run before any compute
-    ckpt = check_init(init_dir, preset, world.device)
+    ckpt = init if isinstance(init, Checkpoint) else check_init(init, preset, world.device)
+    init_dir = ckpt.path
     model, tokenizer = ckpt.model, ckpt.tokenizer
     if model.residual_adapter is not None and variant.residual != "adapter":
         raise CheckpointError(f"{Path(init_dir) / 'config.json'}: residual_adapter: --ablation {ablation} trains "
