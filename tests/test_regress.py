@@ -21,7 +21,7 @@ def run(machine_factor: float = 1.0) -> list[dict]:
         make_record("kernel_bench", system="reference timing", engine="torch", model=MODEL,
                     metrics={"wall_s": 0.25 * machine_factor}),
         make_record("quality", system="dLLM + ORL", engine="dlmrt", model=MODEL, policy=threshold, suite="tinycode",
-                    n_problems=164, metrics={"pass_at_1": 0.42, "tpf": 3.75, "nfe_mean": 12.0, "tokens": 7380}),
+                    split="test", n_problems=164, metrics={"pass_at_1": 0.42, "tpf": 3.75, "nfe_mean": 12.0, "tokens": 7380}),
         make_record("latency", system="dLLM + ORL", engine="dlmrt", model=MODEL, policy=threshold, suite="tinycode",
                     n_problems=164, metrics={"tpf": 3.75, "latency_median_s": 0.5 * machine_factor,
                                              "latency_p90_s": 0.7 * machine_factor,
