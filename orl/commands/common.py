@@ -45,8 +45,8 @@ def add_split_flag(parser) -> None:
     from orl.tasks import DEFAULT_SPLIT, SPLITS
 
     parser.add_argument("--split", default=DEFAULT_SPLIT, choices=SPLITS,
-                        help="the suite's problems: dev (where sweeps choose operating points) or test (where the "
-                        "chosen points are measured; HumanEval has only test)")
+                        help="the suite's problems: dev (where sweeps choose operating points) or test "
+                        "(where the chosen points are measured; HumanEval has only test)")
 
 
 def add_policy_flag(parser, default: str, what: str = "commit policy", note: str = "") -> None:

@@ -68,13 +68,15 @@ def run_eval_quality(args) -> int:
         "quality", system=args.system or f"{model['name']} ({args.engine})", engine=info.name, model=model,
         metrics={"pass_at_1": result.pass_at_1, "tpf": result.tpf, "nfe_mean": result.nfe_mean,
                  "tokens": result.tokens, "wall_s": result.wall_s},
-        policy=info.policy, suite=args.suite, split=args.split, n_problems=len(problems), per_problem=result.per_problem,
+        policy=info.policy, suite=args.suite, split=args.split, n_problems=len(problems),
+        per_problem=result.per_problem,
         extra={"isolation": result.isolation, "sandbox_memory_bound": result.memory_bound,
                "max_new_tokens": args.max_new_tokens, "device": info.device, "chat_template": args.chat,
                **info.settings},
     )
     write_records(args.out, [record])
-    print(f"{args.suite} ({args.split}): {sum(r['passed'] for r in result.per_problem)}/{len(problems)} passed, "
+    passed = sum(r["passed"] for r in result.per_problem)
+    print(f"{args.suite} ({args.split}): {passed}/{len(problems)} passed, "
           f"TPF {result.tpf:.3f}, isolation {result.isolation}")
     print(f"pass@1={result.pass_at_1:.4f}")
     return 0

@@ -183,7 +183,8 @@ def point_quality_record(point: OperatingPoint, chosen: dict, reference: dict, *
 
     return make_record(
         "quality", system=chosen["system"], engine=chosen["engine"], model=chosen["model"],
-        policy=chosen["policy"], suite=chosen["suite"], split=record_split(chosen), n_problems=chosen["n_problems"],
+        policy=chosen["policy"], suite=chosen["suite"], split=record_split(chosen),
+        n_problems=chosen["n_problems"],
         metrics={k: v for k, v in chosen["metrics"].items() if k in ("pass_at_1", "tpf", "nfe_mean")},
         per_problem=chosen["per_problem"],
         extra={"source": f"{sweep_file}: sweep point {point.parameter}={point.value:g}", "matched": point.matched,

@@ -39,9 +39,9 @@ def load_suite(name: str, *, split: str = DEFAULT_SPLIT, difficulty: str = "medi
     if split not in SPLITS:
         raise InputError(f"--split: unknown split {split!r}; expected one of {', '.join(SPLITS)}")
     if name in TEST_ONLY and split != "test":
-        raise InputError(f"--split {split}: {name} is test-only, it has no {split} split; choose the operating "
-                         "point on the dev split of the tiny suite it resembles (tinycode) and measure it here "
-                         "with --split test")
+        raise InputError(f"--split {split}: {name} is test-only, it has no {split} split; choose the "
+                         "operating point on the dev split of the tiny suite it resembles (tinycode) and "
+                         "measure it here with --split test")
     if name == "tinycode":
         problems = tinycode.eval_problems(difficulty, split=split)
     elif name == "tinycode-long":

@@ -56,8 +56,10 @@ def check_fields(path: Path, number: int, row: dict, fields: tuple[str, ...]) ->
             raise InputError(f"{path} line {number}: {field}: missing field")
         if field != "entry_point" and not isinstance(row[field], str):
             raise InputError(f"{path} line {number}: {field}: expected a string, got {row[field]!r:.60}")
-    if "entry_point" in fields and not (isinstance(row["entry_point"], str) and row["entry_point"].isidentifier()):
-        raise InputError(f"{path} line {number}: entry_point: expected a Python identifier, got {row['entry_point']!r:.60}")
+    entry = row.get("entry_point")
+    if "entry_point" in fields and not (isinstance(entry, str) and entry.isidentifier()):
+        raise InputError(f"{path} line {number}: entry_point: expected a Python identifier, "
+                         f"got {entry!r:.60}")
 
 
 def read_problem_rows(path: Path, extra: tuple[str, ...] = ()) -> list[tuple[int, dict]]:

@@ -32,7 +32,8 @@ TASK_PREFIX = {"test": "TinyMath", "dev": "TinyMathDev"}
 QUANTITY_WEIGHTS = (2, 3, 3, 4, 4, 4)  # drawn uniformly: more long problems than short ones
 FINAL_MARK = "####"  # the final answer line: "#### 42"
 
-NAMES = ["Mia", "Ben", "Lena", "Omar", "Sara", "Tom", "Nina", "Raj", "Ella", "Leo", "Kim", "Ava", "Max", "Zoe"]
+NAMES = ["Mia", "Ben", "Lena", "Omar", "Sara", "Tom", "Nina", "Raj", "Ella", "Leo", "Kim", "Ava", "Max",
+         "Zoe"]
 FRIENDS = ["a friend", "a neighbor", "the teacher", "a cousin", "a classmate"]
 ITEMS = ["apples", "marbles", "stickers", "pencils", "cookies", "books", "coins", "shells", "cards", "stamps",
          "beads", "eggs"]
@@ -112,8 +113,8 @@ def _boxes(rng: random.Random, s: Story, amount: int) -> Event:
                 r.choice([f"So {s.name} has {calc(a, '+', k * m)} {s.item}.",
                           f"Adding them gives {calc(a, '+', k * m)} {s.item}."])]
 
-    return Event("boxes", 2, f"Then {s.pronoun} buys {k} {s.box} with {m} {s.item} in each.", lambda a: a + k * m,
-                 lines)
+    return Event("boxes", 2, f"Then {s.pronoun} buys {k} {s.box} with {m} {s.item} in each.",
+                 lambda a: a + k * m, lines)
 
 
 def _times(rng: random.Random, s: Story, amount: int) -> Event | None:

@@ -118,8 +118,9 @@ class OrlConfig:
     isolation: str = "bwrap"
 
 
-# Fields added after the committed tiny base was trained: left out of the digest at these values, so that the
-# stage digests of a preset that does not set them (the base's config_digest, the DAG's reruns) stay as they were.
+# Fields added after the committed tiny base was trained: left out of the digest at these values, so
+# that the stage digests of a preset that does not set them (the base's config_digest, the DAG's
+# reruns) stay as they were.
 ADDED_AT_DEFAULT = {"math_fraction": 0.0, "hold_out_dev": False, "diffusion.math_max_new_tokens": 192}
 
 
@@ -235,7 +236,8 @@ def _check_tasks(preset: TrainPreset, where: str) -> TrainPreset:
                           "(the long families come in through long_fraction)")
     for name in ("long_fraction", "math_fraction"):
         if not 0.0 <= getattr(preset, name) <= 1.0:
-            raise ConfigError(f"{where}: {name}: expected a share between 0 and 1, got {getattr(preset, name)}")
+            raise ConfigError(f"{where}: {name}: expected a share between 0 and 1, "
+                              f"got {getattr(preset, name)}")
     return preset
 
 
