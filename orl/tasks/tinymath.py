@@ -3,16 +3,17 @@
 A problem is a short story about one person and one kind of item with 2-4 quantities: a starting
 amount, then one to three events (buying or finding more, giving away or losing some, buying boxes
 of several items each, multiplying the amount, sharing it equally). The question asks for the
-final amount. The completion is a worked solution: one line per step, each stating the arithmetic
-with its result, then a final answer line `#### <number>`, as GSM8K writes it. A completion is
+final amount (or each friend's share). The completion is a worked solution: what is asked, the
+start, two lines per event (what happened, then the arithmetic with GSM8K's calculator annotation,
+`12 + 5 = <<12+5=17>>17`), the answer in words, then a final answer line `#### <number>`, as GSM8K
+writes it. A completion is
 checked by that final answer only (orl/sandbox/answer.py), so a problem is a HumanEval-like record
 (task_id, prompt, canonical_solution) with `final_answer` instead of tests; every scorer
 (orl.sandbox.check_many) dispatches on that field.
 
-As in TinyCode, a solution can be written in a few equivalent ways (operand order of a product,
-a sentence phrased two ways, the restated start line kept or left out): the train stream draws one
-per sample, so the data is multimodal on purpose (orl/tasks/tinycode.py says why). The first
-style is the canonical solution.
+As in TinyCode, a solution can be written in a few equivalent ways (the operand order of a product,
+most sentences phrased two ways): the train stream draws one per sample, so the data is multimodal on
+purpose (orl/tasks/tinycode.py says why). The canonical solution is the one drawn with Random(0).
 
 Splits: `eval_problems("test")` and `eval_problems("dev")` are fixed lists drawn from two seeds,
 with the dev prompts disjoint from the test prompts; training problems (`train_pair`,
@@ -55,8 +56,8 @@ class Story:
 
 @dataclass(frozen=True)
 class Event:
-    """One step of a problem: its sentence in the question, how it changes the amount, and the worked
-    lines of its solution in each style (a style is chosen per solution, by index)."""
+    """One step of a problem: its sentence in the question, how it changes the amount, and its worked
+    lines (their phrasing drawn from the rng a solution is written with)."""
 
     kind: str  # "gain", "loss", "boxes", "times" or "share"
     numbers: int  # the quantities its sentence states
