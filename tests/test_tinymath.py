@@ -238,3 +238,26 @@ def test_quality_records_carry_their_split(tmp_path, ar_ckpt_dir):
     assert record_split(older) == "test"
     with pytest.raises(ValueError, match="split"):
         make_record("quality", system="s", engine="e", model=MODEL, metrics={})
+
+
+def test_operating_point_matches_on_one_split(tmp_path, capsys):
+    """A sweep on dev is matched to a reference measured on dev; one on test is refused, naming the file."""
+    from orl.records import write_records
+
+    def record(kind: str, split: str, tau: float | None = None) -> dict:
+        outcomes = [{"task_id": f"T/{i}", "passed": i % 2 == 0, "result": ("failed", "passed")[i % 2 == 0],
+                     "tokens": 10, "nfe": 2} for i in range(8)]
+        policy = {"name": "threshold", "params": {"tau": tau}} if tau else None
+        return make_record(kind, system="s", engine="dlmrt", model=MODEL, suite="tinycode", split=split,
+                           policy=policy, n_problems=8,
+                           metrics={"pass_at_1": 0.5, "tpf": 2.0}, per_problem=outcomes)
+
+    write_records(tmp_path / "sweep.jsonl", [record("sweep", "dev", tau) for tau in (0.5, 0.9)])
+    write_records(tmp_path / "dev.jsonl", [record("quality", "dev")])
+    write_records(tmp_path / "test.jsonl", [record("quality", "test")])
+    args = ["operating-point", "--sweep", str(tmp_path / "sweep.jsonl"), "--out", str(tmp_path / "p.json")]
+    assert main([*args, "--reference", str(tmp_path / "dev.jsonl")]) == 0
+    capsys.readouterr()
+    assert main([*args, "--reference", str(tmp_path / "test.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "test.jsonl: suite/split: the reference measured tinycode test, the sweep tinycode dev" in err
