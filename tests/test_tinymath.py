@@ -261,3 +261,17 @@ def test_operating_point_matches_on_one_split(tmp_path, capsys):
     assert main([*args, "--reference", str(tmp_path / "test.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "test.jsonl: suite/split: the reference measured tinycode test, the sweep tinycode dev" in err
+
+
+def test_a_local_training_file_may_hold_answer_checked_problems(tmp_path):
+    """orl.train_file (ORL's prompts from a local file) reads TinyMath-style records as it reads code ones."""
+    from orl.tasks.files import training_problems
+
+    mine = [tinymath.train_problem(random.Random(i), f"Mine/{i}") for i in range(3)]
+    mixed = [*mine, *tinycode.train_problems(1, 2, "easy")]
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in mixed))
+    assert training_problems(path) == mixed
+    path.write_text(json.dumps({k: v for k, v in mine[0].items() if k != "canonical_solution"}) + "\n")
+    with pytest.raises(InputError, match="train.jsonl line 1: canonical_solution: missing field"):
+        training_problems(path)
