@@ -161,7 +161,8 @@ def test_rows_lists_every_table(capsys):
 
 def test_records_show(capsys, tmp_path):
     record = make_record("quality", system="dLLM + ORL", engine="dlmrt", model={"name": "m", "precision": "float32"},
-                         metrics={"pass_at_1": 0.5, "tpf": 0.959}, suite="tinycode", n_problems=2)
+                         metrics={"pass_at_1": 0.5, "tpf": 0.959}, suite="tinycode", split="test",
+                         n_problems=2)
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(record) + "\n")
     assert main(["records", "show", str(path)]) == 0
@@ -209,7 +210,8 @@ def test_snakemake_refuses_a_configfile_without_profile(tmp_path):
 
 def test_render_warns_about_systems_no_row_reads(capsys, tmp_path):
     record = make_record("quality", system="my system", engine="dlmrt", model={"name": "m", "precision": "float32"},
-                         metrics={"pass_at_1": 0.5, "tpf": 2.0}, suite="tinycode", n_problems=2)
+                         metrics={"pass_at_1": 0.5, "tpf": 2.0}, suite="tinycode", split="test",
+                         n_problems=2)
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "q.jsonl").write_text(json.dumps(record) + "\n")
     assert main(["render", "--profile", "smoke", "--results", str(tmp_path / "results"), "--out",

@@ -69,7 +69,7 @@ def _record(kind, passed, *, tau=None, tpf=2.0, system="dLLM + ORL", engine="dlm
     return make_record(kind, system=system, engine=engine, model={"name": "tiny", "precision": "float32"},
                        policy={"name": "threshold", "params": {"tau": tau}} if tau is not None else None,
                        suite="tinycode", n_problems=len(passed), metrics={"pass_at_1": float(np.mean(passed)), "tpf": tpf},
-                       per_problem=outcomes if per_problem else None)  # fmt: skip
+                       per_problem=outcomes if per_problem else None, split="test")  # fmt: skip
 
 
 def test_operating_point_command_writes_the_choice_and_its_record(tmp_path, capsys):

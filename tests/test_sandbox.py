@@ -364,7 +364,8 @@ def test_check_many_keeps_input_order_and_record_entries_fit_the_schema():
     results = check_many(problems, completions, workers=2, progress=False, timeout_s=TIMEOUT_S, isolation="fallback")
     assert [(r.task_id, r.passed) for r in results] == [("T/0", True), ("T/1", False), ("T/2", True)]
     make_record("quality", system="test", engine="none", model={"name": "none", "precision": "float32"},
-                metrics={"pass_at_1": 2 / 3}, n_problems=3, per_problem=[r.to_record() for r in results])  # fmt: skip
+                metrics={"pass_at_1": 2 / 3}, n_problems=3, per_problem=[r.to_record() for r in results],
+                split="test")  # fmt: skip
     assert {r.to_record()["memory_bound"] for r in results} <= {"cgroup", "watchdog+tmpfs"}
 
 

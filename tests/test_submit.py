@@ -32,7 +32,7 @@ def contribution(**metric_overrides) -> list[dict]:
         metrics = {**metrics, **{k: v for k, v in metric_overrides.items() if k in metrics}}
         record = make_record(kind, system="dLLM + ORL", engine="dlmrt",
                              model={"name": "LLaDA-2.1-mini-ORL", "precision": "nvfp4-w4a4"},
-                             metrics=metrics, suite="humaneval", n_problems=164)  # fmt: skip
+                             metrics=metrics, suite="humaneval", split="test", n_problems=164)  # fmt: skip
         record["env"].update({"gpu_name": GPU, "git_sha": SHA, "date": "2026-11-30", "cuda": "13.0"})
         records.append(record)
     return records

@@ -13,6 +13,7 @@ from orl.commands.common import (
     add_model_args,
     add_policy_flag,
     add_progress_flag,
+    add_split_flag,
     add_warmup_flag,
     chat_renderer,
     compile_notice,
@@ -36,6 +37,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
+    add_split_flag(p)
     p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES, help="TinyCode difficulty")
     p.add_argument("--limit", type=positive_int, default=32, help="first N problems of the suite")
     add_policy_flag(p, "threshold:0.9")
@@ -110,7 +112,7 @@ def run_bench_engine(args) -> int:
     _check(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
+    problems = load_suite(args.suite, split=args.split, difficulty=args.difficulty, limit=args.limit)
     chat = chat_renderer(args)
     prompts = [chat(p["prompt"]) if chat else p["prompt"] for p in problems]
     ckpt, engines = _build(args)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orl.commands.checks import out_file, positive_int
-from orl.commands.common import add_progress_flag, add_warmup_flag, chat_renderer
+from orl.commands.common import add_progress_flag, add_split_flag, add_warmup_flag, chat_renderer
 from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.commands.eval_quality import SHORT_DIFFICULTIES
 from orl.tasks import SUITES
@@ -23,6 +23,7 @@ def register(subparsers) -> None:
     )
     add_engine_args(p, None)
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
+    add_split_flag(p)
     p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES,
                    help="TinyCode difficulty (default: medium)")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N prompts (default: all)")
@@ -45,7 +46,8 @@ def run_bench_latency(args) -> int:
     from orl.records import write_records
     from orl.tasks import load_suite
 
-    prompts = [problem["prompt"] for problem in load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)]
+    problems = load_suite(args.suite, split=args.split, difficulty=args.difficulty, limit=args.limit)
+    prompts = [problem["prompt"] for problem in problems]
     extra = {"max_new_tokens": args.max_new_tokens, "device": args.device, "draft": args.draft,
              "draft_sha256": checkpoint_digest(args.draft) if args.draft else None, "ignore_eos": args.ignore_eos,
              "chat_template": args.chat}

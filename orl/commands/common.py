@@ -40,6 +40,15 @@ def add_timeout_flag(parser) -> None:
                         help=f"wall-clock seconds for one completion's tests in the sandbox (default: {TEST_TIMEOUT_S:g})")
 
 
+def add_split_flag(parser) -> None:
+    """--split {dev,test} of a command that loads a suite (orl.tasks.load_suite)."""
+    from orl.tasks import DEFAULT_SPLIT, SPLITS
+
+    parser.add_argument("--split", default=DEFAULT_SPLIT, choices=SPLITS,
+                        help="the suite's problems: dev (where sweeps choose operating points) or test "
+                        "(where the chosen points are measured; HumanEval has only test)")
+
+
 def add_policy_flag(parser, default: str, what: str = "commit policy", note: str = "") -> None:
     """--policy, its help listing the specs orl/decoding/policy.py defines (no list of policies here)."""
     from orl.decoding.policy import policy_specs  # torch-free: `orl --help` stays quick

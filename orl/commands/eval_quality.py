@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from orl.commands.checks import out_file, positive_int
-from orl.commands.common import add_progress_flag, add_timeout_flag, chat_renderer, compile_notice
+from orl.commands.common import (
+    add_progress_flag,
+    add_split_flag,
+    add_timeout_flag,
+    chat_renderer,
+    compile_notice,
+)
 from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.tasks import SUITES
 from orl.tasks.tinycode import DIFFICULTIES
@@ -20,6 +26,7 @@ def register(subparsers) -> None:
     )
     add_engine_args(p, "reference")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
+    add_split_flag(p)
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
     p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES,
                    help="TinyCode difficulty (default: medium)")
@@ -39,13 +46,13 @@ def run_eval_quality(args) -> int:
     from orl.records import make_record, not_run, write_records
     from orl.tasks import load_suite
 
-    problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
+    problems = load_suite(args.suite, split=args.split, difficulty=args.difficulty, limit=args.limit)
     try:
         engine = build_from_args(args)
     except EngineUnavailable as exc:  # a GPU row on a CPU machine: the table says why
         system = args.system or f"{args.ckpt} ({args.engine})"
         write_records(args.out, [not_run("quality", system=system, engine=args.engine, reason=str(exc),
-                                         suite=args.suite, n_problems=len(problems))])
+                                         suite=args.suite, split=args.split, n_problems=len(problems))])
         print(f"{system}: not run: {exc}")
         return 0
     compile_notice(args.engine, args.device, "eval-quality")
@@ -61,13 +68,15 @@ def run_eval_quality(args) -> int:
         "quality", system=args.system or f"{model['name']} ({args.engine})", engine=info.name, model=model,
         metrics={"pass_at_1": result.pass_at_1, "tpf": result.tpf, "nfe_mean": result.nfe_mean,
                  "tokens": result.tokens, "wall_s": result.wall_s},
-        policy=info.policy, suite=args.suite, n_problems=len(problems), per_problem=result.per_problem,
+        policy=info.policy, suite=args.suite, split=args.split, n_problems=len(problems),
+        per_problem=result.per_problem,
         extra={"isolation": result.isolation, "sandbox_memory_bound": result.memory_bound,
                "max_new_tokens": args.max_new_tokens, "device": info.device, "chat_template": args.chat,
                **info.settings},
     )
     write_records(args.out, [record])
-    print(f"{args.suite}: {sum(r['passed'] for r in result.per_problem)}/{len(problems)} passed, "
+    passed = sum(r["passed"] for r in result.per_problem)
+    print(f"{args.suite} ({args.split}): {passed}/{len(problems)} passed, "
           f"TPF {result.tpf:.3f}, isolation {result.isolation}")
     print(f"pass@1={result.pass_at_1:.4f}")
     return 0

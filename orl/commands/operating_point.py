@@ -45,6 +45,7 @@ def run_operating_point(args) -> int:
         raise InputError(f"{args.sweep if not sweep else args.reference}: no measured "
                          f"{'sweep' if not sweep else 'quality'} record")
     reference_record = max(reference, key=lambda r: r["created"])
+    check_same_problems(sweep, reference_record, args.sweep, args.reference)
     candidates = candidates_of(sweep, args.sweep)
     point = choose_operating_point(candidates, outcomes(reference_record, args.reference), args.tolerance)
     atomic_write_json(args.out, point.to_dict())
@@ -54,3 +55,19 @@ def run_operating_point(args) -> int:
                                                               reference_file=args.reference)])
     print(point_line(point, candidates[0].policy))
     return 0
+
+
+def check_same_problems(sweep: list[dict], reference: dict, sweep_file, reference_file) -> None:
+    """The sweep's points and the reference measured one suite's split: the paired test compares them
+    problem by problem (a dev sweep needs a dev reference; the chosen point is measured on test after)."""
+    from orl.errors import InputError
+    from orl.records import record_split
+
+    measured = sorted({(r["suite"], record_split(r)) for r in sweep}, key=str)
+    if len(measured) > 1:
+        raise InputError(f"{sweep_file}: suite/split: the sweep's records measured {measured}; expected one")
+    theirs = (reference["suite"], record_split(reference))
+    if theirs != measured[0]:
+        raise InputError(f"{reference_file}: suite/split: the reference measured {theirs[0]} {theirs[1]}, "
+                         f"the sweep {measured[0][0]} {measured[0][1]}; matching compares the same problems: "
+                         "measure the reference on the sweep's split")

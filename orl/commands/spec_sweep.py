@@ -10,7 +10,7 @@ is a JSON file (`num_speculative_tokens`, and every point), which `--num-specula
 
 from __future__ import annotations
 
-from orl.commands.common import add_progress_flag, add_warmup_flag, chat_renderer
+from orl.commands.common import add_progress_flag, add_split_flag, add_warmup_flag, chat_renderer
 from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.tasks import SUITES
 
@@ -25,6 +25,7 @@ def register(subparsers) -> None:
     )
     add_engine_args(p, None)
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
+    add_split_flag(p)
     p.add_argument("--difficulty", default="medium", help="TinyCode difficulty (default: medium)")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     add_warmup_flag(p, "requests per k")
@@ -58,7 +59,7 @@ def run_spec_sweep(args) -> int:
     if args.draft is None:
         raise InputError("--draft: spec-sweep times a draft-model row (hf-assisted, or a serving draft method)")
     tokens = parse_tokens(args.tokens)
-    problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
+    problems = load_suite(args.suite, split=args.split, difficulty=args.difficulty, limit=args.limit)
     chat = chat_renderer(args)
     prompts = [chat(p["prompt"]) if chat else p["prompt"] for p in problems]
     points = []
@@ -76,8 +77,7 @@ def run_spec_sweep(args) -> int:
         "n_problems": len(prompts), "max_new_tokens": args.max_new_tokens, "device": info.device,
         "num_speculative_tokens": best["num_speculative_tokens"], "chosen_by": "tokens_per_s",
         "identical_tokens": identical, "points": points,
-        # The project has no dev split of its suites yet: k is chosen on the prompts it is then measured on.
-        "split": "no dev split: chosen on the first prompts of the measured suite itself",
+        "split": args.split,  # k is chosen on these prompts: the dev split's, for a choice measured on test
     })
     if not identical:
         print("warning: the completions differ between k (strict verification should be lossless)")

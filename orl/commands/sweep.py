@@ -8,6 +8,7 @@ from orl.commands.common import (
     add_chat_flag,
     add_model_args,
     add_progress_flag,
+    add_split_flag,
     chat_renderer,
     compile_notice,
     model_field,
@@ -29,6 +30,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
+    add_split_flag(p)
     p.add_argument("--policy", default="threshold", metavar="NAME",
                    help="the commit policy (a name of orl/decoding/policy.py's RULES) whose parameter the sweep "
                    "varies (default: %(default)s)")
@@ -58,14 +60,14 @@ def run_sweep(args) -> int:
     # Every value is checked against the policy before the checkpoint loads.
     policies = sweep_policies(Policy.checked(args.policy, args.values[0], "--thresholds"), args.values, "--thresholds")
     ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
-    problems = load_suite(args.suite, limit=args.limit)
+    problems = load_suite(args.suite, split=args.split, limit=args.limit)
     compile_notice(args.engine, args.device, "sweep")
     points = run_sweep(lambda policy: engine_for_checkpoint(args.engine, ckpt, policy=policy), problems, policies,
                        args.max_new_tokens, progress=not args.no_progress,
                        report=lambda point: print(point_line(point), flush=True), chat=chat_renderer(args))
     model = model_field(ckpt)
     row = {"system": args.system or model["name"], "engine": args.engine, "model": model, "suite": args.suite,
-           "n_problems": len(problems)}
+           "split": args.split, "n_problems": len(problems)}
     records = [sweep_record(p, **row, chat_template=args.chat) for p in points] + [aup_record(points, **row)]
     write_records(args.out, records)
     print(aup_line(records[-1]))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from orl.sandbox.answer import is_answer_problem
+
 _FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 
@@ -22,7 +24,10 @@ def response_code(response: str) -> str:
 
 
 def completion_from_response(problem: dict, response: str) -> str:
-    """What follows the task's prompt in the sandboxed program, for a chat response to it."""
+    """What follows the task's prompt in the sandboxed program, for a chat response to it; for a problem
+    checked by its final answer (orl/sandbox/answer.py), the response itself."""
+    if is_answer_problem(problem):
+        return response
     code = response_code(response)
     if re.search(rf"^\s*def\s+{re.escape(problem['entry_point'])}\s*\(", code, re.M):
         return "\n\n" + code  # a whole definition: it replaces the prompt's stub

@@ -179,11 +179,12 @@ def point_quality_record(point: OperatingPoint, chosen: dict, reference: dict, *
                          reference_file: str) -> dict:
     """The chosen sweep point as a `quality` record: what the tables read as the row's pass@1 and TPF,
     with the matching verdict and its reference."""
-    from orl.records import make_record
+    from orl.records import make_record, record_split
 
     return make_record(
         "quality", system=chosen["system"], engine=chosen["engine"], model=chosen["model"],
-        policy=chosen["policy"], suite=chosen["suite"], n_problems=chosen["n_problems"],
+        policy=chosen["policy"], suite=chosen["suite"], split=record_split(chosen),
+        n_problems=chosen["n_problems"],
         metrics={k: v for k, v in chosen["metrics"].items() if k in ("pass_at_1", "tpf", "nfe_mean")},
         per_problem=chosen["per_problem"],
         extra={"source": f"{sweep_file}: sweep point {point.parameter}={point.value:g}", "matched": point.matched,

@@ -1,5 +1,6 @@
 """Quality evaluation: generate a completion per problem with an engine, run the tests in the
-sandbox, report pass@1 with per-problem results (docs/method.md §4: greedy, one sample each)."""
+sandbox (or, for an answer-checked problem such as TinyMath's, check its final answer), report pass@1
+with per-problem results (docs/method.md §4: greedy, one sample each)."""
 
 from __future__ import annotations
 

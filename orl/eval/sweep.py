@@ -52,19 +52,19 @@ def run_sweep(make_engine: Callable[[Policy], Engine], problems: Sequence[dict],
     return points
 
 
-def sweep_record(point: SweepPoint, *, system: str, engine: str, model: dict, suite: str, n_problems: int,
-                 chat_template: bool) -> dict:
+def sweep_record(point: SweepPoint, *, system: str, engine: str, model: dict, suite: str, split: str,
+                 n_problems: int, chat_template: bool) -> dict:
     """One point's `sweep` record: pass@1, TPF, tokens/s and the per-problem outcomes at its policy."""
     info = point.engine.describe()
     r = point.result
     return make_record(
         "sweep", system=system, engine=engine, model=model, policy=point.policy.to_record(), suite=suite,
-        n_problems=n_problems, per_problem=r.per_problem,
+        split=split, n_problems=n_problems, per_problem=r.per_problem,
         metrics={"pass_at_1": r.pass_at_1, "tpf": r.tpf, "tokens_per_s": point.tokens_per_s, "nfe_mean": r.nfe_mean},
         extra={"device": info.device, "chat_template": chat_template, **info.settings})
 
 
-def aup_record(points: Sequence[SweepPoint], *, system: str, engine: str, model: dict, suite: str,
+def aup_record(points: Sequence[SweepPoint], *, system: str, engine: str, model: dict, suite: str, split: str,
                n_problems: int) -> dict:
     """The sweep's `aup` record: d3LLM's AUP with this sweep's own y_max (undefined: None and the reason)."""
     area, note = aup_or_none([(p.result.tpf, p.result.pass_at_1) for p in points])
@@ -74,7 +74,8 @@ def aup_record(points: Sequence[SweepPoint], *, system: str, engine: str, model:
     points_block = [{p.policy.parameter: p.policy.value, "tpf": p.result.tpf, "pass_at_1": p.result.pass_at_1}
                     for p in points]
     return make_record(
-        "aup", system=system, engine=engine, model=model, suite=suite, n_problems=n_problems, metrics=metrics,
+        "aup", system=system, engine=engine, model=model, suite=suite, split=split, n_problems=n_problems,
+        metrics=metrics,
         extra={"definition": "d3LLM AUP (orl/eval/aup.py): percent x TPF, alpha 3, points below y1 - 5 dropped",
                "y_max_of": "this sweep's highest point; a table recomputes AUP with its own y_max",
                "points": points_block, "note": note})

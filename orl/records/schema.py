@@ -21,6 +21,8 @@ from orl.errors import InputError
 from orl.records.environment import capture_environment
 
 SCHEMA_VERSION = 1
+SPLIT_KINDS = ("quality", "sweep", "aup")  # records of a suite's problems: they say which split
+OLDER_SPLIT = "test"  # the split of a record written before suites had a dev split
 SCHEMA_PATH = Path(__file__).resolve().parent / "record.schema.json"
 
 
@@ -99,6 +101,7 @@ def make_record(
     status: str = "measured",
     policy: dict | None = None,
     suite: str | None = None,
+    split: str | None = None,
     n_problems: int | None = None,
     per_problem: list[dict] | None = None,
     extra: dict | None = None,
@@ -107,8 +110,13 @@ def make_record(
     """A complete, validated record; fills schema_version, env and created.
 
     `model` is {"name", "ckpt", "ckpt_sha256", "precision"}; missing ckpt / ckpt_sha256
-    default to None so callers without a checkpoint file need not spell them out.
+    default to None so callers without a checkpoint file need not spell them out. `split` ("dev" or
+    "test") is required for a measured record of the kinds in SPLIT_KINDS (a "not run" one may leave it
+    out, like a record written before splits: it reads as "test", record_split).
     """
+    if kind in SPLIT_KINDS and split is None and status == "measured":
+        raise ValueError(f"{kind} record for {system!r}: split: expected 'dev' or 'test' (which problems of "
+                         f"{suite!r} it measured), got None")
     model = {"ckpt": None, "ckpt_sha256": None, **model}
     record = {
         "schema_version": SCHEMA_VERSION,
@@ -118,6 +126,7 @@ def make_record(
         "model": model,
         "policy": policy,
         "suite": suite,
+        **({"split": split} if split is not None else {}),
         "n_problems": n_problems,
         "status": status,
         "metrics": dict(metrics),
@@ -140,6 +149,11 @@ def not_run(kind: str, *, system: str, engine: str, reason: str, **fields: Any) 
     fields.setdefault("model", {"name": system, "precision": "unknown"})
     fields.setdefault("metrics", {})
     return make_record(kind, system=system, engine=engine, status=f"not run: {reason}", **fields)
+
+
+def record_split(record: dict) -> str:
+    """The split a record measured: its `split`, or "test" for a record written before there were splits."""
+    return record.get("split") or OLDER_SPLIT
 
 
 def _json_path(parts) -> str:

@@ -1,4 +1,6 @@
-"""Checking HumanEval-format problems: one sandboxed run per (problem, completion), several at once."""
+"""Checking problems: one sandboxed run per (problem, completion) of a HumanEval-format problem, several at
+once; a problem with a `final_answer` (TinyMath) is checked by parsing its completion (orl/sandbox/answer.py),
+without the sandbox."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from orl.errors import InputError
+from orl.sandbox.answer import check_answer, is_answer_problem
 from orl.sandbox.limits import ExecutionResult, SandboxLimits
 from orl.sandbox.runner import resolve_isolation, run_program
 
@@ -20,11 +23,14 @@ def check_completion(
     isolation: str = "bwrap",
     limits: SandboxLimits | None = None,
 ) -> ExecutionResult:
-    """Run a HumanEval-format problem's tests on prompt + completion.
+    """Run a HumanEval-format problem's tests on prompt + completion, or check an answer-checked
+    problem's final answer (orl/sandbox/answer.py: nothing runs, `isolation` does not apply).
 
     The candidate process runs prompt + completion; the test process runs the prompt
     (its helper functions are trusted, e.g. `poly` in HumanEval/32) and the tests.
     """
+    if is_answer_problem(problem):
+        return check_answer(problem, completion)
     missing = [key for key in ("task_id", "prompt", "test", "entry_point") if key not in problem]
     if missing:
         raise InputError(f"problem {problem.get('task_id', '?')}: missing field {missing[0]!r}")
@@ -55,6 +61,8 @@ def check_many(
         raise InputError(f"check_many: {len(problems)} problems but {len(completions)} completions")
     if not problems:
         return []
+    if all(is_answer_problem(p) for p in problems):  # parsing only: no sandbox, no threads
+        return [check_answer(p, c) for p, c in zip(problems, completions, strict=True)]
     isolation = resolve_isolation(isolation)  # self-tests once, before the threads start
     workers = max(1, min(workers or os.cpu_count() or 1, len(problems)))
     from tqdm.auto import tqdm

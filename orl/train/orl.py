@@ -135,13 +135,19 @@ def rollout_prompts(preset: TrainPreset, update: int) -> list[dict]:
 
 
 def rollout_groups(problems: list[dict], preset: TrainPreset) -> list[tuple[list[int], int]]:
-    """Short and long problems decode in separate batches, each with its own token budget (the
+    """Short, long and TinyMath problems decode in separate batches, each with its own token budget (the
     indices of its problems, the budget): the rollout recomputes every row of a batch until its
     last row is done, so one long row would hold up a batch of short ones."""
-    budgets = {False: preset.diffusion.max_new_tokens, True: preset.diffusion.long_max_new_tokens}
-    groups = [([i for i, p in enumerate(problems) if bool(p.get("long")) == is_long], budget)
-              for is_long, budget in budgets.items()]
+    budgets = {"short": preset.diffusion.max_new_tokens, "long": preset.diffusion.long_max_new_tokens,
+               "math": preset.diffusion.math_max_new_tokens}
+    groups = [([i for i, p in enumerate(problems) if budget_kind(p) == kind], budget)
+              for kind, budget in budgets.items()]
     return [(group, budget) for group, budget in groups if group]
+
+
+def budget_kind(problem: dict) -> str:
+    """Which token budget a training problem's rollouts get: "math" (TinyMath), "long" or "short"."""
+    return "math" if problem.get("math") else "long" if problem.get("long") else "short"
 
 
 def sample_seed(seed: int, update: int, row: int) -> int:

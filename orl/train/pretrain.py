@@ -1,6 +1,6 @@
 """Stage 1 and 2 of the data flow: the tokenizer, AR pretraining, AR → block-diffusion conversion.
 
-- `build_tokenizer`: byte-level BPE on the TinyCode train stream.
+- `build_tokenizer`: byte-level BPE on the training stream (TinyCode, and TinyMath with math_fraction).
 - `train_ar`: the AR model (or the small draft model) on prompt → completion pairs.
 - `convert_to_diffusion`: start from the AR weights, switch the attention to
   block-causal and continue training with the masked-block objective
@@ -42,11 +42,12 @@ def model_config(size: ModelSize, tokenizer: Tokenizer) -> ModelConfig:
     )
 
 
+MIX = ("difficulty", "long_fraction", "math_fraction", "hold_out_dev")  # the training problems (TaskMix)
 STAGE_SECTIONS = {
-    "ar": ("difficulty", "long_fraction", "tokenizer", "model", "ar"),
-    "draft": ("difficulty", "long_fraction", "tokenizer", "draft_model", "draft"),
-    "convert": ("difficulty", "long_fraction", "convert", "diffusion"),
-    "orl": ("difficulty", "long_fraction", "diffusion", "orl"),  # ORL and its ablations (orl/train/orl.py)
+    "ar": (*MIX, "tokenizer", "model", "ar"),
+    "draft": (*MIX, "tokenizer", "draft_model", "draft"),
+    "convert": (*MIX, "convert", "diffusion"),
+    "orl": (*MIX, "diffusion", "orl"),  # ORL and its ablations (orl/train/orl.py)
 }
 
 
