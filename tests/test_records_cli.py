@@ -10,9 +10,19 @@ from orl import cli
 from orl.records import make_record, write_records
 
 PROBLEMS = [
-    {"task_id": "T/0", "prompt": "def inc(x):\n", "test": "def check(f):\n    assert f(1) == 2\n", "entry_point": "inc"},
-    {"task_id": "T/1", "prompt": "def dbl(x):\n", "test": "def check(f):\n    assert f(2) == 4\n", "entry_point": "dbl"},
-]  # fmt: skip
+    {
+        "task_id": "T/0",
+        "prompt": "def inc(x):\n",
+        "test": "def check(f):\n    assert f(1) == 2\n",
+        "entry_point": "inc",
+    },
+    {
+        "task_id": "T/1",
+        "prompt": "def dbl(x):\n",
+        "test": "def check(f):\n    assert f(2) == 4\n",
+        "entry_point": "dbl",
+    },
+]
 
 
 def _main(argv: list[str]) -> int:
@@ -25,8 +35,13 @@ def _jsonl(path, rows):
 
 
 def test_validate_ok_and_bad(tmp_path, capsys):
-    record = make_record("quality", system="AR (hf)", engine="hf", model={"name": "tiny", "precision": "float32"},
-                         metrics={"pass_at_1": 0.5})  # fmt: skip
+    record = make_record(
+        "quality",
+        system="AR (hf)",
+        engine="hf",
+        model={"name": "tiny", "precision": "float32"},
+        metrics={"pass_at_1": 0.5},
+    )
     good = tmp_path / "good.jsonl"
     write_records(good, [record, record])
     assert _main(["records", "validate", str(good)]) == 0
@@ -51,7 +66,12 @@ def test_check_samples_writes_results_and_prints_pass_at_1(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == "pass@1=0.5"  # each problem: 1 of 2 samples correct
     out = [json.loads(line) for line in (tmp_path / "samples.jsonl_results.jsonl").read_text().splitlines()]
-    assert [(r["task_id"], r["passed"]) for r in out] == [("T/0", True), ("T/0", False), ("T/1", True), ("T/1", False)]
+    assert [(r["task_id"], r["passed"]) for r in out] == [
+        ("T/0", True),
+        ("T/0", False),
+        ("T/1", True),
+        ("T/1", False),
+    ]
     assert out[3]["result"] == "failed: SystemExit: 0" and out[0]["completion"] == "    return x + 1\n"
 
 

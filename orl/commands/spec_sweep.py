@@ -18,8 +18,10 @@ from orl.tasks import SUITES
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "spec-sweep", help="time a draft-model row at several num_speculative_tokens and choose the fastest",
-        description="For each k of --tokens, build the engine with --num-speculative-tokens k, run the latency "
-        "protocol over the suite's first --limit prompts and keep tokens/s, latency and the acceptance length; "
+        description="For each k of --tokens, build the engine with --num-speculative-tokens k, run the "
+                    "latency "
+        "protocol over the suite's first --limit prompts and keep tokens/s, latency and the acceptance "
+        "length; "
         "check that every k decodes identical tokens (strict verification is lossless); write the fastest k "
         "and every point as JSON (--out). Prints 'num_speculative_tokens=<k>' last.",
     )
@@ -76,7 +78,8 @@ def run_spec_sweep(args) -> int:
         "n_problems": len(prompts), "max_new_tokens": args.max_new_tokens, "device": info.device,
         "num_speculative_tokens": best["num_speculative_tokens"], "chosen_by": "tokens_per_s",
         "identical_tokens": identical, "points": points,
-        # The project has no dev split of its suites yet: k is chosen on the prompts it is then measured on.
+        # The project has no dev split of its suites yet: k is chosen on the prompts it is then measured
+        # on.
         "split": "no dev split: chosen on the first prompts of the measured suite itself",
     })
     if not identical:

