@@ -89,7 +89,8 @@ class DFlashEngine:
         self.ckpt = load_checkpoint(target_dir, device=device, dtype=dtype)
         self.drafter = load_checkpoint(drafter_dir, device=device, dtype=dtype)
         _check_pair(self.ckpt, self.drafter)
-        # The drafter's trained block size unless overridden (a shorter block drafts fewer tokens per forward).
+        # The drafter's trained block size unless overridden (a shorter block drafts fewer tokens per
+        # forward).
         self.block = block_size or self.drafter.model.config.block_size
         if self.block < 1:
             raise InputError(f"block_size: expected a positive integer, got {self.block}")

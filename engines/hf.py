@@ -94,7 +94,8 @@ def load_hf_causal_lm(ckpt_dir: str | Path, device: str | torch.device = "cpu", 
 
     from orl.model.checkpoint import AR_ARCH, CONFIG, read_config
 
-    hf_logging.disable_progress_bar()  # a "Loading weights" bar per model would drown the harness's own output
+    # a "Loading weights" bar per model would drown the harness's own output
+    hf_logging.disable_progress_bar()
 
     config = read_config(ckpt_dir)
     if config["architectures"][0] != AR_ARCH:

@@ -210,6 +210,7 @@ def check_layout(
         )
     if tensor_scale.dtype != torch.float32 or tensor_scale.numel() != 1:
         raise InputError(
-            f"{name}_scale_2: expected one float32 value, got {tensor_scale.dtype} {tuple(tensor_scale.shape)}"
+            f"{name}_scale_2: expected one float32 value, got {tensor_scale.dtype} "
+            f"{tuple(tensor_scale.shape)}"
         )
     return n, k

@@ -58,8 +58,8 @@ ROLES: dict[int, tuple[str, ...]] = {
 # Checkpoints a row may decode. The smoke and tiny profiles train every one of them except
 # eagle3, dflash and trado (an EAGLE-3 head, the public DFlash drafter and TraDo-Instruct are never
 # trained here: they are local paths, checkpoints.eagle3 / .dflash / .trado); the paper profile reads
-# ar, draft, eagle3, dflash, dlm, trado and orl from its config. Every profile builds orl-nvfp4 (quantized) and
-# orl-sdar (exported in SDAR's layout, what SGLang's dLLM backend loads) from orl itself.
+# ar, draft, eagle3, dflash, dlm, trado and orl from its config. Every profile builds orl-nvfp4 (quantized)
+# and orl-sdar (exported in SDAR's layout, what SGLang's dLLM backend loads) from orl itself.
 # Ablation rows decode orl-<ablation>.
 CHECKPOINTS = ("ar", "draft", "dlm", "orl", "orl-nvfp4", "orl-sdar", "eagle3", "dflash", "trado")
 
@@ -102,7 +102,8 @@ class Line:
 class Row:
     """One system: what runs it, and the table lines it fills."""
 
-    key: str  # file-name key: results/<profile>/latency/<key>.jsonl, quality/row_<key>.jsonl, sweep/<key>.jsonl
+    # file-name key: results/<profile>/latency/<key>.jsonl, quality/row_<key>.jsonl, sweep/<key>.jsonl
+    key: str
     system: str  # display name: the `system` field of every record of this row
     engine: str  # the `orl ... --engine` it runs on ("dlmrt", "hf", "vllm", ...)
     ckpt: str | None = None  # checkpoint key (CHECKPOINTS or orl-<ablation>): the model, or the AR target
@@ -170,32 +171,36 @@ _ABLATIONS = (
 ROWS: tuple[Row, ...] = (
     # Our own AR decoding loop (static KV cache, compiled step, gpt-fast style): the denominator of
     # speedup_vs_ar, so the dLLM-vs-AR ratio is not framework overhead. transformers' row stays beside it.
-    Row("ar_compiled", "AR (ours: static cache, compiled)", "ar-compiled", ckpt="ar", lines=(Line(2, role="ar"),)),
+    Row("ar_compiled", "AR (ours: static cache, compiled)", "ar-compiled", ckpt="ar",
+        lines=(Line(2, role="ar"),)),
     Row("ar_hf", "AR (hf)", "hf", ckpt="ar", lines=(Line(2, role="ar_hf"),)),
     Row("ar_vllm", "AR (vLLM)", "vllm", ckpt="ar", method="ar", needs=NEEDS_VLLM,
         lines=(Line(2, role="ar_vllm", claims=("t2-ar-vllm-tokens-per-s",)),)),
     Row("ar_sglang", "AR (SGLang)", "sglang", ckpt="ar", method="ar", needs=NEEDS_SGLANG, lines=(Line(2),)),
-    Row("ar_hf_assisted", "AR + draft (hf assisted)", "hf-assisted", ckpt="ar", draft="draft", lines=(Line(2),)),
+    Row("ar_hf_assisted", "AR + draft (hf assisted)", "hf-assisted", ckpt="ar", draft="draft",
+        lines=(Line(2),)),
     Row("ar_vllm_draft", "AR + draft (vLLM)", "vllm", ckpt="ar", draft="draft", method="draft_model",
         needs=NEEDS_VLLM, lines=(Line(2),)),
     Row("ar_sglang_standalone", "AR + draft (SGLang STANDALONE)", "sglang", ckpt="ar", draft="draft",
         method="standalone", needs=NEEDS_SGLANG, lines=(Line(2),)),
-    Row("ar_vllm_eagle3", "AR + EAGLE3 (vLLM)", "vllm", ckpt="ar", draft="eagle3", method="eagle3", needs=NEEDS_VLLM,
-        lines=(Line(2, claims=("t2-eagle3-vllm-strict-tokens-per-s",), anchor=2),)),
-    Row("ar_vllm_eagle3_relaxed", "AR + EAGLE3 (vLLM, relaxed)", "vllm", ckpt="ar", draft="eagle3", method="eagle3",
-        needs=NEEDS_RELAXED, verification="relaxed", dag=False,
+    Row("ar_vllm_eagle3", "AR + EAGLE3 (vLLM)", "vllm", ckpt="ar", draft="eagle3", method="eagle3",
+        needs=NEEDS_VLLM, lines=(Line(2, claims=("t2-eagle3-vllm-strict-tokens-per-s",), anchor=2),)),
+    Row("ar_vllm_eagle3_relaxed", "AR + EAGLE3 (vLLM, relaxed)", "vllm", ckpt="ar", draft="eagle3",
+        method="eagle3", needs=NEEDS_RELAXED, verification="relaxed", dag=False,
         lines=(Line(2, claims=("t2-eagle3-vllm-tokens-per-s",)),)),
     Row("ar_sglang_eagle3", "AR + EAGLE3 (SGLang)", "sglang", ckpt="ar", draft="eagle3", method="eagle3",
         needs=NEEDS_SGLANG, lines=(Line(2),)),
-    # The public DFlash drafter (conditioned on the target's hidden states) on the servers: the paper's figure.
-    Row("ar_vllm_dflash", "AR + DFlash (vLLM)", "vllm", ckpt="ar", draft="dflash", method="dflash", needs=NEEDS_VLLM,
-        lines=(Line(2, claims=("t2-dflash-vllm-strict-tokens-per-s",), anchor=1),)),
-    Row("ar_vllm_dflash_relaxed", "AR + DFlash (vLLM, relaxed)", "vllm", ckpt="ar", draft="dflash", method="dflash",
-        needs=NEEDS_RELAXED, verification="relaxed", dag=False,
+    # The public DFlash drafter (conditioned on the target's hidden states) on the servers: the paper's
+    # figure.
+    Row("ar_vllm_dflash", "AR + DFlash (vLLM)", "vllm", ckpt="ar", draft="dflash", method="dflash",
+        needs=NEEDS_VLLM, lines=(Line(2, claims=("t2-dflash-vllm-strict-tokens-per-s",), anchor=1),)),
+    Row("ar_vllm_dflash_relaxed", "AR + DFlash (vLLM, relaxed)", "vllm", ckpt="ar", draft="dflash",
+        method="dflash", needs=NEEDS_RELAXED, verification="relaxed", dag=False,
         lines=(Line(2, claims=("t2-dflash-vllm-tokens-per-s",)),)),
     Row("ar_sglang_dflash", "AR + DFlash (SGLang)", "sglang", ckpt="ar", draft="dflash", method="dflash",
         needs=NEEDS_SGLANG, lines=(Line(2),)),
-    # Our dLLM drafting a block without the target's features: a CPU baseline, never set against DFlash's figure.
+    # Our dLLM drafting a block without the target's features: a CPU baseline, never set against DFlash's
+    # figure.
     Row("ar_dflash", "AR + block-diffusion drafter (ours, DFlash-style)", "dflash", ckpt="ar", draft="dlm",
         lines=(Line(2),)),
     Row("dlm", DLLM_BASE, "dlmrt", ckpt="dlm", point="dlm", sweep=True, entropy=True, lines=(
@@ -221,7 +226,8 @@ ROWS: tuple[Row, ...] = (
         _table1(SDAR_4B, "humaneval", "+ORL", _QWEN_GAINS),
         _table1(LLADA_MINI, None, "+ORL", ("t1-llada21mini-tpf-gain", "t1-llada21mini-throughput-gain")),
         _table1(GEMMA_MOE, None, "+ORL", ("t1-diffusiongemma26b-tpf-gain",)),
-        Line(2, claims=("t2-qwendlm4b-orl-dlmrt-tokens-per-s-page", "t2-qwendlm4b-orl-dlmrt-tokens-per-s"), anchor=3),
+        Line(2, claims=("t2-qwendlm4b-orl-dlmrt-tokens-per-s-page", "t2-qwendlm4b-orl-dlmrt-tokens-per-s"),
+             anchor=3),
         # Table 3: one `orl bench-engine` run measures these three engines on the same prompts.
         Line(3, engine="dlmrt", label="dlmrt (graph-captured)", role="subject",
              claims=("t3-dlmrt-vs-sglang-vllm-speedup",)),
@@ -234,7 +240,8 @@ ROWS: tuple[Row, ...] = (
         Line(5, claims=("t5-train-step-speedup", "t5-llada21mini-self-generated-tokens",
                         "t5-llada21mini-train-gpu-hours")),
     )),
-    Row("orl_nvfp4", "dLLM + ORL NVFP4", "dlmrt", ckpt="orl-nvfp4", point="orl", lines=(Line(2, precision="nvfp4"),)),
+    Row("orl_nvfp4", "dLLM + ORL NVFP4", "dlmrt", ckpt="orl-nvfp4", point="orl",
+        lines=(Line(2, precision="nvfp4"),)),
     # Serving stacks running the same dLLM (Table 3). SGLang serves the SDAR export at the strict variant of
     # the ORL operating point (LowConfidence's rule, common.smk); no command of the harness runs vLLM's yet.
     Row("orl_sglang", DLLM_ORL, "sglang", ckpt="orl-sdar", point="orl", method="dllm", needs=NEEDS_SGLANG,

@@ -264,7 +264,8 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
 
 
 def tokenizer_config(tokenizer: Tokenizer) -> dict:
-    """tokenizer_config.json content that transformers' AutoTokenizer reads back to the same special tokens."""
+    """tokenizer_config.json content that transformers' AutoTokenizer reads back to the same special
+    tokens."""
     def token(token_id: int | None) -> str | None:
         return None if token_id is None else tokenizer.backend.id_to_token(token_id)
 
@@ -290,7 +291,8 @@ def generation_config(tokenizer: Tokenizer) -> dict:
 
 
 def save_tokenizer_files(tokenizer: Tokenizer, folder: str | Path) -> None:
-    """tokenizer.json, tokenizer_config.json and generation_config.json: what load_tokenizer and transformers read."""
+    """tokenizer.json, tokenizer_config.json and generation_config.json: what load_tokenizer and
+    transformers read."""
     folder = Path(folder)
     tokenizer.save(folder / TOKENIZER)
     atomic_write_json(folder / TOKENIZER_CONFIG, tokenizer_config(tokenizer))

@@ -1,6 +1,7 @@
 """Our hf-assisted against vLLM's draft_model: the same greedy target, the same draft, the same k.
 
-    .venv-vllm/bin/python scripts/compare_acceptance.py --ar results/tiny/ckpt/ar --draft results/tiny/ckpt/draft \
+    .venv-vllm/bin/python scripts/compare_acceptance.py --ar results/tiny/ckpt/ar --draft
+    results/tiny/ckpt/draft \
         --ar-export results/tiny/ckpt/ar-qwen3 --draft-export results/tiny/ckpt/draft-qwen3 --suite tinycode \
         --limit 32 --tokens 5 --out cmp.json
 

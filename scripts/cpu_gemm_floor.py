@@ -57,7 +57,8 @@ def main() -> int:
         onednn = seconds(lambda x=x, w=w: onednn_linear(x, w))
         floor = w.numel() * w.element_size() / bandwidth
         print(f"{k:>5} x {n:<6} x{count:<3} aten {aten * 1e3:8.3f} ms ({aten / floor:.2f}x floor)   "
-              f"mkl packed {mkl * 1e3:8.3f} ms ({mkl / floor:.2f}x)   onednn {onednn * 1e3:8.3f} ms ({onednn / floor:.2f}x)")
+              f"mkl packed {mkl * 1e3:8.3f} ms ({mkl / floor:.2f}x)   onednn {onednn * 1e3:8.3f} ms "
+              f"({onednn / floor:.2f}x)")
         totals["aten"] += aten * count
         totals["mkl"] += mkl * count
         totals["onednn"] += onednn * count

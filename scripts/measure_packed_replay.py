@@ -53,7 +53,8 @@ def main() -> int:
               f"{unpacked['step_time_s']:.3f} s unpacked, {packed['step_time_s']:.3f} s packed: "
               f"{rows[-1]['speedup']:.2f}x", flush=True)
     atomic_write_json(args.out, {
-        "what": "ORL replay update time, shared-clean-context packing vs one state per row (docs/method.md §3)",
+        "what": "ORL replay update time, shared-clean-context packing vs one state per row "
+                "(docs/method.md §3)",
         "init": args.init, "preset": args.preset, "rollout_prompts": preset.orl.rollout_prompts,
         "states_per_block": preset.orl.states_per_block, "steps": args.steps, "pack_tokens": args.pack_tokens,
         "device": args.device, "threads": torch.get_num_threads(), "environment": capture_environment(),

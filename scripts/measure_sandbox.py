@@ -39,15 +39,22 @@ start = time.perf_counter()
 results = check_many(problems, [p["canonical_solution"] for p in problems], workers=workers, progress=False,
                      isolation=mode)
 wall = time.perf_counter() - start
-print(json.dumps({"wall_s": wall, "passed": sum(r.passed for r in results), "n": len(results), "isolation": label,
+passed = sum(r.passed for r in results)
+print(json.dumps({"wall_s": wall, "passed": passed, "n": len(results), "isolation": label,
                   "orl": orl.__file__}))
 """
 
 
 def run_once(tree: Path, mode: str, workers: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run([sys.executable, "-c", CHILD, mode, str(workers)], env=env, capture_output=True, text=True,
-                          check=True, cwd=tree)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, str(workers)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tree,
+    )
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if not result["orl"].startswith(str(tree)):
         raise SystemExit(f"{tree}: imported orl from {result['orl']}, not from the tree")
@@ -55,7 +62,9 @@ def run_once(tree: Path, mode: str, workers: int) -> dict:
 
 
 def git_sha(tree: Path) -> str:
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def main() -> int:
@@ -67,7 +76,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     trees = {"baseline": args.baseline_tree.resolve(), "this": REPO}
-    times: dict[str, dict[str, list[float]]] = {mode: {name: [] for name in trees} for mode in args.modes.split(",")}
+    times: dict[str, dict[str, list[float]]] = {
+        mode: {name: [] for name in trees} for mode in args.modes.split(",")
+    }
     labels = {}
     load_before = [round(x, 2) for x in os.getloadavg()]
     for round_index in range(args.rounds):
@@ -76,7 +87,9 @@ def main() -> int:
             for name in order:
                 result = run_once(trees[name], mode, args.workers)
                 if result["passed"] != result["n"]:
-                    raise SystemExit(f"{name} {mode}: {result['passed']}/{result['n']} canonical solutions passed")
+                    raise SystemExit(
+                        f"{name} {mode}: {result['passed']}/{result['n']} canonical solutions passed"
+                    )
                 times[mode][name].append(round(result["wall_s"], 3))
                 labels[mode] = result["isolation"]
                 print(f"round {round_index + 1} {mode:8s} {name:8s} {result['wall_s']:.2f} s", flush=True)
@@ -87,13 +100,25 @@ def main() -> int:
                for mode, per_tree in times.items()}  # fmt: skip
     record = {
         "what": "sandbox wall time of check_many over HumanEval's 164 canonical solutions (all pass)",
-        "workers": args.workers, "rounds": args.rounds, "cpu_count": os.cpu_count(), "machine": platform.machine(),
-        "cpu_model": next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                           if line.startswith("model name")), None),
-        "baseline_sha": git_sha(trees["baseline"]), "this_sha": git_sha(REPO), "modes": summary,
+        "workers": args.workers,
+        "rounds": args.rounds,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "cpu_model": next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            None,
+        ),
+        "baseline_sha": git_sha(trees["baseline"]),
+        "this_sha": git_sha(REPO),
+        "modes": summary,
         # 1/5/15-minute load averages: on a shared machine other work slows both trees alike (interleaved)
-        "load_average_before": load_before, "load_average_after": [round(x, 2) for x in os.getloadavg()],
-    }  # fmt: skip
+        "load_average_before": load_before,
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+    }
     atomic_write_json(args.out, record)
     for mode, info in summary.items():
         print(f"{mode}: median {info['median_s']['this']:.2f} s against {info['median_s']['baseline']:.2f} s "

@@ -1,5 +1,6 @@
 """ORL version 2 and each Table 5 ablation at one seed, one after another, with their sweeps and operating
-points, summarised per run (docs/method.md §3): gated share, AEC active share, retained fraction, TPF and pass@1
+points, summarised per run (docs/method.md §3): gated share, AEC active share, retained fraction, TPF and
+pass@1
 at the operating point (matched to the AR target's greedy pass@1), wall time.
 
     python scripts/run_orl_v2_seed0.py --dlm /work/base/dlm --ar /work/base/ar --preset tiny \
@@ -104,7 +105,8 @@ def main() -> int:
     head = ("| ablation | gated share | AEC active | retained | τ | TPF | pass@1 | matched | train wall s |\n"
             "|---|---|---|---|---|---|---|---|---|\n")
     lines = [f"| {r['ablation']} | {r['gated_share']:.3f} | {r['aec_active_share']:.3f} | "
-             f"{r['retained_fraction']:.3f} | {r['tau']} | {r['tpf']:.2f} | {r['pass_at_1']:.3f} | {r['matched']} | "
+             f"{r['retained_fraction']:.3f} | {r['tau']} | {r['tpf']:.2f} | {r['pass_at_1']:.3f} | "
+             f"{r['matched']} | "
              f"{r['train_wall_s']:.0f} |" for r in rows]
     atomic_write_text(out / "summary.md", f"# ORL v2, seed {args.seed}, {args.preset} ({args.suite}; AR pass@1 "
                       f"{ar['metrics']['pass_at_1']:.3f})\n\n" + head + "\n".join(lines) + "\n")

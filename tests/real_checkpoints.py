@@ -41,7 +41,8 @@ SDAR_MASK = "<|MASK|>"
 
 # A ChatML template written for these tests: a default system turn, role checks, the generation prompt.
 CHAT_TEMPLATE = (
-    "{%- if messages[0].role != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "{%- if messages[0].role != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% "
+    "endif %}"
     "{%- for message in messages %}"
     "{%- if message.role not in ['system', 'user', 'assistant'] %}"
     "{{ raise_exception('unknown role ' ~ message.role) }}{% endif %}"

@@ -114,8 +114,10 @@ return Number(a + b + 1)"""), WRONG),
         "patches compile and exec to strip the asserts": Attack(body("return a + b + 1") + """
 import builtins
 _compile, _exec = builtins.compile, builtins.exec
-builtins.compile = lambda src, *args, **kw: _compile(src.replace('assert', 'pass #') if isinstance(src, str) else src, *args, **kw)
-builtins.exec = lambda src, *args, **kw: _exec(src.replace('assert', 'pass #') if isinstance(src, str) else src, *args, **kw)
+def _strip(src):
+    return src.replace('assert', 'pass #') if isinstance(src, str) else src
+builtins.compile = lambda src, *args, **kw: _compile(_strip(src), *args, **kw)
+builtins.exec = lambda src, *args, **kw: _exec(_strip(src), *args, **kw)
 """, WRONG),
         "patches builtins.abs and plants a fake math": Attack(body("return x") + """
 import builtins, sys, types
@@ -155,7 +157,8 @@ os._exit(0)
 """, "failed: the candidate's process ended (exited with status 0)"),
         "sys.exit(0) during the call": Attack(body("import sys\nsys.exit(0)"), "failed: SystemExit: 0"),
         "KeyboardInterrupt during the call": Attack(body("raise KeyboardInterrupt"), "failed: KeyboardInterrupt"),
-        "returns a generator to a test that swallows exceptions": Attack(  # drained: the tests get an iterator
+        # drained: the tests get an iterator
+        "returns a generator to a test that swallows exceptions": Attack(
             body("return (x for x in [a + b])"), WRONG, problem=LENIENT),
         "returns a function": Attack(body("return lambda *args: 3"),
                                      "failed: the candidate returned what is not plain data"),

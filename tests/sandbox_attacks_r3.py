@@ -39,7 +39,8 @@ ALL_MAP = {  # a loop over the candidate's answers: a StopIteration from it woul
 GEN = {
     "task_id": "R3/count",
     "prompt": 'def count(n):\n    """The numbers 0 .. n-1."""\n',
-    "test": "def check(candidate):\n    assert list(candidate(3)) == [0, 1, 2]\n    assert sorted(candidate(4)) == [0, 1, 2, 3]\n"
+    "test": "def check(candidate):\n    assert list(candidate(3)) == [0, 1, 2]\n    assert "
+            "sorted(candidate(4)) == [0, 1, 2, 3]\n"
             "    assert sum(candidate(5)) == 10\n    assert 2 in candidate(3)\n"
             "    assert [x for x in candidate(2)] == [0, 1]\n    assert tuple(candidate(0)) == ()\n",
     "entry_point": "count",
@@ -89,8 +90,9 @@ def forgery_cases() -> dict[str, tuple[dict, str, str]]:
     cases = {}
     for name, sep in SEPARATORS.items():  # every separator, in an exception's message
         cases[f"forgery: {name} in a ValueError message"] = (ADD, _raise("ValueError", f"x{sep}{FORGED}"), "failed: ")
-    carriers = ("AssertionError", "SystemExit", "KeyboardInterrupt", "BaseException subclass", "StopIteration",
-                "load error", "load SystemExit", "class name", "iterator error", "unprintable name")  # fmt: skip
+    carriers = ("AssertionError", "SystemExit", "KeyboardInterrupt", "BaseException subclass",
+                "StopIteration", "load error", "load SystemExit", "class name", "iterator error",
+                "unprintable name")  # fmt: skip
     for carrier in carriers:  # every carrier, with two separators (and a newline before the pass word)
         for sep_name in ("LS", "CR"):
             payload = f"x{SEPARATORS[sep_name]}{FORGED}{SEPARATORS['NEL']}{FORGED}"
@@ -325,7 +327,8 @@ HONEST = {
     "honest: an iterator that raises part-way": (GEN_RAISES, "    for text in texts:\n        yield int(text)\n",
                                                   "passed"),
     "honest: a StopIteration caught inside the candidate": (
-        GEN, "    it = iter(range(n))\n    out = []\n    while True:\n        try:\n            out.append(next(it))\n"
+        GEN, "    it = iter(range(n))\n    out = []\n    while True:\n        try:\n            "
+             "out.append(next(it))\n"
              "        except StopIteration:\n            return out\n", "passed"),
     "honest: values holding line separators": (TEXT, "    return '\\u2028'.join(parts)\n", "passed"),
     "honest: a plain answer": (ADD, body("return a + b"), "passed"),

@@ -137,7 +137,8 @@ class SlurmCluster:
         root, host = self.root, self.hostname
         (root / "state").mkdir(exist_ok=True)
         (root / "spool").mkdir(exist_ok=True)
-        node = f"NodeName={host} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={self.memory_mb}"
+        node = (f"NodeName={host} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={self.cpus} "
+                f"RealMemory={self.memory_mb}")
         lines = [
             "ClusterName=orltest",
             f"SlurmctldHost={host}(127.0.0.1)",

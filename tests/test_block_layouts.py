@@ -1,4 +1,5 @@
-"""Block layouts (ours / SDAR's absolute blocks) and fixed-length runs, the same in dlmrt and the reference decoder."""
+"""Block layouts (ours / SDAR's absolute blocks) and fixed-length runs, the same in dlmrt and the reference
+decoder."""
 
 from __future__ import annotations
 

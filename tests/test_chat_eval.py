@@ -1,4 +1,5 @@
-"""Instruct checkpoints through their chat template: the rendered prompt, and the program a response becomes."""
+"""Instruct checkpoints through their chat template: the rendered prompt, and the program a response
+becomes."""
 
 from __future__ import annotations
 

@@ -164,7 +164,8 @@ def test_eos_id_outside_the_tokenizer(qwen3_copy):
 
 @pytest.mark.parametrize("value", [None, [], {}, "x", -1, 1.5, True])
 def test_any_odd_config_value_is_a_checkpoint_error_or_a_valid_load(ar_ckpt_dir, tmp_path, value):
-    """Whatever a field holds, loading ends in a CheckpointError (naming config.json) or a model; never a crash."""
+    """Whatever a field holds, loading ends in a CheckpointError (naming config.json) or a model; never a
+    crash."""
     config = json.loads((ar_ckpt_dir / "config.json").read_text())
     for field in [*config, "block_layout", "rope_scaling", "layer_types"]:
         dst = tmp_path / field

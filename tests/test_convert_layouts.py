@@ -1,4 +1,5 @@
-"""Conversion into SDAR's absolute block layout: the noise respects absolute blocks, the result is an SDAR checkpoint."""
+"""Conversion into SDAR's absolute block layout: the noise respects absolute blocks, the result is an SDAR
+checkpoint."""
 
 from __future__ import annotations
 

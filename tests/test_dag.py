@@ -29,7 +29,8 @@ def snakemake(*args: str, cwd: Path, timeout: int = 600) -> subprocess.Completed
     return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-# The `orl` subcommands that run a model: each must get the profile's --device (the decoding ones --dtype too).
+# The `orl` subcommands that run a model: each must get the profile's --device (the decoding ones --dtype
+# too).
 MODEL_COMMANDS = {"train-ar", "convert", "train-orl", "bench-replay", "generate", "eval-quality", "sweep",
                   "entropy-profile", "bench-engine", "bench-latency"}  # fmt: skip
 DECODING_COMMANDS = MODEL_COMMANDS - {"train-ar", "convert", "train-orl", "bench-replay"}
@@ -267,7 +268,8 @@ def test_an_edited_preset_section_reruns_only_the_stages_that_read_it():
 @pytest.mark.slow
 def test_smoke_profile_reproduces_everything(tmp_path):
     # About 15 minutes on two loaded cores (60 jobs, most of them a few seconds of work after startup).
-    # Without vLLM's environment (vllm_python ""), whether or not this checkout has built it: CI keeps it optional.
+    # Without vLLM's environment (vllm_python ""), whether or not this checkout has built it: CI keeps it
+    # optional.
     run = snakemake("-c2", "reproduce_all", "gate", "--config", "profile=smoke", "vllm_python=", cwd=tmp_path,
                     timeout=1800)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
@@ -300,23 +302,39 @@ def test_smoke_profile_reproduces_everything(tmp_path):
                for row in table5)
     assert (tmp_path / "results" / "smoke" / "engine" / "length" / "64.jsonl").is_file()
     # Every aup record carries d3LLM's AUP, its y_max (percent) and the sweep points it came from.
-    aups = [r for path in (tmp_path / "results" / "smoke" / "sweep").rglob("*.jsonl") for r in load_records(path)
-            if r["kind"] == "aup"]  # fmt: skip
+    aups = [
+        r
+        for path in (tmp_path / "results" / "smoke" / "sweep").rglob("*.jsonl")
+        for r in load_records(path)
+        if r["kind"] == "aup"
+    ]
     assert aups and all(r["metrics"]["y_max"] is not None and r["extra"]["points"] for r in aups)
     # The gate file holds this run's latency and engine records and its reference timing.
     gate = tmp_path / "results" / "gate" / "smoke.jsonl"
     assert {r["kind"] for r in load_records(gate)} == set(rows.GATE_KINDS)
-    regress = subprocess.run([sys.executable, "-m", "orl.cli", "regress", "--baseline", str(gate), "--current",
-                              str(gate)], capture_output=True, text=True)  # fmt: skip
+    regress = subprocess.run(
+        [sys.executable, "-m", "orl.cli", "regress", "--baseline", str(gate), "--current", str(gate)],
+        capture_output=True,
+        text=True,
+    )
     assert regress.returncode == 0 and "reference timing 'reference timing'" in regress.stdout, regress.stdout
     # A second run has nothing left to do.
-    again = snakemake("-c2", "-n", "reproduce_all", "gate", "--config", "profile=smoke", "vllm_python=", cwd=tmp_path)
+    again = snakemake(
+        "-c2", "-n", "reproduce_all", "gate", "--config", "profile=smoke", "vllm_python=", cwd=tmp_path
+    )
     assert "Nothing to be done" in again.stdout + again.stderr
     # An edited preset is a changed param of the training jobs, so they (and what reads them) are planned.
     edited = tmp_path / "orl-lr.yaml"
     edited.write_text("orl: {lr: 1.0e-5}\n")
-    changed = snakemake("-n", "reproduce_all", "--config", "profile=smoke", f"train_config={edited}", "vllm_python=",
-                        cwd=tmp_path)
+    changed = snakemake(
+        "-n",
+        "reproduce_all",
+        "--config",
+        "profile=smoke",
+        f"train_config={edited}",
+        "vllm_python=",
+        cwd=tmp_path,
+    )
     assert {"train_orl", "train_ablation"} <= {job["rule"] for job in planned_jobs(changed.stdout)}
     assert "Params have changed" in changed.stdout, changed.stdout[-3000:]
 
@@ -328,7 +346,12 @@ def test_a_fresh_clone_plans_nothing_for_the_committed_tiny_records(tmp_path):
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=300)
     subprocess.run(["make", "-s", "clone-times"], cwd=clone, check=True, timeout=120)
-    planned = subprocess.run([sys.executable, "-m", "snakemake", "-c2", "-n", "reproduce_all", "--config",
-                              "profile=tiny"], cwd=clone, capture_output=True, text=True, timeout=600)
+    planned = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-c2", "-n", "reproduce_all", "--config", "profile=tiny"],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert planned.returncode == 0, planned.stderr[-3000:]
     assert "Nothing to be done" in planned.stdout + planned.stderr, (planned.stdout + planned.stderr)[-3000:]

@@ -182,7 +182,8 @@ def test_a_single_cpu_process_keeps_glibcs_default_allocator(monkeypatch):
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_cpu_training_sets_glibcs_mmap_threshold():
     """Every rank of a multi-process CPU run has glibc serve large blocks from their own mappings
-    (orl/train/distributed.py: FSDP2's freed per-layer buffers otherwise stay in the heap; the effect on peak memory per rank is
+    (orl/train/distributed.py: FSDP2's freed per-layer buffers otherwise stay in the heap; the effect on
+    peak memory per rank is
     measured by scripts/measure_fsdp_memory.py, results/training/fsdp_memory_cpu.jsonl)."""
     from orl.train.distributed import return_freed_memory_to_the_os
 

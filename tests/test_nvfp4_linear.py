@@ -259,8 +259,19 @@ def test_quantize_model_replaces_linears_and_reports_bytes():
     with torch.no_grad():
         before = model(ids)
     report = quantize_model(model, mode="w4a16")
-    names = [f"layers.{i}.{p}" for i in range(2) for p in (
-        "attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]  # fmt: skip
+    names = [
+        f"layers.{i}.{p}"
+        for i in range(2)
+        for p in (
+            "attn.q_proj",
+            "attn.k_proj",
+            "attn.v_proj",
+            "attn.o_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+        )
+    ]
     assert sorted(report["quantized"]) == sorted(names)
     assert report["ignore"] == ["lm_head"] and report["not_quantizable"] == {}
     assert isinstance(model.lm_head, nn.Linear) and isinstance(model.embed, nn.Embedding)

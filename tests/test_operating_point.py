@@ -1,4 +1,5 @@
-"""Matched accuracy (docs/method.md §4, orl/eval/operating_point.py): tolerance and paired test, the chosen point."""
+"""Matched accuracy (docs/method.md §4, orl/eval/operating_point.py): tolerance and paired test, the chosen
+point."""
 
 from __future__ import annotations
 
@@ -80,7 +81,9 @@ def test_operating_point_command_writes_the_choice_and_its_record(tmp_path, caps
     sweep, reference = tmp_path / "sweep.jsonl", tmp_path / "ar.jsonl"
     write_records(sweep, [_record("sweep", [1] * 80 + [0] * 20, tau=0.3, tpf=9.0),
                           _record("sweep", [1] * 84 + [0] * 16, tau=0.6, tpf=5.0)])  # fmt: skip
-    write_records(reference, [_record("quality", [1] * 82 + [0] * 18, system="AR (hf)", engine="hf", tpf=1.0)])
+    write_records(
+        reference, [_record("quality", [1] * 82 + [0] * 18, system="AR (hf)", engine="hf", tpf=1.0)]
+    )
     out, quality = tmp_path / "point.json", tmp_path / "op.jsonl"
     assert main(["operating-point", "--sweep", str(sweep), "--reference", str(reference), "--out", str(out),
                  "--quality-out", str(quality)]) == 0  # fmt: skip
@@ -92,7 +95,10 @@ def test_operating_point_command_writes_the_choice_and_its_record(tmp_path, caps
     assert "operating point threshold:0.6" in capsys.readouterr().out
     # Matched accuracy is a paired test: a sweep without per-problem outcomes is refused, naming the field.
     write_records(sweep, [_record("sweep", [1] * 10, tau=0.5, per_problem=False)])
-    assert main(["operating-point", "--sweep", str(sweep), "--reference", str(reference), "--out", str(out)]) == 2
+    assert (
+        main(["operating-point", "--sweep", str(sweep), "--reference", str(reference), "--out", str(out)])
+        == 2
+    )
     assert "per_problem" in capsys.readouterr().err
 
 
@@ -102,8 +108,12 @@ def test_the_strict_point_is_the_policys_strict_variant(tmp_path):
     source, target = tmp_path / "point.json", tmp_path / "strict.json"
     source.write_text(json.dumps({"policy": "threshold:0.85", "tau": 0.85, "matched": True}))
     write_strict_point(source, target)
-    assert json.loads(target.read_text()) == {"policy": "strict-threshold:0.85", "tau": 0.85, "matched": True,
-                                              "from": str(source)}
+    assert json.loads(target.read_text()) == {
+        "policy": "strict-threshold:0.85",
+        "tau": 0.85,
+        "matched": True,
+        "from": str(source),
+    }
     source.write_text(json.dumps({"policy": "fixed:1"}))
     with pytest.raises(InputError, match="strict variant"):
         write_strict_point(source, target)
@@ -111,8 +121,10 @@ def test_the_strict_point_is_the_policys_strict_variant(tmp_path):
 
 def test_a_sweep_of_another_policy_chooses_a_point_of_that_policy():
     reference = passes([1] * 80 + [0] * 20)
-    sweep = [Candidate(Policy("factor", f), float(np.mean(o)), tpf, passes(o))
-             for f, o, tpf in ((1.0, [1] * 80 + [0] * 20, 3.0), (2.0, [1] * 60 + [0] * 40, 6.0))]
+    sweep = [
+        Candidate(Policy("factor", f), float(np.mean(o)), tpf, passes(o))
+        for f, o, tpf in ((1.0, [1] * 80 + [0] * 20, 3.0), (2.0, [1] * 60 + [0] * 40, 6.0))
+    ]
     point = choose_operating_point(sweep, reference, 0.01)
     assert (point.policy, point.to_dict()["f"]) == ("factor:1", 1.0)
     with pytest.raises(InputError, match="one policy"):

@@ -1,4 +1,5 @@
-"""ORL: residual capture and replay, and the bad-input checks of train-orl (version 2: tests/test_orl_v2.py)."""
+"""ORL: residual capture and replay, and the bad-input checks of train-orl (version 2:
+tests/test_orl_v2.py)."""
 
 from __future__ import annotations
 

@@ -103,7 +103,8 @@ def test_greedy_tokens_of_reference_and_hf_engines_equal_an_independent_loop(eng
     tok = ckpt.tokenizer
     expected = _greedy_transformers(load_hf_qwen3(qwen3_ckpt_dir), tok.encode(PROMPT), 12, tok.eos_ids)
     gen = build_engine(engine, qwen3_ckpt_dir, dtype=torch.float32).generate(PROMPT, 12)
-    # Compared up to the first eos of either kind: the stopping rule is the decoder's, the tokens are the model's.
+    # Compared up to the first eos of either kind: the stopping rule is the decoder's, the tokens are the
+    # model's.
     assert _until_eos(gen.token_ids, tok.eos_ids) == _until_eos(expected, tok.eos_ids)
     code = main(["generate", "--ckpt", str(qwen3_ckpt_dir), "--engine", engine, "--dtype", "float32",
                  "--prompt", PROMPT, "--max-new-tokens", "12"])

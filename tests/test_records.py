@@ -92,18 +92,24 @@ def _set(path, value):
 BAD_RECORDS = [
     ("missing field", _drop("engine"), "line 2: engine: missing field"),
     ("missing nested field", lambda r: r["model"].pop("precision"), "line 2: model.precision: missing field"),
-    ("wrong type", _set(["metrics", "tpf"], "abc"), "line 2: metrics.tpf: expected a number or null, got 'abc'"),
-    ("negative latency", _set(["metrics", "latency_median_s"], -0.1), "line 2: metrics.latency_median_s: must be > 0"),
+    ("wrong type", _set(["metrics", "tpf"], "abc"), "line 2: metrics.tpf: expected a number or null, got "
+                                                    "'abc'"),
+    ("negative latency", _set(["metrics", "latency_median_s"], -0.1), "line 2: metrics.latency_median_s: "
+                                                                      "must be > 0"),
     ("unknown metric", _set(["metrics", "tfp"], 2.0), "line 2: metrics.tfp: unknown metric 'tfp'"),
     ("unknown field", _set(["colour"], "red"), "line 2: colour: unknown field"),
     ("bad kind", _set(["kind"], "speed"), "line 2: kind: expected one of 'quality'"),
     ("bad status", _set(["status"], "skipped"), "line 2: status: expected 'measured' or 'not run: <reason>'"),
     ("pass@1 above 1", _set(["metrics", "pass_at_1"], 1.5), "line 2: metrics.pass_at_1: must be <= 1"),
-    ("bool as number", _set(["metrics", "tokens"], True), "line 2: metrics.tokens: expected an integer or null"),
-    ("bad per-problem", _set(["per_problem", 1, "passed"], "no"), "line 2: per_problem[1].passed: expected a boolean"),
+    ("bool as number", _set(["metrics", "tokens"], True), "line 2: metrics.tokens: expected an integer "
+                                                          "or null"),
+    ("bad per-problem", _set(["per_problem", 1, "passed"], "no"), "line 2: per_problem[1].passed: "
+                                                                  "expected a boolean"),
     ("env key missing", lambda r: r["env"].pop("git_sha"), "line 2: env.git_sha: missing field"),
-    ("p90 below median", _set(["metrics", "latency_p90_s"], 0.1), "line 2: metrics.latency_p90_s: must be >= latency_median_s"),
-    ("bad sha", _set(["model", "ckpt_sha256"], "xyz"), "line 2: model.ckpt_sha256: expected 64 lowercase hex digits"),
+    ("p90 below median", _set(["metrics", "latency_p90_s"], 0.1), "line 2: metrics.latency_p90_s: must "
+                                                                  "be >= latency_median_s"),
+    ("bad sha", _set(["model", "ckpt_sha256"], "xyz"), "line 2: model.ckpt_sha256: expected 64 lowercase "
+                                                       "hex digits"),
 ]  # fmt: skip
 
 

@@ -10,9 +10,19 @@ from orl import cli
 from orl.records import make_record, write_records
 
 PROBLEMS = [
-    {"task_id": "T/0", "prompt": "def inc(x):\n", "test": "def check(f):\n    assert f(1) == 2\n", "entry_point": "inc"},
-    {"task_id": "T/1", "prompt": "def dbl(x):\n", "test": "def check(f):\n    assert f(2) == 4\n", "entry_point": "dbl"},
-]  # fmt: skip
+    {
+        "task_id": "T/0",
+        "prompt": "def inc(x):\n",
+        "test": "def check(f):\n    assert f(1) == 2\n",
+        "entry_point": "inc",
+    },
+    {
+        "task_id": "T/1",
+        "prompt": "def dbl(x):\n",
+        "test": "def check(f):\n    assert f(2) == 4\n",
+        "entry_point": "dbl",
+    },
+]
 
 
 def _main(argv: list[str]) -> int:
@@ -51,7 +61,12 @@ def test_check_samples_writes_results_and_prints_pass_at_1(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == "pass@1=0.5"  # each problem: 1 of 2 samples correct
     out = [json.loads(line) for line in (tmp_path / "samples.jsonl_results.jsonl").read_text().splitlines()]
-    assert [(r["task_id"], r["passed"]) for r in out] == [("T/0", True), ("T/0", False), ("T/1", True), ("T/1", False)]
+    assert [(r["task_id"], r["passed"]) for r in out] == [
+        ("T/0", True),
+        ("T/0", False),
+        ("T/1", True),
+        ("T/1", False),
+    ]
     assert out[3]["result"] == "failed: SystemExit: 0" and out[0]["completion"] == "    return x + 1\n"
 
 

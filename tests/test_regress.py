@@ -112,5 +112,7 @@ def test_cli(tmp_path, capsys):
     assert "PASS" in capsys.readouterr().out
     assert main(["regress", "--baseline", str(base), "--current", str(slow)]) == 1
     assert "REGRESSION" in capsys.readouterr().out
-    assert main(["regress", "--baseline", str(base), "--current", str(slow), "--timing-threshold", "2.5"]) == 0
+    assert (
+        main(["regress", "--baseline", str(base), "--current", str(slow), "--timing-threshold", "2.5"]) == 0
+    )
     assert main(["regress", "--baseline", str(base), "--current", str(tmp_path / "absent.jsonl")]) == 2

@@ -21,8 +21,23 @@ from orl.report.tables import build_table1, build_table2, build_table3, build_ta
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def rec(kind, system, engine, metrics, *, model="tiny-qwendlm", precision="float32", suite="tinycode",
-        gpu=None, created=None, policy=None, extra=None, per_problem=None, sha=None, n_problems=None):  # fmt: skip
+def rec(
+    kind,
+    system,
+    engine,
+    metrics,
+    *,
+    model="tiny-qwendlm",
+    precision="float32",
+    suite="tinycode",
+    gpu=None,
+    created=None,
+    policy=None,
+    extra=None,
+    per_problem=None,
+    sha=None,
+    n_problems=None,
+):
     record = make_record(kind, system=system, engine=engine, model={"name": model, "precision": precision,
                          "ckpt_sha256": sha}, metrics=metrics, suite=suite, policy=policy, extra=extra,
                          per_problem=per_problem, n_problems=n_problems)  # fmt: skip
@@ -54,31 +69,74 @@ def row(frame, claim=None, **where):
 def table2_records(gpu=None, model="tiny-qwendlm"):
     ar_model = "tiny-ar"
     return [
-        rec("latency", "AR (ours: static cache, compiled)", "ar-compiled", {"tpf": 1.0, "latency_median_s": 1.0,
-            "latency_p90_s": 1.2, "tokens_per_s": 80.0}, model=ar_model, gpu=gpu),
-        rec("latency", "AR (hf)", "hf", {"tpf": 1.0, "latency_median_s": 2.0, "latency_p90_s": 2.5, "tokens_per_s": 50.0},
-            model=ar_model, gpu=gpu),
+        rec(
+            "latency",
+            "AR (ours: static cache, compiled)",
+            "ar-compiled",
+            {"tpf": 1.0, "latency_median_s": 1.0, "latency_p90_s": 1.2, "tokens_per_s": 80.0},
+            model=ar_model,
+            gpu=gpu,
+        ),
+        rec(
+            "latency",
+            "AR (hf)",
+            "hf",
+            {"tpf": 1.0, "latency_median_s": 2.0, "latency_p90_s": 2.5, "tokens_per_s": 50.0},
+            model=ar_model,
+            gpu=gpu,
+        ),
         rec("quality", "AR (hf)", "hf", {"pass_at_1": 0.40, "tpf": 1.0}, model=ar_model, gpu=gpu),
-        rec("latency", "AR + DFlash (vLLM)", "vllm", {"tpf": 2.5, "latency_median_s": 1.0,
-            "latency_p90_s": 1.2, "tokens_per_s": 100.0}, model=ar_model, gpu=gpu),
-        rec("latency", "AR + block-diffusion drafter (ours, DFlash-style)", "dflash", {"tpf": 2.0,
-            "latency_median_s": 1.5, "latency_p90_s": 1.7, "tokens_per_s": 80.0}, model=ar_model, gpu=gpu),
-        rec("latency", "dLLM + ORL", "dlmrt", {"tpf": 4.0, "latency_median_s": 0.5, "latency_p90_s": 0.6,
-            "tokens_per_s": 200.0}, model=model, gpu=gpu),
+        rec(
+            "latency",
+            "AR + DFlash (vLLM)",
+            "vllm",
+            {"tpf": 2.5, "latency_median_s": 1.0, "latency_p90_s": 1.2, "tokens_per_s": 100.0},
+            model=ar_model,
+            gpu=gpu,
+        ),
+        rec(
+            "latency",
+            "AR + block-diffusion drafter (ours, DFlash-style)",
+            "dflash",
+            {"tpf": 2.0, "latency_median_s": 1.5, "latency_p90_s": 1.7, "tokens_per_s": 80.0},
+            model=ar_model,
+            gpu=gpu,
+        ),
+        rec(
+            "latency",
+            "dLLM + ORL",
+            "dlmrt",
+            {"tpf": 4.0, "latency_median_s": 0.5, "latency_p90_s": 0.6, "tokens_per_s": 200.0},
+            model=model,
+            gpu=gpu,
+        ),
         rec("quality", "dLLM + ORL", "dlmrt", {"pass_at_1": 0.39, "tpf": 4.0}, model=model, gpu=gpu),
         not_run("latency", system="AR (vLLM)", engine="vllm", reason="needs CUDA and vllm", suite="tinycode"),
-    ]  # fmt: skip
+    ]
 
 
 def test_table2_measured_missing_and_not_run_rows(claims):
     frame = build_table2(table2_records(), claims)
     assert list(dict.fromkeys(frame["system"])) == [
-        "AR (ours: static cache, compiled)", "AR (hf)", "AR (vLLM)", "AR (SGLang)", "AR + draft (hf assisted)",
-        "AR + draft (vLLM)", "AR + draft (SGLang STANDALONE)", "AR + EAGLE3 (vLLM)", "AR + EAGLE3 (vLLM, relaxed)",
-        "AR + EAGLE3 (SGLang)", "AR + DFlash (vLLM)", "AR + DFlash (vLLM, relaxed)", "AR + DFlash (SGLang)",
+        "AR (ours: static cache, compiled)",
+        "AR (hf)",
+        "AR (vLLM)",
+        "AR (SGLang)",
+        "AR + draft (hf assisted)",
+        "AR + draft (vLLM)",
+        "AR + draft (SGLang STANDALONE)",
+        "AR + EAGLE3 (vLLM)",
+        "AR + EAGLE3 (vLLM, relaxed)",
+        "AR + EAGLE3 (SGLang)",
+        "AR + DFlash (vLLM)",
+        "AR + DFlash (vLLM, relaxed)",
+        "AR + DFlash (SGLang)",
         "AR + block-diffusion drafter (ours, DFlash-style)",
-        "dLLM base", "TraDo base", "dLLM + ORL", "dLLM + ORL NVFP4",
-    ]  # fmt: skip
+        "dLLM base",
+        "TraDo base",
+        "dLLM + ORL",
+        "dLLM + ORL NVFP4",
+    ]
     ar = row(frame, system="AR (hf)")
     assert ar["status"] == "measured" and ar["pass_at_1"] == 0.40 and ar["speedup_vs_ar_hf"] == 1.0
     assert ar["speedup_vs_ar"] == pytest.approx(50 / 80) and ar["matched"].startswith("the reference")
@@ -106,7 +164,10 @@ def test_table2_ratio_rules_across_hardware(claims):
     assert orl["ratio"] == pytest.approx((200 / 100) / (1298 / 573))
     page = row(cpu, claim="t2-qwendlm4b-orl-dlmrt-tokens-per-s-page", system="dLLM + ORL")
     assert page["paper"] == 933 and page["ratio"] == pytest.approx((200 / 100) / (933 / 573))
-    assert "relative to AR + DFlash (vLLM)" in orl["compared"] and "raw tokens_per_s not compared" in orl["compared"]
+    assert (
+        "relative to AR + DFlash (vLLM)" in orl["compared"]
+        and "raw tokens_per_s not compared" in orl["compared"]
+    )
     # Our DFlash-style drafter is a CPU baseline: DFlash's figure is never set against it.
     ours = row(cpu, system="AR + block-diffusion drafter (ours, DFlash-style)")
     assert ours["status"] == "measured" and pd.isna(ours["paper"])
@@ -155,7 +216,9 @@ def test_table1_gains_and_shape_comparison(claims):
     orl = row(frame, claim="t1-qwendlm4b-tpf-gain", model="tiny QwenDLM", variant="+ORL", suite="tinycode")
     assert orl["tpf_gain"] == pytest.approx(3.0) and orl["throughput_gain"] == pytest.approx(2.5)
     assert orl["ratio"] == pytest.approx(3.0 / 6.2)
-    assert row(frame, claim="t1-qwendlm4b-throughput-gain", model="tiny QwenDLM")["ratio"] == pytest.approx(2.5 / 6.9)
+    assert row(frame, claim="t1-qwendlm4b-throughput-gain", model="tiny QwenDLM")["ratio"] == pytest.approx(
+        2.5 / 6.9
+    )
     # HumanEval +ORL measured but its base is missing: no gain, and the base row says what is missing.
     he = frame[(frame["model"] == "tiny QwenDLM") & (frame["suite"] == "humaneval")]
     assert he[he["variant"] == "+ORL"].iloc[0]["pass_at_1"] == 0.01
@@ -173,7 +236,13 @@ def test_table3_speedups_and_setting_check(claims):
         rec(bench, "dLLM + ORL", "dlmrt", {"tokens_per_s": 300.0, "tpf": 3.2, "latency_median_s": 0.2}),
         rec(bench, "dLLM + ORL", "dlmrt-eager", {"tokens_per_s": 150.0, "tpf": 3.2, "latency_median_s": 0.4}),
         rec(bench, "dLLM + ORL", "reference", {"tokens_per_s": 50.0, "tpf": 3.0, "latency_median_s": 1.2}),
-        rec(bench, "dLLM + ORL", "sglang", {"tokens_per_s": 200.0, "tpf": 3.2, "latency_median_s": 0.3}, gpu=H100),
+        rec(
+            bench,
+            "dLLM + ORL",
+            "sglang",
+            {"tokens_per_s": 200.0, "tpf": 3.2, "latency_median_s": 0.3},
+            gpu=H100,
+        ),
     ]
     frame = build_table3(records, claims)
     dlmrt = row(frame, setup="dlmrt (graph-captured)")
@@ -188,11 +257,26 @@ def test_table3_speedups_and_setting_check(claims):
     assert pd.isna(dlmrt["ratio"]) and "needs CUDA" in dlmrt["note"]
 
 
-def hardware_record(tokens_per_s, *, gpu="NVIDIA GeForce RTX 5090", model="LLaDA-2.1-mini-ORL", precision="nvfp4-w4a4",
-                    gpu_count=1):  # fmt: skip
+def hardware_record(
+    tokens_per_s,
+    *,
+    gpu="NVIDIA GeForce RTX 5090",
+    model="LLaDA-2.1-mini-ORL",
+    precision="nvfp4-w4a4",
+    gpu_count=1,
+):
     extra = {"gpu_count": gpu_count} if gpu_count > 1 else None
-    return rec("latency", "dLLM + ORL", "dlmrt", {"tokens_per_s": tokens_per_s, "tpf": 5.0, "latency_median_s": 0.1},
-               model=model, precision=precision, gpu=gpu, suite="humaneval", extra=extra)  # fmt: skip
+    return rec(
+        "latency",
+        "dLLM + ORL",
+        "dlmrt",
+        {"tokens_per_s": tokens_per_s, "tpf": 5.0, "latency_median_s": 0.1},
+        model=model,
+        precision=precision,
+        gpu=gpu,
+        suite="humaneval",
+        extra=extra,
+    )
 
 
 def test_table4_peaks_and_raw_comparison_on_the_claimed_gpu(claims):
@@ -207,24 +291,48 @@ def test_table4_peaks_and_raw_comparison_on_the_claimed_gpu(claims):
     assert b200["status"].startswith("not run: no record") and "8x B200" in b200["status"]
     # 8 B200s match the 8x B200 claim; one B200 does not.
     one = build_table4([hardware_record(7000.0, gpu="NVIDIA B200", model="DiffusionGemma-26B-MoE")], claims)
-    assert row(one, claim="t4-8xb200-diffusiongemma26b-orl-nvfp4-tokens-per-s")["status"].startswith("not run")
-    eight = build_table4([hardware_record(7000.0, gpu="NVIDIA B200", model="DiffusionGemma-26B-MoE", gpu_count=8)],
-                         claims)  # fmt: skip
-    assert row(eight, claim="t4-8xb200-diffusiongemma26b-orl-nvfp4-tokens-per-s")["ratio"] == pytest.approx(7000 / 7708)
+    assert row(one, claim="t4-8xb200-diffusiongemma26b-orl-nvfp4-tokens-per-s")["status"].startswith(
+        "not run"
+    )
+    eight = build_table4(
+        [hardware_record(7000.0, gpu="NVIDIA B200", model="DiffusionGemma-26B-MoE", gpu_count=8)], claims
+    )
+    assert row(eight, claim="t4-8xb200-diffusiongemma26b-orl-nvfp4-tokens-per-s")["ratio"] == pytest.approx(
+        7000 / 7708
+    )
 
 
 def test_table5_aup_training_speed_and_missing_ablations(claims):
     sweep = [
-        rec("sweep", "dLLM + ORL", "dlmrt", {"tpf": tpf, "pass_at_1": acc}, policy={"name": "threshold", "params": {"tau": tau}})
+        rec(
+            "sweep",
+            "dLLM + ORL",
+            "dlmrt",
+            {"tpf": tpf, "pass_at_1": acc},
+            policy={"name": "threshold", "params": {"tau": tau}},
+        )
         for tau, tpf, acc in ((0.9, 2.0, 0.6), (0.7, 4.0, 0.56))
-    ]  # fmt: skip
+    ]
     records = sweep + [
         rec("quality", "dLLM + ORL", "dlmrt", {"tpf": 4.0, "pass_at_1": 0.5}),
-        rec("train", "dLLM + ORL", "torch", {"self_generated_tokens": 120000, "train_wall_s": 900.0,
-            "step_tokens_per_s": 8000.0}, suite=None, extra={"packing": True}),
-        rec("train", "dLLM + ORL", "torch", {"step_tokens_per_s": 2000.0}, suite=None, extra={"packing": False}),
+        rec(
+            "train",
+            "dLLM + ORL",
+            "torch",
+            {"self_generated_tokens": 120000, "train_wall_s": 900.0, "step_tokens_per_s": 8000.0},
+            suite=None,
+            extra={"packing": True},
+        ),
+        rec(
+            "train",
+            "dLLM + ORL",
+            "torch",
+            {"step_tokens_per_s": 2000.0},
+            suite=None,
+            extra={"packing": False},
+        ),
         rec("quality", "ORL: no AEC", "dlmrt", {"tpf": 2.0, "pass_at_1": 0.45}),
-    ]  # fmt: skip
+    ]
     frame = build_table5(records, claims)
     orl = row(frame, claim="t5-train-step-speedup", system="dLLM + ORL")
     # d3LLM's AUP with y_max = 60 (the table's best point): 2 * 60 + 0.5 * (4 - 2) * (56 W(56) + 60 W(60)),
@@ -233,7 +341,11 @@ def test_table5_aup_training_speed_and_missing_ablations(claims):
     assert orl["train_step_speedup"] == 4.0 and orl["ratio"] == pytest.approx(4.0 / 5.2)
     assert pd.isna(orl["train_gpu_hours"])  # trained on the CPU: no GPU-hours to set against 36 H100-hours
     tokens = row(frame, claim="t5-llada21mini-self-generated-tokens")
-    assert tokens["self_generated_tokens"] == 120000 and pd.isna(tokens["ratio"]) and "model differs" in tokens["compared"]
+    assert (
+        tokens["self_generated_tokens"] == 120000
+        and pd.isna(tokens["ratio"])
+        and "model differs" in tokens["compared"]
+    )
     no_aec = row(frame, system="ORL: no AEC")
     assert pd.isna(no_aec["aup"]) and "no sweep records" in no_aec["note"]
     assert "no measured 'train' record" in no_aec["note"]
@@ -242,12 +354,22 @@ def test_table5_aup_training_speed_and_missing_ablations(claims):
 
 def test_aup_y_max_reads_every_sweep_point_of_every_seed():
     """Two runs (seeds) swept at the same τ: the older holds the best accuracy; y_max is still its 62%."""
-    def point(tau, acc, created):
-        return rec("sweep", "dLLM + ORL", "dlmrt", {"tpf": 2.0, "pass_at_1": acc}, created=created,
-                   policy={"name": "threshold", "params": {"tau": tau}})
 
-    records = [point(0.9, 0.62, "2026-01-01T00:00:00Z"), point(0.9, 0.60, "2026-01-02T00:00:00Z"),
-               point(0.7, 0.55, "2026-01-02T00:00:00Z")]
+    def point(tau, acc, created):
+        return rec(
+            "sweep",
+            "dLLM + ORL",
+            "dlmrt",
+            {"tpf": 2.0, "pass_at_1": acc},
+            created=created,
+            policy={"name": "threshold", "params": {"tau": tau}},
+        )
+
+    records = [
+        point(0.9, 0.62, "2026-01-01T00:00:00Z"),
+        point(0.9, 0.60, "2026-01-02T00:00:00Z"),
+        point(0.7, 0.55, "2026-01-02T00:00:00Z"),
+    ]
     want = Want("dLLM + ORL", "dlmrt", ("sweep",))
     assert y_max_of(records, [want], "tinycode") == pytest.approx(62.0)
     assert y_max_of(records[1:], [want], "tinycode") == pytest.approx(60.0)
@@ -266,9 +388,21 @@ def test_table5_training_cost_per_device(claims):
     assert orl["world_size"] == 2 and orl["device_hours"] == pytest.approx(1.0)
     assert orl["train_tokens_per_s"] == 250.0 and orl["peak_memory_gb"] == pytest.approx(1.5)
     assert pd.isna(orl["train_gpu_hours"]) and pd.isna(orl["ratio"])
-    gpu = rec("train", "dLLM + ORL", "dlmrt", {"self_generated_tokens": 4_000_000, "train_wall_s": 3600.0 * 4.5,
-              "train_gpu_hours": 36.0, "train_tokens_per_s": 900.0, "peak_memory_bytes": 60_000_000_000},
-              suite=None, gpu="NVIDIA H100 80GB HBM3", extra={"world_size": 8, "device": "cuda"})  # fmt: skip
+    gpu = rec(
+        "train",
+        "dLLM + ORL",
+        "dlmrt",
+        {
+            "self_generated_tokens": 4_000_000,
+            "train_wall_s": 3600.0 * 4.5,
+            "train_gpu_hours": 36.0,
+            "train_tokens_per_s": 900.0,
+            "peak_memory_bytes": 60_000_000_000,
+        },
+        suite=None,
+        gpu="NVIDIA H100 80GB HBM3",
+        extra={"world_size": 8, "device": "cuda"},
+    )
     frame = build_table5([quality, gpu], claims)
     orl = row(frame, claim="t5-llada21mini-train-gpu-hours", system="dLLM + ORL")
     # No extra.device_hours: world size x wall.
@@ -297,14 +431,27 @@ def test_three_formats_written(claims, tmp_path):
 
 
 def test_figures_png_and_pdf(claims, tmp_path):
-    records = table2_records() + [
-        rec("sweep", system, "dlmrt", {"tpf": tpf, "pass_at_1": acc}, policy={"name": "threshold", "params": {"tau": tau}})
-        for system, points in (("dLLM base", ((0.9, 1.2, 0.5), (0.5, 2.0, 0.3))), ("dLLM + ORL", ((0.9, 2.5, 0.5), (0.5, 5.0, 0.45))))
-        for tau, tpf, acc in points
-    ] + [
-        rec("entropy", "dLLM base", "dlmrt", {}, extra={"mean_entropy_per_step": [2.0, 1.8, 1.5, 1.1]}),
-        rec("entropy", "dLLM + ORL", "dlmrt", {}, extra={"mean_entropy_per_step": [2.0, 1.0, 0.4]}),
-    ]  # fmt: skip
+    records = (
+        table2_records()
+        + [
+            rec(
+                "sweep",
+                system,
+                "dlmrt",
+                {"tpf": tpf, "pass_at_1": acc},
+                policy={"name": "threshold", "params": {"tau": tau}},
+            )
+            for system, points in (
+                ("dLLM base", ((0.9, 1.2, 0.5), (0.5, 2.0, 0.3))),
+                ("dLLM + ORL", ((0.9, 2.5, 0.5), (0.5, 5.0, 0.45))),
+            )
+            for tau, tpf, acc in points
+        ]
+        + [
+            rec("entropy", "dLLM base", "dlmrt", {}, extra={"mean_entropy_per_step": [2.0, 1.8, 1.5, 1.1]}),
+            rec("entropy", "dLLM + ORL", "dlmrt", {}, extra={"mean_entropy_per_step": [2.0, 1.0, 0.4]}),
+        ]
+    )
     written = write_figures(records, build_table2(records, claims), tmp_path)
     expected = [p for pair in figure_paths(tmp_path).values() for p in pair]
     assert sorted(written) == sorted(expected)
@@ -328,10 +475,29 @@ def test_render_command_writes_tables_figures_and_index(tmp_path):
         assert all(path.is_file() for path in table_paths(out, table).values())
     index = (out / "index.md").read_text()
     assert "[md](table2.md)" in index and "figures/tokens_per_s.png" in index and "not rendered" not in index
-    assert main(["render", "--profile", "smoke", "--results", str(tmp_path / "absent"), "--out", str(out)]) == 2
+    assert (
+        main(["render", "--profile", "smoke", "--results", str(tmp_path / "absent"), "--out", str(out)]) == 2
+    )
     assert main(["render", "--profile", "smoke", "--results", str(results), "--tables", "2,9"]) == 2
-    assert main(["render", "--profile", "smoke", "--results", str(results), "--out", str(out), "--tables", "3b",
-                 "--no-index", "--hardware", str(tmp_path / "no-hardware")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "render",
+                "--profile",
+                "smoke",
+                "--results",
+                str(results),
+                "--out",
+                str(out),
+                "--tables",
+                "3b",
+                "--no-index",
+                "--hardware",
+                str(tmp_path / "no-hardware"),
+            ]
+        )
+        == 0
+    )
     # A broken record file stops the render, naming the file and line.
     (results / "bench" / "broken.jsonl").write_text('{"kind": "latency"}\n')
     with pytest.raises(InputError, match=r"broken\.jsonl line 1"):

@@ -37,15 +37,32 @@ def requests(tokens: int, nfe: int, wall: float) -> dict:
 
 def record(kind, system, engine, *, sha=None, suite="tinycode", tau=None, metrics=None, **fields):
     policy = {"name": "threshold", "params": {"tau": tau}} if tau is not None else None
-    return make_record(kind, system=system, engine=engine, model={"name": "tiny-qwendlm", "precision": "float32",
-                       "ckpt_sha256": sha}, metrics=metrics or {}, suite=suite, policy=policy,
-                       n_problems=None if kind == "train" else N, **fields)  # fmt: skip
+    return make_record(
+        kind,
+        system=system,
+        engine=engine,
+        model={"name": "tiny-qwendlm", "precision": "float32", "ckpt_sha256": sha},
+        metrics=metrics or {},
+        suite=suite,
+        policy=policy,
+        n_problems=None if kind == "train" else N,
+        **fields,
+    )
 
 
-def quality(system, engine, passed, *, tokens=20, nfe=4, sha=None, tau=None, kind="quality", suite="tinycode"):
-    return record(kind, system, engine, sha=sha, tau=tau, suite=suite,
-                  metrics={"pass_at_1": passed / N, "tpf": tokens / nfe},
-                  per_problem=problems(passed, tokens, nfe, suite))  # fmt: skip
+def quality(
+    system, engine, passed, *, tokens=20, nfe=4, sha=None, tau=None, kind="quality", suite="tinycode"
+):
+    return record(
+        kind,
+        system,
+        engine,
+        sha=sha,
+        tau=tau,
+        suite=suite,
+        metrics={"pass_at_1": passed / N, "tpf": tokens / nfe},
+        per_problem=problems(passed, tokens, nfe, suite),
+    )
 
 
 def latency(system, engine, tokens, nfe, wall, *, sha=None, suite="tinycode"):
@@ -108,8 +125,14 @@ def test_table1_orl_is_a_mean_over_seeds_with_paired_gains(records, claims):
     # TPF 10 over 2.5 and tokens/s over the base's: paired over the same problems / requests.
     assert orl["tpf_gain"] == pytest.approx(4.0) and orl["tpf_gain_test"] == "resolved"
     assert orl["throughput_gain_lo"] < orl["throughput_gain"] < orl["throughput_gain_hi"]
-    assert orl["pass_at_1_diff"] == pytest.approx(6 / N) and orl["pass_at_1_diff_test"] in ("resolved", "unresolved")
-    assert "lowest τ of the grid 0.5-0.9" in orl["operating_point"] and "AR target: yes" in orl["operating_point"]
+    assert orl["pass_at_1_diff"] == pytest.approx(6 / N) and orl["pass_at_1_diff_test"] in (
+        "resolved",
+        "unresolved",
+    )
+    assert (
+        "lowest τ of the grid 0.5-0.9" in orl["operating_point"]
+        and "AR target: yes" in orl["operating_point"]
+    )
     assert orl["aup"] is not None and orl["aup_lo"] <= orl["aup"] <= orl["aup_hi"]
     base = line(frame, variant="base", suite="tinycode", model="tiny QwenDLM")
     assert pd.isna(base["seeds"]) and "no: 0.600 < reference 0.750" in base["operating_point"]
@@ -128,9 +151,13 @@ def test_table2_matches_every_line_to_the_ar_target_on_each_suite(records, claim
     assert orl["speedup_vs_ar_hf_test"] == "resolved" and orl["tpf_lo"] <= orl["tpf"] <= orl["tpf_hi"]
     long = line(frame[frame["suite"] == "tinycode-long"], system=ORL)
     assert long["pass_at_1"] == pytest.approx(26 / N) and long["matched"] == "yes"
-    assert any("Prompt set, tinycode:" in note and "one set per table" in note for note in frame.attrs["notes"])
+    assert any(
+        "Prompt set, tinycode:" in note and "one set per table" in note for note in frame.attrs["notes"]
+    )
     # Each suite's caption names its lines' median completion length (what the long suite asks for).
-    lengths = {note.split(" (")[0]: note for note in frame.attrs["notes"] if note.startswith("Median completion")}
+    lengths = {
+        note.split(" (")[0]: note for note in frame.attrs["notes"] if note.startswith("Median completion")
+    }
     assert f"{AR_HF} 60; {ORL} 60." in lengths["Median completion, tinycode-long"]
     assert f"{ORL} 20" in lengths["Median completion, tinycode"]
 
@@ -143,9 +170,14 @@ def test_table5_seeds_and_effects_against_orl(records, claims):
     # One problem of forty, one seed in three: not resolved, and still in the table.
     assert no_aec["pass_at_1_diff_test"] == "unresolved" and no_aec["pass_at_1_diff_p"] > 0.05
     assert no_aec["tpf_diff"] == pytest.approx(20 / 3 - 10) and no_aec["tpf_diff_test"] == "resolved"
-    assert no_aec["aup_diff"] is not None and no_aec["aup_diff_lo"] <= no_aec["aup_diff"] <= no_aec["aup_diff_hi"]
+    assert (
+        no_aec["aup_diff"] is not None
+        and no_aec["aup_diff_lo"] <= no_aec["aup_diff"] <= no_aec["aup_diff_hi"]
+    )
     assert no_aec["gated_share"] == pytest.approx(0.3) and no_aec["self_generated_tokens"] == 1001
-    assert no_aec["aec_active_share"] == pytest.approx(0.005) and no_aec["retained_fraction"] == pytest.approx(0.6)
+    assert no_aec["aec_active_share"] == pytest.approx(0.005) and no_aec[
+        "retained_fraction"
+    ] == pytest.approx(0.6)
     orl = line(frame, system=ORL)
     assert orl["seeds"] == 3 and pd.isna(orl["pass_at_1_diff"])
 
@@ -155,15 +187,25 @@ def test_csv_has_interval_columns_and_markdown_folds_them(records, claims, tmp_p
         write_table(frame, tmp_path, claims)
         with table_paths(tmp_path, table)["csv"].open(newline="") as handle:
             header = next(csv.reader(handle))
-        for column in ("pass_at_1_lo", "pass_at_1_hi", "tpf_lo", "tpf_hi", "pass_at_1_sd", "pass_at_1_per_seed"):
+        for column in (
+            "pass_at_1_lo",
+            "pass_at_1_hi",
+            "tpf_lo",
+            "tpf_hi",
+            "pass_at_1_sd",
+            "pass_at_1_per_seed",
+        ):
             assert column in header, (table, column)
     assert {"tpf_gain_lo", "tpf_gain_hi", "throughput_gain_lo", "throughput_gain_hi"} <= set(
-        pd.read_csv(table_paths(tmp_path, 1)["csv"]).columns)
+        pd.read_csv(table_paths(tmp_path, 1)["csv"]).columns
+    )
     assert "seeds" in pd.read_csv(table_paths(tmp_path, 5)["csv"]).columns
     md = table_paths(tmp_path, 5)["md"].read_text()
     assert "pass_at_1_lo" not in md and "0.725 ± 0.025 [" in md and "(s0: 0.725; s1: 0.75; s2: 0.7)" in md
     assert "unresolved (p=" in md and "Residual Context Diffusion" not in md  # ledger notes need the ledger
-    tex = table_paths(tmp_path, 5)["tex"].read_text()  # the headline: value [interval], every column in the CSV
+    tex = table_paths(tmp_path, 5)[
+        "tex"
+    ].read_text()  # the headline: value [interval], every column in the CSV
     assert "\\begin{tabular}" in tex and "0.725 [" in tex and "table5.csv" in tex
 
 
@@ -185,8 +227,9 @@ def scale(engine, arch, time_per_forward, floor, *, kernels=None, linear=None, c
 
 
 def test_table3b_lines_from_scale_bench_records():
-    frame = build_table3b([scale("reference", "qwen3-0.6b", 0.2, 0.05), scale("dlmrt", "qwen3-0.6b", 0.06, 0.05,
-                                                                             kernels=368.0)])  # fmt: skip
+    frame = build_table3b(
+        [scale("reference", "qwen3-0.6b", 0.2, 0.05), scale("dlmrt", "qwen3-0.6b", 0.06, 0.05, kernels=368.0)]
+    )
     assert list(frame["engine"]) == ["dlmrt", "reference"]
     dlmrt = line(frame, engine="dlmrt")
     assert dlmrt["floor_ratio"] == pytest.approx(1.2) and dlmrt["kernels_per_step"] == 368.0
@@ -200,22 +243,56 @@ def test_table3b_keeps_processors_and_cpu_linears_apart():
                            scale("dlmrt", "qwen3-0.6b", 0.42, 0.08, cpu="AMD EPYC"),
                            scale("dlmrt", "qwen3-0.6b", 0.18, 0.08, cpu="AMD EPYC", linear="onednn"),
                            scale("reference", "qwen3-0.6b", 0.9, 0.08, cpu="AMD EPYC")])  # fmt: skip
-    lines = {(d, e, lin if isinstance(lin, str) else None)
-             for d, e, lin in zip(frame["device"], frame["engine"], frame["cpu_linear"], strict=True)}
-    assert lines == {("cpu (Intel(R) Xeon(R) Processor)", "dlmrt", "aten"), ("cpu (AMD EPYC)", "dlmrt", "aten"),
-                     ("cpu (AMD EPYC)", "dlmrt", "onednn"), ("cpu (AMD EPYC)", "reference", None)}
+    lines = {
+        (d, e, lin if isinstance(lin, str) else None)
+        for d, e, lin in zip(frame["device"], frame["engine"], frame["cpu_linear"], strict=True)
+    }
+    assert lines == {
+        ("cpu (Intel(R) Xeon(R) Processor)", "dlmrt", "aten"),
+        ("cpu (AMD EPYC)", "dlmrt", "aten"),
+        ("cpu (AMD EPYC)", "dlmrt", "onednn"),
+        ("cpu (AMD EPYC)", "reference", None),
+    }
 
 
 def test_the_committed_tiny_records_still_render(tmp_path):
     out = tmp_path / "tiny"
-    code = main(["render", "--profile", "tiny", "--results", str(REPO / "results" / "tiny"), "--out", str(out),
-                 "--hardware", str(tmp_path / "none")])  # fmt: skip
+    code = main(
+        [
+            "render",
+            "--profile",
+            "tiny",
+            "--results",
+            str(REPO / "results" / "tiny"),
+            "--out",
+            str(out),
+            "--hardware",
+            str(tmp_path / "none"),
+        ]
+    )
     assert code == 0
     table2 = pd.read_csv(table_paths(out, 2)["csv"])
     orl = table2[(table2["system"] == ORL) & (table2["suite"] == "tinycode")].iloc[0]
     assert orl["pass_at_1_lo"] < orl["pass_at_1"] < orl["pass_at_1_hi"] and orl["matched"] == "yes"
     assert "Residual Context Diffusion" in table_paths(out, 5)["md"].read_text()
-    write_records(tmp_path / "x.jsonl", [scale("dlmrt", "tiny", 0.001, 0.0005)])  # a folder with only Table 3b data
-    assert main(["render", "--profile", "x", "--results", str(tmp_path), "--out", str(tmp_path / "r"), "--tables",
-                 "3b", "--no-index"]) == 0  # fmt: skip
+    write_records(
+        tmp_path / "x.jsonl", [scale("dlmrt", "tiny", 0.001, 0.0005)]
+    )  # a folder with only Table 3b data
+    assert (
+        main(
+            [
+                "render",
+                "--profile",
+                "x",
+                "--results",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "r"),
+                "--tables",
+                "3b",
+                "--no-index",
+            ]
+        )
+        == 0
+    )
     assert "| tiny | 16 |" in table_paths(tmp_path / "r", "3b")["md"].read_text()

@@ -166,7 +166,8 @@ ROUND_TRIP = {
             "    assert back == [list(value), {'key': 'k'}], back\n"
             "    assert [type(v) for v in back[0]] == [type(v) for v in value]\n"
             "    assert math.copysign(1, back[0][7]) == -1\n"
-            "    assert math.isnan(candidate(float('nan'))[0][0]) and candidate(float('inf'))[0][0] == float('inf')\n",
+            "    assert math.isnan(candidate(float('nan'))[0][0])"
+            " and candidate(float('inf'))[0][0] == float('inf')\n",
     "entry_point": "echo",
 }
 RAISES = {
@@ -251,8 +252,13 @@ def test_missing_bwrap_is_an_error_unless_the_fallback_is_asked_for(without_bwra
 
 
 def _orl(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orl.cli", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "orl.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _samples(tmp_path: Path) -> tuple[Path, Path]:
@@ -290,14 +296,21 @@ def test_bwrap_on_the_users_path_outside_the_fixed_path_runs(tmp_path):
 def test_an_interpreter_under_tmp_does_not_break_bwrap():
     """The harness running from a venv in /tmp: bwrap still works (the old sandbox hid it under /tmp)."""
     with tempfile.TemporaryDirectory(prefix="orl-test-venv-") as venv:
-        subprocess.run([isolation.interpreter(), "-m", "venv", "--without-pip", venv], check=True, timeout=120)
-        paths = [str(Path(__file__).resolve().parent.parent), *[p for p in sys.path if p.endswith("site-packages")]]
+        subprocess.run(
+            [isolation.interpreter(), "-m", "venv", "--without-pip", venv], check=True, timeout=120
+        )
+        paths = [
+            str(Path(__file__).resolve().parent.parent),
+            *[p for p in sys.path if p.endswith("site-packages")],
+        ]
         script = (f"import sys; sys.path[:0] = {paths!r}\n"
                   "from orl.sandbox import check_completion\n"
                   "from tests.sandbox_attacks import ADD\n"
                   "r = check_completion(ADD, '    return a + b\\n', isolation='bwrap')\n"
                   "print(sys.executable, r.result)\n")  # fmt: skip
-        done = subprocess.run([f"{venv}/bin/python", "-c", script], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [f"{venv}/bin/python", "-c", script], capture_output=True, text=True, timeout=120
+        )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [f"{venv}/bin/python", "passed"]
 
@@ -307,7 +320,9 @@ def test_bwrap_command_line_builds_the_view():
     view = dict(isolation.sandbox_view(64 << 20))
     view["python"] = [*view["python"], "/tmp/some/python"]  # an interpreter living under /tmp
     cmd = isolation.bwrap_command(view, {"PATH": "/usr/bin"})
-    assert "/" not in [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--ro-bind"]  # a whitelist, not the root
+    assert "/" not in [
+        cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--ro-bind"
+    ]  # a whitelist, not the root
     assert "--unshare-net" in cmd or "--unshare-all" in cmd
     for flag in ("--die-with-parent", "--new-session", "--clearenv", "--proc", "--dev"):
         assert flag in cmd
@@ -342,17 +357,22 @@ def test_program_mode_output_tail_and_crashes():
 
 @pytest.mark.parametrize("mode", MODES)
 def test_cpu_limit_kills_busy_threads_before_a_long_wall_timeout(mode):
-    code = "import threading\ndef spin():\n    while True:\n        pass\n" \
-           "for _ in range(2):\n    threading.Thread(target=spin, daemon=True).start()\nspin()\n"
+    code = (
+        "import threading\ndef spin():\n    while True:\n        pass\n"
+        "for _ in range(2):\n    threading.Thread(target=spin, daemon=True).start()\nspin()\n"
+    )
     result = run_program(code, limits=SandboxLimits(timeout_s=20, cpu_s=1), isolation=mode)
-    assert result.result.startswith("failed: the candidate's process ended (killed by SIGXCPU") or \
-        result.result.startswith("failed: the candidate's process ended (killed by SIGKILL")
+    assert result.result.startswith(
+        "failed: the candidate's process ended (killed by SIGXCPU"
+    ) or result.result.startswith("failed: the candidate's process ended (killed by SIGKILL")
     assert result.duration_s < 15
 
 
 def test_a_call_timeout_fails_one_slow_call():
     limits = SandboxLimits(timeout_s=10, call_timeout_s=0.5)
-    slow = check_completion(ADD, body("import time\ntime.sleep(5)"), timeout_s=10, limits=limits, isolation="fallback")
+    slow = check_completion(
+        ADD, body("import time\ntime.sleep(5)"), timeout_s=10, limits=limits, isolation="fallback"
+    )
     assert slow.result == "timed out" and slow.duration_s < 5
 
 
@@ -361,7 +381,9 @@ def test_check_many_keeps_input_order_and_record_entries_fit_the_schema():
 
     completions = [body("return a + b"), body("return 0"), body("return b + a")]
     problems = [{**ADD, "task_id": f"T/{i}"} for i in range(3)]
-    results = check_many(problems, completions, workers=2, progress=False, timeout_s=TIMEOUT_S, isolation="fallback")
+    results = check_many(
+        problems, completions, workers=2, progress=False, timeout_s=TIMEOUT_S, isolation="fallback"
+    )
     assert [(r.task_id, r.passed) for r in results] == [("T/0", True), ("T/1", False), ("T/2", True)]
     make_record("quality", system="test", engine="none", model={"name": "none", "precision": "float32"},
                 metrics={"pass_at_1": 2 / 3}, n_problems=3, per_problem=[r.to_record() for r in results],
@@ -428,20 +450,34 @@ def test_committed_tinycode_completions_keep_their_verdicts():
     suites = ("tinycode", "tinycode-long")
     problems = {(suite, p["task_id"]): p for suite in suites for p in load_suite(suite)}
     committed: dict[tuple[str, str, str], bool] = {}
-    for path in sorted((Path(__file__).resolve().parent.parent / "results" / "tiny" / "quality").rglob("*.jsonl")):
+    for path in sorted(
+        (Path(__file__).resolve().parent.parent / "results" / "tiny" / "quality").rglob("*.jsonl")
+    ):
         for line in path.read_text().splitlines():
             record = json.loads(line)
             if record["suite"] in suites:
-                committed.update({(record["suite"], p["task_id"], p["completion"]): p["passed"]
-                                  for p in record["per_problem"] or [] if "completion" in p})  # fmt: skip
+                committed.update(
+                    {
+                        (record["suite"], p["task_id"], p["completion"]): p["passed"]
+                        for p in record["per_problem"] or []
+                        if "completion" in p
+                    }
+                )
     if not committed:
         pytest.skip("no committed TinyCode quality records with completions")
     keys = sorted(committed)
     mode = "bwrap" if BWRAP_PROBLEM is None else "fallback"
-    results = check_many([problems[suite, task] for suite, task, _ in keys], [c for *_, c in keys], progress=False,
-                         isolation=mode)  # fmt: skip
-    changed = [(suite, task, committed[suite, task, c], r.result)
-               for (suite, task, c), r in zip(keys, results, strict=True) if r.passed != committed[suite, task, c]]
+    results = check_many(
+        [problems[suite, task] for suite, task, _ in keys],
+        [c for *_, c in keys],
+        progress=False,
+        isolation=mode,
+    )
+    changed = [
+        (suite, task, committed[suite, task, c], r.result)
+        for (suite, task, c), r in zip(keys, results, strict=True)
+        if r.passed != committed[suite, task, c]
+    ]
     assert changed == []
 
 
@@ -469,7 +505,9 @@ def test_evaluate_quality_records_its_sandbox_and_takes_the_fallback_only_by_nam
     from orl.eval.quality import evaluate_quality
 
     problems = [ADD, {**ADD, "task_id": "Attack/add2", "prompt": ADD["prompt"] + "\n"}]
-    engine = _CannedEngine({problems[0]["prompt"]: body("return a + b"), problems[1]["prompt"]: body("return 0")})
+    engine = _CannedEngine(
+        {problems[0]["prompt"]: body("return a + b"), problems[1]["prompt"]: body("return 0")}
+    )
     result = evaluate_quality(engine, problems, 8, progress=False, isolation="fallback")
     assert result.pass_at_1 == 0.5 and result.isolation == runner.fallback_label()
     assert result.memory_bound in ("cgroup", "watchdog+tmpfs")
@@ -486,5 +524,9 @@ def test_orl_isolation_is_checked_before_any_compute_and_stays_out_of_the_resume
     fallback = load_preset("smoke", overrides={"orl": {"isolation": "fallback"}})
     assert fallback.digest("orl") == load_preset("smoke").digest("orl")
     with pytest.raises(ConfigError, match="orl.isolation: expected 'bwrap' or 'fallback', got 'docker'"):
-        train_orl(load_preset("smoke", overrides={"orl": {"isolation": "docker"}}), tmp_path / "none", tmp_path / "out")
+        train_orl(
+            load_preset("smoke", overrides={"orl": {"isolation": "docker"}}),
+            tmp_path / "none",
+            tmp_path / "out",
+        )
     assert not (tmp_path / "out").exists()

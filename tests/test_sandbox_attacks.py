@@ -129,9 +129,24 @@ def weak_suite(tmp_path_factory):
         runner.fallback_label = saved
 
 
-CASE_NAMES = list(attacks({k: Path("/x") if k == "canary" else "1" for k in (
-    "canary", "host_marker", "secret", "port", "sleep_marker", "daemon_marker", "peer_marker", "problems_file",
-    "repo_tasks")})) + list(NORMAL)  # fmt: skip
+CASE_NAMES = list(
+    attacks(
+        {
+            k: Path("/x") if k == "canary" else "1"
+            for k in (
+                "canary",
+                "host_marker",
+                "secret",
+                "port",
+                "sleep_marker",
+                "daemon_marker",
+                "peer_marker",
+                "problems_file",
+                "repo_tasks",
+            )
+        }
+    )
+) + list(NORMAL)
 
 
 def _check_case(suite: dict, name: str, labels: tuple[str, ...]) -> None:
@@ -173,7 +188,9 @@ def test_fallback_judges_right(fallback_suite, name):
     _check_case(fallback_suite, name, ISOLATION_LABELS[1:])
 
 
-@pytest.mark.skipif(not ROOT, reason="the weak fallback without root does not hold the verdict (see WEAK_FORGERY_LIMITS)")
+@pytest.mark.skipif(
+    not ROOT, reason="the weak fallback without root does not hold the verdict (see WEAK_FORGERY_LIMITS)"
+)
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_weak_fallback_as_root_still_holds_the_verdict(weak_suite, name):
     kind = weak_suite["kinds"][name]

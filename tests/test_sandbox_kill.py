@@ -20,8 +20,12 @@ from orl.sandbox.cleanup import PREFIX
 from tests.sandbox_attacks import ADD, body
 
 BWRAP_PROBLEM = runner.bwrap_problem()
-MODES = [pytest.param("bwrap", marks=pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"bwrap: {BWRAP_PROBLEM}")),
-         "fallback"]  # fmt: skip
+MODES = [
+    pytest.param(
+        "bwrap", marks=pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"bwrap: {BWRAP_PROBLEM}")
+    ),
+    "fallback",
+]
 
 
 def _owned_by(pid: int) -> list[int]:
@@ -31,7 +35,10 @@ def _owned_by(pid: int) -> list[int]:
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                if any(entry.startswith(needle) for entry in Path(f"/proc/{name}/environ").read_bytes().split(b"\0")):
+                if any(
+                    entry.startswith(needle)
+                    for entry in Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+                ):
                     found.append(int(name))
             except OSError:
                 continue
@@ -64,7 +71,9 @@ time.sleep(60)""")
     problems = tmp_path / "problems.jsonl"
     problems.write_text(json.dumps(ADD) + "\n")
     samples = tmp_path / "samples.jsonl"
-    samples.write_text("".join(json.dumps({"task_id": ADD["task_id"], "completion": hang}) + "\n" for _ in range(4)))
+    samples.write_text(
+        "".join(json.dumps({"task_id": ADD["task_id"], "completion": hang}) + "\n" for _ in range(4))
+    )
     harness = subprocess.Popen(
         [sys.executable, "-m", "orl.cli", "check-samples", str(samples), "--problems", str(problems),
          "--isolation", mode, "--timeout", "60", "--workers", "2", "--no-progress"],

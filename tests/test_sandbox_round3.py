@@ -131,8 +131,12 @@ def test_record_readers_and_submit_refuse_a_fifo_without_blocking(tmp_path, mode
             finished, error = _in_thread(lambda reader=reader: reader(fifo))
             assert finished, f"{reader.__name__} blocked on a FIFO"
             assert isinstance(error, InputError) and "not a regular file" in str(error)
-        done = subprocess.run([sys.executable, "-m", "orl.cli", "submit", str(fifo), "--root", str(tmp_path / "filed")],
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "orl.cli", "submit", str(fifo), "--root", str(tmp_path / "filed")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode != 0 and "not a regular file" in done.stderr
         assert not (tmp_path / "filed").exists() or not any((tmp_path / "filed").rglob("*.jsonl"))
     finally:
@@ -144,10 +148,27 @@ def test_check_samples_refuses_a_fifo_samples_file(tmp_path, mode):
     fifo = tmp_path / "samples.jsonl"
     os.mkfifo(fifo)
     problems = tmp_path / "problems.jsonl"
-    problems.write_text(json.dumps({"task_id": "A/0", "prompt": "def f():\n", "test": "", "entry_point": "f"}) + "\n")
+    problems.write_text(
+        json.dumps({"task_id": "A/0", "prompt": "def f():\n", "test": "", "entry_point": "f"}) + "\n"
+    )
     try:
-        done = subprocess.run([sys.executable, "-m", "orl.cli", "check-samples", str(fifo), "--problems", str(problems),
-                               "--isolation", mode, "--no-progress"], capture_output=True, text=True, timeout=60)  # fmt: skip
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "orl.cli",
+                "check-samples",
+                str(fifo),
+                "--problems",
+                str(problems),
+                "--isolation",
+                mode,
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         _unblock(fifo)
     assert done.returncode != 0 and "not a regular file; expected a samples file" in done.stderr
@@ -182,4 +203,7 @@ def test_the_tmpfs_term_counts_only_filesystems_of_the_views_size():
 
     own = [os.getpid()]
     assert memory.tmpfs_usage(own, set(), SandboxLimits().tmpfs_mb << 20) == 0
-    assert memory.tmpfs_usage(own, set(), 1 << 62) > 0 or os.statvfs("/tmp").f_bfree == os.statvfs("/tmp").f_blocks
+    assert (
+        memory.tmpfs_usage(own, set(), 1 << 62) > 0
+        or os.statvfs("/tmp").f_bfree == os.statvfs("/tmp").f_blocks
+    )

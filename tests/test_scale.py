@@ -96,7 +96,8 @@ def test_bench_scale_writes_one_record_per_engine_and_the_floor_ratio(tmp_path, 
         assert m["tokens"] == 16 and m["floor_ratio"] == pytest.approx(m["time_per_forward_s"] / m["floor_s"])
         assert m["bandwidth_gb_per_s"] > 0 and m["weight_bytes_read"] > 0
     eager, ref, hf = records
-    # dlmrt's rows carry a block forward's compute floor (block 8 against the generation's end) and the roofline.
+    # dlmrt's rows carry a block forward's compute floor (block 8 against the generation's end) and the
+    # roofline.
     m = eager["metrics"]
     assert m["flops_per_forward"] > 2 * 8 * m["weight_bytes_read"] / 4 and m["gemm_gflop_per_s"] > 0
     assert m["compute_floor_s"] == pytest.approx(m["flops_per_forward"] / (m["gemm_gflop_per_s"] * 1e9))

@@ -1,4 +1,5 @@
-"""SDAR-family checkpoints decode as SDAR's own loop does (docs/method.md §5), in dlmrt and the reference decoder.
+"""SDAR-family checkpoints decode as SDAR's own loop does (docs/method.md §5), in dlmrt and the reference
+decoder.
 
 The oracle is tests/real_checkpoints.py's `sdar_generate`: JetAstra/SDAR's block_diffusion_generate with
 greedy sampling, run on transformers' own Qwen3 model (the SDAR checkpoint's Qwen3 twin) with 4-D block
@@ -46,7 +47,8 @@ def oracle(sdar_ckpt, ours):
                                     remasking_strategy=strategy, confidence_threshold=threshold,
                                     stop_ids=list(tok.eos_ids))
             assert out.overwrites == 0  # one token per step never rewrites a committed position
-            # SDAR's loop returns whole blocks; ours stop at the budget (a hard cap, as max_tokens is in vLLM).
+            # SDAR's loop returns whole blocks; ours stop at the budget (a hard cap, as max_tokens is in
+            # vLLM).
             cache[key] = (cut_at_eos(out.completion[:MAX_NEW], tok.eos_ids), out.denoise_forwards)
         return cache[key]
 

@@ -36,7 +36,8 @@ def _decode(ids):
 
 @pytest.fixture
 def folders(ar_ckpt_dir, tmp_path):
-    """A served AR target (our tiny checkpoint), an SDAR-layout target, and draft folders (config.json only)."""
+    """A served AR target (our tiny checkpoint), an SDAR-layout target, and draft folders (config.json
+    only)."""
     sdar = tmp_path / "sdar"
     sdar.mkdir()
     shutil.copy(ar_ckpt_dir / "tokenizer.json", sdar / "tokenizer.json")
@@ -192,7 +193,8 @@ VLLM_DFLASH_CUT = {"mean_acceptance_length": 7.777777777777778, "draft_acceptanc
 SGLANG_EAGLE3 = {"completion_tokens": 54, "spec_verify_ct": 16, "spec_accept_length": 3.375,
                  "spec_accept_rate": 0.4625, "spec_num_correct_drafts": 37, "spec_num_proposed_drafts": 80,
                  "finish_reason": {"type": "stop", "matched": 1}, "e2e_latency": 0.41}
-# By hand: SGLang's 54 / 16 = 3.375 counts the prefill's token; nfe = 17; acceptance length = 53 / 16 = 3.3125.
+# By hand: SGLang's 54 / 16 = 3.375 counts the prefill's token; nfe = 17; acceptance length = 53 / 16 =
+# 3.3125.
 
 
 def test_vllm_counters_convert_to_the_one_acceptance_length():

@@ -131,8 +131,14 @@ def test_the_smoke_dag_runs_through_slurm_as_it_runs_locally(cluster, tmp_path, 
     work = tmp_path / "slurm-run"
     work.mkdir()
     profile = scaled_profile(tmp_path / "profile")
-    plan = subprocess.run([*SNAKEMAKE, "--workflow-profile", str(profile), "-n", *SMOKE], cwd=work, env=cluster.env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    plan = subprocess.run(
+        [*SNAKEMAKE, "--workflow-profile", str(profile), "-n", *SMOKE],
+        cwd=work,
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert plan.returncode == 0, (plan.stdout + plan.stderr)[-4000:]
     planned = Counter(re.findall(r"^rule (\w+):", plan.stdout, re.MULTILINE))
     for rule in TARGET_RULES:
@@ -147,7 +153,9 @@ def test_the_smoke_dag_runs_through_slurm_as_it_runs_locally(cluster, tmp_path, 
     # Every job went through sbatch: Slurm lists one completed job per planned job (squeue keeps finished
     # jobs for MinJobAge), the cancelled one besides, each in the partition the profile names for its rule.
     listed = cluster.run("squeue", "-h", "--states=all", "-o", "%i|%k|%T|%P").stdout.split()
-    jobs = [dict(zip(("id", "comment", "state", "partition"), line.split("|"), strict=True)) for line in listed]
+    jobs = [
+        dict(zip(("id", "comment", "state", "partition"), line.split("|"), strict=True)) for line in listed
+    ]
     completed = Counter(rule_of(job["comment"]) for job in jobs if job["state"] == "COMPLETED")
     assert completed == planned, (completed, planned)
     assert sorted(job["state"] for job in jobs if job["state"] != "COMPLETED") == ["CANCELLED"], jobs
@@ -171,5 +179,7 @@ def test_the_smoke_dag_runs_through_slurm_as_it_runs_locally(cluster, tmp_path, 
     local_tables = same_columns(local / "reports" / "smoke")
     assert local_tables and same_columns(work / "reports" / "smoke") == local_tables
     with capsys.disabled():
-        print(f"\nsmoke reproduce_all: local -c2 {local_wall:.0f} s, through Slurm {slurm_wall:.0f} s "
-              f"({sum(planned.values())} jobs; cancelled {rule} job {jobid}, retried)")
+        print(
+            f"\nsmoke reproduce_all: local -c2 {local_wall:.0f} s, through Slurm {slurm_wall:.0f} s "
+            f"({sum(planned.values())} jobs; cancelled {rule} job {jobid}, retried)"
+        )

@@ -209,7 +209,8 @@ def test_implausible_dates_are_refused_with_the_field(tmp_path, date, message, m
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"tokens_per_s": 1e308}, "metrics.tokens_per_s: 1e+308 is not a plausible rate"),
     ({"tpf": 5000.0}, "metrics.tpf: 5000.0 is above 1024"),
-    ({"latency_median_s": 1e9, "latency_p90_s": 2e9}, "metrics.latency_median_s: 1000000000.0 is not a plausible time"),
+    ({"latency_median_s": 1e9, "latency_p90_s": 2e9}, "metrics.latency_median_s: 1000000000.0 is not a "
+                                                      "plausible time"),
 ])  # fmt: skip
 def test_implausible_values_are_refused_with_the_field(tmp_path, overrides, message):
     with pytest.raises(InputError, match=re.escape(message)):

@@ -155,7 +155,8 @@ def denoise_chunk(model: Transformer, spec: ChunkSpec, state: DecodeState) -> No
 
 
 def start_block_chunk(model: Transformer, spec: ChunkSpec, state: DecodeState) -> None:
-    """Start the next block: one forward over [previous block, clean | new block, masked], then S - 1 steps."""
+    """Start the next block: one forward over [previous block, clean | new block, masked], then S - 1
+    steps."""
     B, embedding = spec.block, model.embedding
     previous = embedding[state.tokens]  # the finished block's committed tokens (<eos> fill included)
     state.start.add_(B)

@@ -90,7 +90,8 @@ class DlmrtEngine:
         avoid_per_length_attention_plans(self.device)
         self.mode = self.config.mode or default_mode(self.device, compiled)
         if self.config.observer is not None and self.mode != "eager":
-            raise InputError(f"dlmrt: a step observer runs Python inside the chunk; it needs mode 'eager', not {self.mode!r}")
+            raise InputError("dlmrt: a step observer runs Python inside the chunk; it needs mode "
+                             f"'eager', not {self.mode!r}")
         self.name = "dlmrt" if self.mode != "eager" else "dlmrt-eager"
         # On CUDA an idle predicated step costs a whole forward (about 1.25 ms for the tiny model
         # on an H200), so S is kept small: ORL at TPF 7.9 (about two steps per 16-token block)

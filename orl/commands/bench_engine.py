@@ -30,8 +30,10 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "bench-engine", help="benchmark dlmrt (compiled, eager) against the reference decoder; write records",
-        description="Decode a suite's prompts at batch 1 with dlmrt compiled (CUDA graphs on a GPU), dlmrt eager "
-        "and the reference decoder (same checkpoint and policy), in interleaved rounds: tokens/s, latency, TPF, "
+        description="Decode a suite's prompts at batch 1 with dlmrt compiled (CUDA graphs on a GPU), dlmrt "
+                    "eager "
+        "and the reference decoder (same checkpoint and policy), in interleaved rounds: tokens/s, latency, "
+        "TPF, "
         "dlmrt's overhead over its bare model forwards and its step time. Writes one engine_bench record per "
         "engine and prints overhead=, speedup_vs_eager= and speedup_vs_reference= as the last lines.",
     )
@@ -135,7 +137,8 @@ def run_bench_engine(args) -> int:
 
 
 def _build(args):
-    """(checkpoint, {name: engine}) for --engines, every engine built by the registry on one loaded checkpoint."""
+    """(checkpoint, {name: engine}) for --engines, every engine built by the registry on one loaded
+    checkpoint."""
     from orl.decoding import Policy
     from orl.engines.dlmrt import DlmrtConfig
     from orl.engines.registry import diffusion_engine

@@ -14,10 +14,14 @@ RECORD_KINDS = ("latency", "engine_bench")
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "bench-latency", help="batch-1 latency of an engine over a task suite, written as a 'latency' record",
-        description="Run W warm-up requests (plus one per compiled shape), then one greedy request per prompt of "
-        "the suite, one at a time (synchronised on GPU); write one 'latency' record (--kind) with median and p90 latency, "
-        "tokens/s, counted TPF and NFE (and acceptance length / draft forwards for speculative rows). A row that "
-        "cannot run here (vllm / sglang without CUDA, or a server that fails to start) gets a 'not run: <reason>' "
+        description="Run W warm-up requests (plus one per compiled shape), then one greedy request per "
+                    "prompt of "
+        "the suite, one at a time (synchronised on GPU); write one 'latency' record (--kind) with median "
+        "and p90 latency, "
+        "tokens/s, counted TPF and NFE (and acceptance length / draft forwards for speculative rows). A "
+        "row that "
+        "cannot run here (vllm / sglang without CUDA, or a server that fails to start) gets a 'not run: "
+        "<reason>' "
         "record and exit code 0. Prints "
         "'median_s=<x> p90_s=<x> tokens_per_s=<x> tpf=<x>' last.",
     )

@@ -10,7 +10,8 @@ from orl.train.config import PRESETS
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "bench-replay", help="ORL replay train-step throughput with and without shared-context packing",
-        description="Capture one ORL rollout batch from --init (N prompts x K rollouts, S states per block), then "
+        description="Capture one ORL rollout batch from --init (N prompts x K rollouts, S states per "
+                    "block), then "
         "time replay updates (forward + backward) on the same states one per row with their own context, and "
         "packed with a shared clean context per block; writes two 'train' records (extra.packing false/true) "
         "with step_tokens_per_s.",
@@ -47,7 +48,8 @@ def run_bench_replay(args) -> int:
                for r in results]
     write_records(args.out, records)
     for r in results:
-        print(f"packing={r['packing']}: {r['step_tokens_per_s']:.0f} real tokens/s, {r['step_time_s']:.3f} s/step, "
+        print(f"packing={r['packing']}: {r['step_tokens_per_s']:.0f} real tokens/s, {r['step_time_s']:.3f} "
+              "s/step, "
               f"padding {r['padding_fraction']:.1%}")
     print(f"packing_speedup={results[1]['step_tokens_per_s'] / results[0]['step_tokens_per_s']:.3f}")
     return 0

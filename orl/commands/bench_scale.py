@@ -32,11 +32,16 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "bench-scale", help="random-weight real-size model: time per forward against the bandwidth floor",
-        description="Build a random-weight model with a real checkpoint's shapes (nothing downloaded) and time it "
-        "at batch 1 on fixed-length generations in dlmrt (compiled / graph-captured and eager), the reference "
-        "decoder and transformers' AR model of the same size. Writes one 'scale_bench' record per engine with "
-        "time per forward, tokens/s, kernels per step and the floor (weight + KV bytes read per forward over the "
-        "copy bandwidth measured in the same run); prints floor_ratio=<x> for the dlmrt row last. Speed only: "
+        description="Build a random-weight model with a real checkpoint's shapes (nothing downloaded) and "
+                    "time it "
+        "at batch 1 on fixed-length generations in dlmrt (compiled / graph-captured and eager), the "
+        "reference "
+        "decoder and transformers' AR model of the same size. Writes one 'scale_bench' record per engine "
+        "with "
+        "time per forward, tokens/s, kernels per step and the floor (weight + KV bytes read per forward "
+        "over the "
+        "copy bandwidth measured in the same run); prints floor_ratio=<x> for the dlmrt row last. Speed "
+        "only: "
         "random weights decode nonsense.",
     )
     p.add_argument("--arch", required=True, choices=sorted(ARCHS), help="architecture (shapes of the real config)")
@@ -47,7 +52,8 @@ def register(subparsers) -> None:
     p.add_argument("--requests", type=int, default=2, help="timed requests per engine")
     add_warmup_flag(p, "requests per engine (compilation, capture)")
     p.add_argument("--engines", default=",".join(_scale_engines()), help="comma-separated subset of "
-                   f"{', '.join(_scale_engines())} (the reference decoder recomputes the whole context every step: slow)")
+                   f"{', '.join(_scale_engines())} (the reference decoder recomputes the whole context "
+                   "every step: slow)")
     p.add_argument("--repeats", type=int, default=20, help="chunk repetitions for dlmrt's step time")
     p.add_argument("--copy-mb", type=int, default=1024, help="size of the bandwidth-measuring copy (past every cache)")
     p.add_argument("--gemm-size", type=int, default=2048,

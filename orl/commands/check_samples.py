@@ -26,9 +26,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        "answer (TinyMath)")
     add_timeout_flag(check)
     check.add_argument("--workers", type=positive_int, default=None, help="parallel sandboxes (default: CPU count)")
-    check.add_argument("--isolation", choices=["bwrap", "fallback", "auto"], default="bwrap",
-                       help="sandbox (default: bwrap, required: an error when it cannot run here; fallback: the "
-                       "weaker sandbox; auto: bwrap when it works, else the fallback with a warning)")  # fmt: skip
+    check.add_argument(
+        "--isolation",
+        choices=["bwrap", "fallback", "auto"],
+        default="bwrap",
+        help="sandbox (default: bwrap, required: an error when it cannot run here; "
+        "fallback: the "
+        "weaker sandbox; auto: bwrap when it works, else the fallback with a warning)",
+    )
     check.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     check.set_defaults(func=run_check_samples)
 
@@ -48,7 +53,9 @@ def run_check_samples(args: argparse.Namespace) -> int:
     samples = read_jsonl_rows(args.samples, ("task_id", "completion"), "samples")
     for number, sample in samples:
         if sample["task_id"] not in problems:
-            raise InputError(f"{args.samples} line {number}: task_id: {sample['task_id']!r} is not in {args.problems}")
+            raise InputError(
+                f"{args.samples} line {number}: task_id: {sample['task_id']!r} is not in {args.problems}"
+            )
 
     results = check_many(
         [problems[sample["task_id"]] for _, sample in samples],
@@ -63,8 +70,10 @@ def run_check_samples(args: argparse.Namespace) -> int:
                               "memory_bound": r.memory_bound}
                              for (_, sample), r in zip(samples, results, strict=True)])  # fmt: skip
     n_passed = sum(r.passed for r in results)
-    print(f"{n_passed}/{len(results)} samples passed over {len({s['task_id'] for _, s in samples})} problems "
-          f"(sandbox: {results[0].isolation}, memory bound: {results[0].memory_bound}); results: {out}")  # fmt: skip
+    print(
+        f"{n_passed}/{len(results)} samples passed over {len({s['task_id'] for _, s in samples})} problems "
+        f"(sandbox: {results[0].isolation}, memory bound: {results[0].memory_bound}); results: {out}"
+    )
     outcomes = [(sample["task_id"], r.passed) for (_, sample), r in zip(samples, results, strict=True)]
     print(f"pass@1={mean_pass_at_k(outcomes, k=1):.6g}")
     return 0

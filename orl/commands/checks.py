@@ -51,7 +51,8 @@ def positive_float(text: str) -> float:
 
 
 def add_ckpt_arg(parser: argparse.ArgumentParser, help: str) -> None:
-    """CKPT as a positional argument (as it always was here) or as --ckpt, the name every other command uses."""
+    """CKPT as a positional argument (as it always was here) or as --ckpt, the name every other command
+    uses."""
     parser.add_argument("ckpt_positional", nargs="?", metavar="CKPT", help=f"{help} (or --ckpt CKPT)")
     parser.add_argument("--ckpt", default=None, help=help)
 

@@ -103,7 +103,8 @@ def parse_device(text: str) -> str:
 
 def torch_dtype(name: str, device: str = "cpu"):
     """The torch dtype of a --dtype value. 'auto': the checkpoint's own on the CPU (None), bfloat16 on CUDA,
-    where a float32 GEMM runs without tensor cores (measured on an H200: a tiny model's graph step took 1.25 ms
+    where a float32 GEMM runs without tensor cores (measured on an H200: a tiny model's graph step took 1.25
+    ms
     in float32 and 0.74 ms in bfloat16, results/gpu-check/nvidia-h200)."""
     import torch
 

@@ -9,8 +9,10 @@ from orl.commands.train_ar import add_training_args, seed_override
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "convert", help="convert an AR checkpoint to a block-diffusion model by continued training",
-        description="Start from an AR checkpoint, switch attention to block-causal and continue training with "
-        "the masked-block diffusion objective (docs/method.md §1). The result is the base dLLM (residual α = 0).",
+        description="Start from an AR checkpoint, switch attention to block-causal and continue training "
+                    "with "
+        "the masked-block diffusion objective (docs/method.md §1). The result is the base dLLM (residual "
+        "α = 0).",
     )
     add_training_args(p)
     p.add_argument("--init", required=True, help="AR checkpoint directory to start from")

@@ -57,7 +57,8 @@ def build_from_args(args, log_steps: bool = False):
 
 
 def speculative_tokens_arg(text: str | None) -> int | None:
-    """A --num-speculative-tokens value: N, or @FILE.json naming a `orl spec-sweep` choice; None: the default."""
+    """A --num-speculative-tokens value: N, or @FILE.json naming a `orl spec-sweep` choice; None: the
+    default."""
     import json
 
     from orl.errors import InputError

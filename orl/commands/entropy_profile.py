@@ -20,7 +20,8 @@ from orl.tasks import SUITES
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "entropy-profile", help="mean entropy of still-masked positions per denoising step",
-        description="Decode the suite with a policy and record, per step index within a block, the mean entropy "
+        description="Decode the suite with a policy and record, per step index within a block, the mean "
+                    "entropy "
         "of the positions still masked at that step (the 'uncertainty drops faster' figure).",
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")

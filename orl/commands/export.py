@@ -1,4 +1,5 @@
-"""`orl export`: one of our checkpoints as an SDARForCausalLM (block diffusion) or Qwen3ForCausalLM (AR) directory."""
+"""`orl export`: one of our checkpoints as an SDARForCausalLM (block diffusion) or Qwen3ForCausalLM (AR)
+directory."""
 
 from __future__ import annotations
 

@@ -12,8 +12,10 @@ def register(subparsers) -> None:
         description="Matched accuracy (docs/metrics.md): the fastest threshold of --sweep that matches the "
         "--reference record (the AR target's greedy pass@1): its pass@1 is at least the reference's minus "
         "--tolerance AND the paired bootstrap over the problems does not show it worse (95% interval of the "
-        "difference not below 0). Without a match, the most accurate point, marked unmatched; a chosen point at "
-        "an end of the grid is marked (edge). Writes {policy, tau, pass_at_1, tpf, matched, edge, ...} as JSON "
+        "difference not below 0). Without a match, the most accurate point, marked unmatched; a chosen "
+        "point at "
+        "an end of the grid is marked (edge). Writes {policy, tau, pass_at_1, tpf, matched, edge, ...} as "
+        "JSON "
         "(usable as --policy @FILE) and, with --quality-out, the chosen sweep point as a 'quality' record.",
     )
     p.add_argument("--sweep", required=True, help="records of `orl sweep`")

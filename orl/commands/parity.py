@@ -1,4 +1,5 @@
-"""`orl parity`: dlmrt against the reference decoder on a suite, and why any output differs (orl/eval/parity.py)."""
+"""`orl parity`: dlmrt against the reference decoder on a suite, and why any output differs
+(orl/eval/parity.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from orl.tasks import SUITES
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "parity", help="dlmrt vs the reference decoder: identical outputs, and the margin of any flipped decision",
-        description="Decode every prompt with the reference decoder and with dlmrt; outputs are identical when "
-        "token ids and NFE are. For each differing prompt, print the first step where the decoders' decisions "
+        description="Decode every prompt with the reference decoder and with dlmrt; outputs are identical "
+                    "when "
+        "token ids and NFE are. For each differing prompt, print the first step where the decoders' "
+        "decisions "
         "differ and how close that decision was (a flip explained by rounding has a margin below ~1e-4). "
         "Prints identical=<n> differing=<n> share_differing=<x> last.",
     )

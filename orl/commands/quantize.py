@@ -8,7 +8,8 @@ from orl.commands.checks import add_ckpt_arg, resolve_ckpt
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "quantize", help="quantize a checkpoint's linear layers to NVFP4 (weights 4.5 bits per value)",
-        description="Replace every linear layer except the embeddings and the LM head (unless --include-head) by "
+        description="Replace every linear layer except the embeddings and the LM head (unless "
+                    "--include-head) by "
         "NVFP4 weights: E2M1 values, one E4M3 scale per 16 inputs, one FP32 scale per tensor, stored as "
         "weight / weight_scale / weight_scale_2. The output loads with every command that takes --ckpt.",
     )
@@ -41,7 +42,8 @@ def run_quantize(args) -> int:
     save_checkpoint(ckpt.model, ckpt.tokenizer, args.out,
                     extra_config={"quantization_config": quantization_config(report),
                                   "orl_model_name": f"{name}-nvfp4-{args.mode}"})
-    print(f"quantized {len(report['quantized'])} linear layers ({args.mode}); kept {len(report['ignore'])} in high "
+    print(f"quantized {len(report['quantized'])} linear layers ({args.mode}); kept {len(report['ignore'])} "
+          "in high "
           f"precision; weight bytes {report['quantized_bytes']:,} vs {report['quantized_bf16_bytes']:,} in bf16")
     print(f"weight_bytes_ratio={report['weight_bytes_ratio']:.4f}")
     return 0

@@ -10,13 +10,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     records = subparsers.add_parser(
         "records",
         help="inspect result record files",
-        description="Work with result record files (.jsonl, one record per line, orl/records/record.schema.json).",
+        description="Work with result record files (.jsonl, one record per line, "
+                    "orl/records/record.schema.json).",
     )
     records_sub = records.add_subparsers(dest="records_command", metavar="ACTION")
     validate = records_sub.add_parser(
         "validate",
         help="check a record file against the schema",
-        description="Validate every line of a record file against the schema and the value rules `orl submit` "
+        description="Validate every line of a record file against the schema and the value rules `orl "
+                    "submit` "
         "applies too (TPF in [0, 1024], docs/metrics.md); exit non-zero with the line and field of the first "
         "error, or when the file holds no record.",
     )
@@ -53,6 +55,7 @@ def run_show(args: argparse.Namespace) -> int:
     for i, record in enumerate(load_records(args.file), 1):
         metrics = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                            for k, v in (record.get("metrics") or {}).items() if v is not None)
-        print(f"{i}: {record['kind']} | {record['system']} | {record['engine']} | {record.get('suite') or '-'} | "
+        print(f"{i}: {record['kind']} | {record['system']} | {record['engine']} | "
+              f"{record.get('suite') or '-'} | "
               f"{record['status']}" + (f" | {metrics}" if metrics else ""))
     return 0

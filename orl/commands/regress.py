@@ -11,7 +11,8 @@ def register(subparsers) -> None:
         "regress",
         help="compare a run's records with a baseline; non-zero exit on a regression",
         description="Pair records by (kind, system, engine, policy, suite, precision). Deterministic metrics "
-        "(tpf, nfe_mean, pass_at_1, tokens, ...) must match exactly or within --tolerance; timing metrics are "
+        "(tpf, nfe_mean, pass_at_1, tokens, ...) must match exactly or within --tolerance; timing metrics "
+        "are "
         "normalised to a reference timing measured in the same run and may not worsen by more than "
         "--timing-threshold.",
     )
@@ -22,12 +23,22 @@ def register(subparsers) -> None:
         help="absolute tolerance for deterministic metrics: a number for all, or metric=number "
         "(repeatable; default exact)",
     )  # fmt: skip
-    regress.add_argument("--timing-threshold", type=float, default=1.5,
-                         help="largest allowed slowdown relative to the reference timing (default: 1.5)")  # fmt: skip
-    regress.add_argument("--reference-system", default=None,
-                         help="system name of the reference timing record (default 'reference timing')")  # fmt: skip
-    regress.add_argument("--strict", action="store_true",
-                         help="also fail on improvements and neutral changes of deterministic metrics")  # fmt: skip
+    regress.add_argument(
+        "--timing-threshold",
+        type=float,
+        default=1.5,
+        help="largest allowed slowdown relative to the reference timing (default: 1.5)",
+    )
+    regress.add_argument(
+        "--reference-system",
+        default=None,
+        help="system name of the reference timing record (default 'reference timing')",
+    )
+    regress.add_argument(
+        "--strict",
+        action="store_true",
+        help="also fail on improvements and neutral changes of deterministic metrics",
+    )
     regress.set_defaults(func=run_regress)
 
 

@@ -17,8 +17,10 @@ def register(subparsers) -> None:
     methods = sorted({m for ms in METHODS.values() for m in ms})
     p = subparsers.add_parser(
         "serving-args", help="print the keyword arguments a vllm / sglang row passes to its server (JSON)",
-        description="Print, as JSON, what the harness passes to vllm.LLM(**kwargs) or sglang.Engine(**kwargs) for one "
-        "row, the per-request sampling parameters, and (sglang dllm) the LowConfidence YAML it writes. Imports "
+        description="Print, as JSON, what the harness passes to vllm.LLM(**kwargs) or "
+                    "sglang.Engine(**kwargs) for one "
+        "row, the per-request sampling parameters, and (sglang dllm) the LowConfidence YAML it writes. "
+        "Imports "
         "neither package. Keys: engine, method, constructor, checked_version, kwargs, sampling_params, "
         "dllm_algorithm_config, notes.",
     )

@@ -18,8 +18,10 @@ from orl.tasks import SUITES
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "spec-sweep", help="time a draft-model row at several num_speculative_tokens and choose the fastest",
-        description="For each k of --tokens, build the engine with --num-speculative-tokens k, run the latency "
-        "protocol over the suite's first --limit prompts and keep tokens/s, latency and the acceptance length; "
+        description="For each k of --tokens, build the engine with --num-speculative-tokens k, run the "
+                    "latency "
+        "protocol over the suite's first --limit prompts and keep tokens/s, latency and the acceptance "
+        "length; "
         "check that every k decodes identical tokens (strict verification is lossless); write the fastest k "
         "and every point as JSON (--out). Prints 'num_speculative_tokens=<k>' last.",
     )

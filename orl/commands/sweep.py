@@ -24,8 +24,10 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "sweep", help="threshold sweep through dlmrt: pass@1 and TPF per τ, plus AUP",
         description="Evaluate threshold(τ) decoding for each τ on a suite; writes one 'sweep' record per τ "
-        "(pass@1, TPF, tokens/s, per-problem outcomes) and one 'aup' record (d3LLM's AUP with this sweep's own "
-        "y_max, its points and how many it dropped; tables recompute it with their y_max), and prints one line "
+        "(pass@1, TPF, tokens/s, per-problem outcomes) and one 'aup' record (d3LLM's AUP with this sweep's "
+        "own "
+        "y_max, its points and how many it dropped; tables recompute it with their y_max), and prints one "
+        "line "
         "per τ and aup= last.",
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint")

@@ -39,7 +39,8 @@ def seed_override(args, section: str) -> dict | None:
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "train-ar", help="train the tokenizer and the AR model (or the draft model) on TinyCode",
-        description="Train a byte-level BPE tokenizer and a Qwen3-style AR model on the TinyCode train stream "
+        description="Train a byte-level BPE tokenizer and a Qwen3-style AR model on the TinyCode train "
+                    "stream "
         "(prompt -> completion). With --draft, train the small draft model of the speculative baselines, "
         "reusing the target's tokenizer. Writes config.json (a transformers Qwen3Config), "
         "model.safetensors and tokenizer.json to --out.",

@@ -16,8 +16,10 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "train-orl", help="ORL post-training of a block-diffusion checkpoint (or one of its ablations)",
-        description="On-policy residual learning (docs/method.md §3, version 2): K rollouts per prompt of the current "
-        "model with its residual adapter, verified trajectories only, replay of S states per block with gated CE, "
+        description="On-policy residual learning (docs/method.md §3, version 2): K rollouts per prompt of "
+                    "the current "
+        "model with its residual adapter, verified trajectories only, replay of S states per block with "
+        "gated CE, "
         "a capped KL anchor to the initial model and AEC, one update per rollout batch. --ablation selects a "
         "Table 5 variant.",
     )

@@ -38,7 +38,8 @@ class BlockPlan:
 
 
 def plan_blocks(prompt_len: int, max_new_tokens: int, block: int, layout: str, max_positions: int) -> BlockPlan:
-    """The whole blocks covering positions [P, P + max_new_tokens) in `layout`, validated before any compute."""
+    """The whole blocks covering positions [P, P + max_new_tokens) in `layout`, validated before any
+    compute."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
         raise InputError(f"max_new_tokens: expected a positive integer, got {max_new_tokens!r}")
     if prompt_len <= 0:
@@ -48,7 +49,8 @@ def plan_blocks(prompt_len: int, max_new_tokens: int, block: int, layout: str, m
     plan = BlockPlan(prompt_len, first, origin, blocks, block)
     if plan.end > max_positions:
         raise InputError(
-            f"prompt: {prompt_len} prompt tokens + {plan.end - prompt_len} new tokens = {plan.end} exceeds the "
+            f"prompt: {prompt_len} prompt tokens + {plan.end - prompt_len} new tokens = {plan.end} exceeds "
+            "the "
             f"model's context (config.json: max_position_embeddings = {max_positions})"
         )
     return plan

@@ -105,7 +105,8 @@ def _probability(value: float) -> bool:
 RULES: dict[str, Rule] = {rule.name: rule for rule in (
     Rule("threshold", "tau", "τ", "a threshold must be in (0, 1]", _probability, _at_least,
          bound=lambda tau, rank: float(tau), strict="strict-threshold"),
-    # SGLang's LowConfidence rule and SDAR's dynamic remasking with one token per step (c > τ, not c >= τ).
+    # SGLang's LowConfidence rule and SDAR's dynamic remasking with one token per step
+    # (c > τ, not c >= τ).
     Rule("strict-threshold", "tau", "τ", "a threshold must be in (0, 1]", _probability, _above,
          bound=lambda tau, rank: float(tau)),
     Rule("fixed", "k", "k", "fixed:k needs a positive integer k", lambda k: k >= 1 and k == int(k), _top_k,

@@ -111,7 +111,8 @@ def decode_blocks(
     for j in range(n_blocks):
         lo, hi = start + j * B, start + (j + 1) * B
         block_cols = cols[lo:hi]
-        # Masked: completion positions of rows still decoding; the prompt's tail (absolute layout) is committed.
+        # Masked: completion positions of rows still decoding; the prompt's tail (absolute layout) is
+        # committed.
         generated = block_cols[None, :] >= prompt_end[:, None]
         masked = generated & ~done[:, None]
         tokens = torch.where(masked, torch.full_like(seq[:, lo:hi], rule.mask_id), seq[:, lo:hi])

@@ -207,7 +207,8 @@ class Rollout(Protocol):
 
 @dataclass(frozen=True)
 class RecomputeRollout:
-    """`rollout` above: the batch decoded together by full recompute (replay reproduces its logits exactly)."""
+    """`rollout` above: the batch decoded together by full recompute (replay reproduces its logits
+    exactly)."""
 
     name: str = "recompute"
 

@@ -179,7 +179,8 @@ def chunk_step_time(engine: DlmrtEngine, prompt: str, max_new_tokens: int, repea
 
 
 def host_sync_in_chunk(engine: DlmrtEngine, prompt: str, max_new_tokens: int) -> str | None:
-    """Run a block-start chunk and a chunk under CUDA's sync debug mode "error"; the first sync found, or None."""
+    """Run a block-start chunk and a chunk under CUDA's sync debug mode "error"; the first sync found, or
+    None."""
     slot = engine.rewind(prompt, max_new_tokens)  # back to the first block: the block-start chunk stays in bounds
     sync = synchronizer(engine.device)
     sync()
@@ -252,7 +253,8 @@ def bench_report(engines: dict[str, Engine], results: dict[str, EngineResult], n
         run, summary, spread = result.median, result.median.summary, result.tokens_per_s_rounds
         lines.append(f"{name:12s} tokens/s {summary.tokens_per_s:9.1f} (rounds {min(spread):.0f}-{max(spread):.0f})  "
                      f"TPF {summary.tpf:.3f}  NFE/req {summary.nfe / n_prompts:6.2f}  wall {summary.total_s:7.2f}s  "
-                     f"overhead {_fmt(run.overhead)}  identical to {base.name}: {identical_outputs(run, base)}/{n_prompts}")
+                     f"overhead {_fmt(run.overhead)}  identical to {base.name}: "
+                     f"{identical_outputs(run, base)}/{n_prompts}")
     syncs = {name: r.host_sync for name, r in results.items() if r.host_sync}
     if syncs:
         lines.append(f"HOST SYNCHRONISATION inside a chunk: {syncs}")

@@ -64,7 +64,8 @@ class LatencySummary:
 
     def last_line(self) -> str:
         """The line `orl bench-latency` prints last."""
-        return f"median_s={self.median_s:.6g} p90_s={self.p90_s:.6g} tokens_per_s={self.tokens_per_s:.6g} tpf={self.tpf:.6g}"
+        return (f"median_s={self.median_s:.6g} p90_s={self.p90_s:.6g} tokens_per_s={self.tokens_per_s:.6g} "
+                f"tpf={self.tpf:.6g}")
 
 
 @dataclass

@@ -206,7 +206,8 @@ class OrlLM(LM):
         return self.tokenizer.chat_template
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        """lm-eval's few-shot chat history rendered by the checkpoint's template, as transformers renders it."""
+        """lm-eval's few-shot chat history rendered by the checkpoint's template, as transformers renders
+        it."""
         from orl.tokenizer import render_chat_template
 
         if self.tokenizer.chat_template is None:

@@ -91,7 +91,8 @@ class OperatingPoint:
     matching: list[float]  # the values that match
 
     def to_dict(self) -> dict:
-        """The operating-point file: {policy, <parameter>: value, pass_at_1, ...} (`--policy @FILE` reads it)."""
+        """The operating-point file: {policy, <parameter>: value, pass_at_1, ...} (`--policy @FILE` reads
+        it)."""
         fields = asdict(self)
         fields.pop("parameter")
         return {"policy": fields.pop("policy"), self.parameter: fields.pop("value"), **fields}

@@ -36,7 +36,8 @@ class StepRecord:
 
 
 class StepRecorder:
-    """Collects StepRecords; call it with (logits, masked_before, out), or use `.view` as a StepView observer."""
+    """Collects StepRecords; call it with (logits, masked_before, out), or use `.view` as a StepView
+    observer."""
 
     def __init__(self):
         self.steps: list[StepRecord] = []

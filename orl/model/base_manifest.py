@@ -28,7 +28,8 @@ MANIFEST = "manifest.json"
 
 
 def copy_base(sources: dict[str, Path], base_dir: Path) -> dict:
-    """Copy the kept files of each checkpoint (name -> folder) into base_dir/<name>/ and write the manifest."""
+    """Copy the kept files of each checkpoint (name -> folder) into base_dir/<name>/ and write the
+    manifest."""
     entries = {}
     for name, source in sources.items():
         out = base_dir / name

@@ -164,7 +164,8 @@ def _build_on_meta(cfg: ModelConfig, config: dict, infos: dict[str, TensorInfo],
         where = ckpt_dir / (WEIGHTS if (ckpt_dir / WEIGHTS).is_file() else WEIGHTS_INDEX)
         raise CheckpointError(f"{where}: tensors do not match config.json "
                               f"(missing: {missing[:5]}, unexpected: {unexpected[:5]})")
-    # The model's own parameter order, not the file's, so the error names the same tensor whoever wrote the file.
+    # The model's own parameter order, not the file's, so the error names the same tensor whoever wrote the
+    # file.
     for name, want in expected.items():
         info = infos[name]
         scalar = want.numel() == 1 and info.shape in ((), (1,))
@@ -185,7 +186,8 @@ def _expected_tensors(model: Transformer) -> dict[str, torch.Tensor]:
 def load_checkpoint(
     ckpt_dir: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
 ) -> Checkpoint:
-    """Load and validate a checkpoint directory; dtype None = the dtype config.json declares (float32 if none).
+    """Load and validate a checkpoint directory; dtype None = the dtype config.json declares (float32 if
+    none).
 
     Every failure is a CheckpointError naming the file and the field.
     """

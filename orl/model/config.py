@@ -200,7 +200,8 @@ def _residual_adapter(config: dict, path: Path, hidden: int) -> dict | None:
 
 
 def config_dtype(config: dict, path: Path) -> torch.dtype:
-    """The weights' dtype config.json declares (`torch_dtype`, or transformers 5's `dtype`); float32 if none."""
+    """The weights' dtype config.json declares (`torch_dtype`, or transformers 5's `dtype`); float32 if
+    none."""
     name = "torch_dtype" if config.get("torch_dtype") is not None else "dtype"
     value = config.get(name) or "float32"
     if not isinstance(value, str) or value not in DTYPES:

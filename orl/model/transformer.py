@@ -49,8 +49,8 @@ class ModelConfig:
     block_size: int = 16
     mask_token_id: int | None = None
     residual_alpha: float = 0.0  # α of the residual context (docs/method.md §2); 0 = off (a base dLLM)
-    # The residual adapter g_ϕ ORL adds (docs/method.md §2): {"form": ADAPTER_FORM, "shape": [d, d]}; None = no
-    # adapter, and then α > 0 is the version-1 entropy-weighted form E[MASK] + α(1 − H/log V)·z.
+    # The residual adapter g_ϕ ORL adds (docs/method.md §2): {"form": ADAPTER_FORM, "shape": [d, d]}; None =
+    # no adapter, and then α > 0 is the version-1 entropy-weighted form E[MASK] + α(1 − H/log V)·z.
     residual_adapter: dict | None = None
     eos_token_id: int = 1
     pad_token_id: int = 0

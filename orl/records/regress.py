@@ -141,7 +141,8 @@ def compare_runs(
     if base_ref and cur_ref and base_ref[0] == cur_ref[0]:
         factor = cur_ref[1] / base_ref[1]
         report.lines.append(
-            f"reference timing {reference_system!r} ({base_ref[0]}): {_fmt(base_ref[1])} -> {_fmt(cur_ref[1])} "
+            f"reference timing {reference_system!r} ({base_ref[0]}): {_fmt(base_ref[1])} -> "
+            f"{_fmt(cur_ref[1])} "
             f"(this machine/run is {factor:.3g}x the baseline's time); timing threshold {timing_threshold:g}x"
         )
         timing = (base_ref[1], cur_ref[1])
@@ -172,10 +173,22 @@ def compare_runs(
             report.add("REGRESSION", f"{where}: no longer measured ({cur['status']})")
             continue
         if base["n_problems"] != cur["n_problems"]:
-            report.add("REGRESSION", f"{where}: n_problems {base['n_problems']} -> {cur['n_problems']}: not comparable")
+            report.add(
+                "REGRESSION",
+                f"{where}: n_problems {base['n_problems']} -> {cur['n_problems']}: not comparable",
+            )
             continue
-        _compare_metrics(report, where, base, cur, tolerances, default_tolerance, timing, timing_threshold,
-                         record_is_reference=base["system"] == reference_system)  # fmt: skip
+        _compare_metrics(
+            report,
+            where,
+            base,
+            cur,
+            tolerances,
+            default_tolerance,
+            timing,
+            timing_threshold,
+            record_is_reference=base["system"] == reference_system,
+        )
 
     for key in sorted(set(cur_index) - set(base_index), key=key_text):
         report.lines.append(f"  {'NEW':<10} {key_text(key)}: not in {names[0]}")
@@ -189,7 +202,9 @@ def compare_runs(
     return report
 
 
-def _compare_metrics(report, where, base, cur, tolerances, default_tolerance, timing, threshold, *, record_is_reference):
+def _compare_metrics(
+    report, where, base, cur, tolerances, default_tolerance, timing, threshold, *, record_is_reference
+):
     for metric in sorted(base["metrics"]):
         before, after = base["metrics"][metric], cur["metrics"].get(metric)
         if before is None:
@@ -213,8 +228,11 @@ def _compare_metrics(report, where, base, cur, tolerances, default_tolerance, ti
             if after <= 0:
                 report.add("REGRESSION", f"{where}: {metric} {_fmt(before)} -> {_fmt(after)}")
             elif before / after > threshold:
-                report.add("REGRESSION", f"{where}: {metric} {_fmt(before)} -> {_fmt(after)} "
-                                         f"({before / after:.3g}x lower, threshold {threshold:g}x)")  # fmt: skip
+                report.add(
+                    "REGRESSION",
+                    f"{where}: {metric} {_fmt(before)} -> {_fmt(after)} "
+                    f"({before / after:.3g}x lower, threshold {threshold:g}x)",
+                )
         elif (metric in TIME_METRICS or metric in RATE_METRICS) and timing and not record_is_reference:
             if before <= 0 or after <= 0:
                 continue
@@ -225,12 +243,17 @@ def _compare_metrics(report, where, base, cur, tolerances, default_tolerance, ti
             else:
                 slowdown = (before * base_ref) / (after * cur_ref)
             if slowdown > threshold:
-                report.add("REGRESSION", f"{where}: {metric} {_fmt(before)} -> {_fmt(after)}: {slowdown:.3g}x slower "
-                                         f"relative to the reference timing (threshold {threshold:g}x)")  # fmt: skip
+                report.add(
+                    "REGRESSION",
+                    f"{where}: {metric} {_fmt(before)} -> {_fmt(after)}: "
+                    f"{slowdown:.3g}x slower "
+                    f"relative to the reference timing (threshold {threshold:g}x)",
+                )
 
 
 def parse_tolerances(values: list[str] | None) -> tuple[float, dict[str, float]]:
-    """CLI --tolerance values: 'X' (all deterministic metrics) or 'metric=X'; returns (default, per metric)."""
+    """CLI --tolerance values: 'X' (all deterministic metrics) or 'metric=X'; returns (default, per
+    metric)."""
     from orl.errors import ConfigError
 
     default, per_metric = 0.0, {}
@@ -246,7 +269,9 @@ def parse_tolerances(values: list[str] | None) -> tuple[float, dict[str, float]]
         if sep:
             if _direction(name) is None:
                 known = ", ".join(sorted(DETERMINISTIC)) + ", pass_at_<k>"
-                raise ConfigError(f"--tolerance {value!r}: {name!r} is not a deterministic metric (known: {known})")
+                raise ConfigError(
+                    f"--tolerance {value!r}: {name!r} is not a deterministic metric (known: {known})"
+                )
             per_metric[name] = tolerance
         else:
             default = tolerance

@@ -31,9 +31,9 @@ _COLUMNS: dict[int, list] = {
     1: ["model", "variant", "system", "engine", "suite", "seeds", "n_problems", "operating_point",
         ("tpf", SEEDED), ("tokens_per_s", SEEDED), ("pass_at_1", SEEDED), ("aup", SEEDED), "aup_dropped",
         ("tpf_gain", TESTED), ("throughput_gain", TESTED), ("pass_at_1_diff", TESTED)],
-    2: ["system", "engine", "verification", "suite", "n_problems", ("tpf", INTERVAL), "latency_median_s", "latency_p90_s",
-        ("tokens_per_s", INTERVAL), ("pass_at_1", INTERVAL), ("pass_at_1_diff", TESTED), "matched",
-        ("aup", INTERVAL), "aup_dropped", ("speedup_vs_ar", TESTED), ("speedup_vs_ar_hf", TESTED),
+    2: ["system", "engine", "verification", "suite", "n_problems", ("tpf", INTERVAL), "latency_median_s",
+        "latency_p90_s", ("tokens_per_s", INTERVAL), ("pass_at_1", INTERVAL), ("pass_at_1_diff", TESTED),
+        "matched", ("aup", INTERVAL), "aup_dropped", ("speedup_vs_ar", TESTED), ("speedup_vs_ar_hf", TESTED),
         ("speedup_vs_ar_vllm", TESTED)],
     3: ["setup", "system", "engine", "suite", "n_problems", ("tokens_per_s", INTERVAL), "latency_median_s",
         "latency_p90_s", ("tpf", INTERVAL), "same_tpf", ("speedup_vs_reference", TESTED),
@@ -41,9 +41,11 @@ _COLUMNS: dict[int, list] = {
     4: ["gpu", "gpu_count", "model", "precision", "system", "engine", "suite", "tokens_per_s", "tpf",
         "pass_at_1", "latency_median_s", "submissions", "driver", "cuda", "torch", "git_sha", "date"],
     5: ["system", "engine", "suite", "seeds", "n_problems", "operating_point", ("tpf", SEEDED),
-        ("pass_at_1", SEEDED), ("aup", SEEDED), "aup_dropped", ("tpf_diff", TESTED), ("pass_at_1_diff", TESTED),
-        ("aup_diff", TESTED), "gated_share", "aec_active_share", "retained_fraction", "self_generated_tokens", "train_wall_s", "world_size", "device_hours",
-        "train_gpu_hours", "train_tokens_per_s", "peak_memory_gb", "step_tokens_per_s_packed", "step_tokens_per_s_unpacked", "train_step_speedup"],
+        ("pass_at_1", SEEDED), ("aup", SEEDED), "aup_dropped", ("tpf_diff", TESTED),
+        ("pass_at_1_diff", TESTED), ("aup_diff", TESTED), "gated_share", "aec_active_share",
+        "retained_fraction", "self_generated_tokens", "train_wall_s", "world_size", "device_hours",
+        "train_gpu_hours", "train_tokens_per_s", "peak_memory_gb", "step_tokens_per_s_packed",
+        "step_tokens_per_s_unpacked", "train_step_speedup"],
 }  # fmt: skip
 
 
@@ -132,7 +134,8 @@ def _unplaced(table: int, rows: list[dict], claims: list[Claim], columns: list[s
         if claim.table == table and claim.id not in shown:
             row = dict.fromkeys(columns)
             row.update({"system": claim.system, "claim": claim.id, "paper": claim.compare_value,
-                        "status": f"not run: no row of Table {table} reads claim {claim.id!r} (system {claim.system!r})",
+                        "status": f"not run: no row of Table {table} reads claim {claim.id!r} (system "
+                                  f"{claim.system!r})",
                         "note": None, "ratio": None, "compared": None})  # fmt: skip
             out.append(row)
     return out

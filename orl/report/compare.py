@@ -120,14 +120,16 @@ def compare_to_claim(
         if same_hw and same_model and precision_matches(claim.precision, precision):
             return Comparison(
                 value / claim.compare_value,
-                f"{claim.metric}: same GPU ({claim.hardware}) and model: {_fmt(value)} here vs paper {claim.display()}",
+                f"{claim.metric}: same GPU ({claim.hardware}) and model: {_fmt(value)} here vs paper "
+                f"{claim.display()}",
             )
         if anchor is not None and anchor.value > 0 and anchor.claim.compare_value > 0:
             here = value / anchor.value
             paper = claim.compare_value / anchor.claim.compare_value
             return Comparison(
                 here / paper,
-                f"{claim.metric} relative to {anchor.label}: {_fmt(here)}× here vs {_fmt(paper)}× in the paper "
+                f"{claim.metric} relative to {anchor.label}: {_fmt(here)}× here vs {_fmt(paper)}× in the "
+                "paper "
                 f"(hardware differs: paper {claim.hardware}, here {where}; raw {claim.metric} not compared)",
             )
         reason = (

@@ -237,8 +237,9 @@ def length_curves(records: list[dict]) -> dict[tuple, list[tuple]]:
         reference = latest.get((system, suite, length, "reference"))
         if engine == "reference" or reference is None:
             continue
-        estimate = stats.compare(stats.request_runs([record]), stats.request_runs([reference]), stats.tokens_per_s_of,
-                                 ratio=True)  # fmt: skip
+        estimate = stats.compare(
+            stats.request_runs([record]), stats.request_runs([reference]), stats.tokens_per_s_of, ratio=True
+        )
         value = record["metrics"]["tokens_per_s"] / reference["metrics"]["tokens_per_s"]
         lo, hi = (estimate.lo, estimate.hi) if estimate is not None else (None, None)
         curves.setdefault((system, suite, engine), []).append((int(length), value, lo, hi))
@@ -250,29 +251,45 @@ def plot_speedup_vs_length(records: list[dict], paths: list[Path]) -> list[Path]
     fig = _new_figure()
     ax = fig.subplots()
     if not curves:
-        _empty(ax, "no fixed-length engine_bench records (orl bench-engine --ignore-eos --max-new-tokens N, "
-                   "dlmrt and the reference decoder)")
+        _empty(
+            ax,
+            "no fixed-length engine_bench records (orl bench-engine --ignore-eos --max-new-tokens N, "
+            "dlmrt and the reference decoder)",
+        )
         return _save(fig, paths)
     for (system, suite, engine), points in curves.items():
         xs, ys = [p[0] for p in points], [p[1] for p in points]
-        bars = [(y - p[2], p[3] - y) if p[2] is not None else (0.0, 0.0) for y, p in zip(ys, points, strict=True)]
-        ax.errorbar(xs, ys, yerr=list(zip(*bars, strict=True)), marker="o", capsize=3,
-                    label=f"{engine} / reference ({system}, {suite})")
+        bars = [
+            (y - p[2], p[3] - y) if p[2] is not None else (0.0, 0.0) for y, p in zip(ys, points, strict=True)
+        ]
+        ax.errorbar(
+            xs,
+            ys,
+            yerr=list(zip(*bars, strict=True)),
+            marker="o",
+            capsize=3,
+            label=f"{engine} / reference ({system}, {suite})",
+        )
     ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted({p[0] for points in curves.values() for p in points}),
-                  [str(n) for n in sorted({p[0] for points in curves.values() for p in points})])
+    ax.set_xticks(
+        sorted({p[0] for points in curves.values() for p in points}),
+        [str(n) for n in sorted({p[0] for points in curves.values() for p in points})],
+    )
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xlabel("generated tokens per request (fixed length, end token ignored)")
     ax.set_ylabel("tokens/s over the reference decoder")
-    ax.set_title("dlmrt's speedup over the reference decoder against generation length; 95% paired intervals",
-                 fontsize=8)
+    ax.set_title(
+        "dlmrt's speedup over the reference decoder against generation length; 95% paired intervals",
+        fontsize=8,
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return _save(fig, paths)
 
 
 def floor_points(records: list[dict]) -> dict[tuple, list[tuple]]:
-    """{(engine, precision, device, cpu linear): [(weight GB read per forward, time per forward s, floor s, arch),
+    """{(engine, precision, device, cpu linear): [(weight GB read per forward, time per forward s, floor s,
+    arch),
     ...]}
     from the latest measured scale_bench record of each (arch, block, engine, precision, device)."""
     table = build_table3b(records)
@@ -298,22 +315,42 @@ def plot_floor(records: list[dict], paths: list[Path]) -> list[Path]:
     floors = {}
     for (engine, precision, device, linear), points in series.items():
         via = f", {linear} linears" if linear else ""
-        ax.plot([p[0] for p in points], [1e3 * p[1] for p in points], marker="o", linestyle="-" if len(points) > 1
-                else "none", label=f"{engine} ({precision}{via}) on {device}")
+        ax.plot(
+            [p[0] for p in points],
+            [1e3 * p[1] for p in points],
+            marker="o",
+            linestyle="-" if len(points) > 1 else "none",
+            label=f"{engine} ({precision}{via}) on {device}",
+        )
         for x, _, floor, arch in points:
             floors[(x, arch, device, linear)] = floor
     for (x, arch, device, linear), floor in sorted(floors.items(), key=str):
         # Each run measures its machine's bandwidth, so each has its own floor: the label says whose it is.
         ax.plot([x], [1e3 * floor], marker="_", markersize=18, color="black")
         run = f", {linear} run" if linear else ""
-        ax.annotate(f"{arch} floor: {device}{run}", (x, 1e3 * floor), textcoords="offset points", xytext=(6, -3),
-                    fontsize=6)
-    ax.plot([], [], marker="_", markersize=12, color="black", linestyle="none", label="hardware floor (bytes / bandwidth)")
+        ax.annotate(
+            f"{arch} floor: {device}{run}",
+            (x, 1e3 * floor),
+            textcoords="offset points",
+            xytext=(6, -3),
+            fontsize=6,
+        )
+    ax.plot(
+        [],
+        [],
+        marker="_",
+        markersize=12,
+        color="black",
+        linestyle="none",
+        label="hardware floor (bytes / bandwidth)",
+    )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("weight bytes read per forward (GB)")
     ax.set_ylabel("time per forward (ms)")
-    ax.set_title("Table 3b: time per forward against the hardware floor (random weights, speed only)", fontsize=8)
+    ax.set_title(
+        "Table 3b: time per forward against the hardware floor (random weights, speed only)", fontsize=8
+    )
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     return _save(fig, paths)
@@ -329,13 +366,18 @@ def table_aups(*frames: pd.DataFrame) -> dict[tuple, tuple]:
             key = (row["system"], row.get("suite"))
             if key not in out and not pd.isna(row.get("aup")):
                 lo, hi = row.get("aup_lo"), row.get("aup_hi")
-                out[key] = (float(row["aup"]), None if pd.isna(lo) else float(lo), None if pd.isna(hi) else float(hi),
-                            frame.attrs.get("table"))
+                out[key] = (
+                    float(row["aup"]),
+                    None if pd.isna(lo) else float(lo),
+                    None if pd.isna(hi) else float(hi),
+                    frame.attrs.get("table"),
+                )
     return out
 
 
-def write_figures(records: list[dict], table2: pd.DataFrame, out_dir: str | Path,
-                  aups: dict | None = None) -> list[Path]:
+def write_figures(
+    records: list[dict], table2: pd.DataFrame, out_dir: str | Path, aups: dict | None = None
+) -> list[Path]:
     """Every figure as PNG + PDF under <out_dir>/figures/; returns the paths written. `aups`: the tables'
     AUPs (table_aups) for the accuracy_vs_tpf legend."""
     paths = figure_paths(out_dir)

@@ -28,7 +28,8 @@ def reference_timing(records: list[dict]) -> dict:
     system = rows.ROW[rows.GATE_REFERENCE].system
     measured = [r for r in records if r["kind"] == "latency" and r["system"] == system and r["status"] == "measured"]
     if not measured:
-        raise InputError(f"regression gate: no measured 'latency' record of {system!r} (orl.rows.GATE_REFERENCE) "
+        raise InputError(f"regression gate: no measured 'latency' record of {system!r} "
+                         "(orl.rows.GATE_REFERENCE) "
                          "to normalise timings by")  # fmt: skip
     source = max(measured, key=lambda r: r["created"])
     timing = {m: source["metrics"][m] for m in REFERENCE_METRICS if source["metrics"].get(m) is not None}

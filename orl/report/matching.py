@@ -64,7 +64,8 @@ def _edge(record: dict, sweep: list[dict]) -> str | None:
 
 
 def operating_point_text(line: Measured) -> str | None:
-    """Each seed's chosen point (τ=0.9) and where it sits in its sweep's grid (seeds choosing alike grouped)."""
+    """Each seed's chosen point (τ=0.9) and where it sits in its sweep's grid (seeds choosing alike
+    grouped)."""
     groups: dict[tuple, list] = {}
     for position, (seed, record) in enumerate(zip(line.seeds, line.records.get("quality") or [], strict=False)):
         policy = _policy(record)

@@ -96,8 +96,10 @@ def measure(records: list[dict], want: Want, suite: str | None, index: dict[str,
     for kind in request_kinds:
         line.requests[kind] = stats.request_runs(complete[kind]) if kind in complete else None
     # Unseeded lines of one system (all_seeds False) read any sweep, as first_seed reads any record.
-    line.sweeps = [sweep_records(records, want, res.suite, ANY_SEED if seed is None and not all_seeds else seed,
-                                 index) for seed, res in measured]  # fmt: skip
+    line.sweeps = [
+        sweep_records(records, want, res.suite, ANY_SEED if seed is None and not all_seeds else seed, index)
+        for seed, res in measured
+    ]
     if all(line.sweeps):
         line.sweep = stats.sweep_runs(line.sweeps)
     return line
@@ -129,16 +131,18 @@ def tokens_per_s_columns(line: Measured, kind: str) -> dict:
     estimate = stats.ratio_estimate(runs, stats.tokens_per_s_of)
     values = line.metric(kind, "tokens_per_s")
     per_seed = stats.per_seed_values(runs, stats.tokens_per_s_of) or values
-    return stats.value_columns("tokens_per_s", estimate, line.seeds, per_seed if len(line.seeds) > 1 else [],
-                               _fallback(values))
+    return stats.value_columns(
+        "tokens_per_s", estimate, line.seeds, per_seed if len(line.seeds) > 1 else [], _fallback(values)
+    )
 
 
 def pass_columns(line: Measured) -> dict:
     estimate = stats.pass_estimate(line.problems)
     values = line.metric("quality", "pass_at_1")
     per_seed = stats.per_seed_values(line.problems, stats.pass_of) or values
-    return stats.value_columns("pass_at_1", estimate, line.seeds, per_seed if len(line.seeds) > 1 else [],
-                               _fallback(values))
+    return stats.value_columns(
+        "pass_at_1", estimate, line.seeds, per_seed if len(line.seeds) > 1 else [], _fallback(values)
+    )
 
 
 def aup_columns(line: Measured, y_max: float | None) -> tuple[dict, str | None]:
@@ -148,18 +152,25 @@ def aup_columns(line: Measured, y_max: float | None) -> tuple[dict, str | None]:
         return empty, None if not line.measured else "no sweep records: no AUP"
     per_seed, dropped = [], []
     for sweep in line.sweeps:
-        points = [(r["metrics"]["tpf"], r["metrics"]["pass_at_1"]) for r in sweep
-                  if r["metrics"].get("tpf") is not None and r["metrics"].get("pass_at_1") is not None]
+        points = [
+            (r["metrics"]["tpf"], r["metrics"]["pass_at_1"])
+            for r in sweep
+            if r["metrics"].get("tpf") is not None and r["metrics"].get("pass_at_1") is not None
+        ]
         result, why = aup_or_none(points, y_max)
         if result is None:
             return empty, f"AUP undefined: {why}"
         per_seed.append(result.value)
         dropped.append(result.dropped)
     estimate, _ = stats.aup_estimate(line.sweep, y_max)
-    columns = stats.value_columns("aup", estimate, line.seeds, per_seed if len(line.seeds) > 1 else [],
-                                  spread(per_seed)[0])
+    columns = stats.value_columns(
+        "aup", estimate, line.seeds, per_seed if len(line.seeds) > 1 else [], spread(per_seed)[0]
+    )
     if estimate is not None:  # the mean of the per-seed AUPs is the point value either way
         columns["aup"] = spread(per_seed)[0]
     columns["aup_dropped"] = max(dropped)
     points = len(line.sweeps[0])
-    return columns, f"AUP over {points} sweep points at y_max {y_max:.4g}%, {max(dropped)} dropped (y < y1 - 5)"
+    return (
+        columns,
+        f"AUP over {points} sweep points at y_max {y_max:.4g}%, {max(dropped)} dropped (y < y1 - 5)",
+    )

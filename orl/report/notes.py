@@ -65,7 +65,10 @@ def completion_lengths(lines: list[Measured]) -> list[str]:
 
 def uncertainty_note() -> str:
     return (f"Intervals are {LEVEL:.0%}: pass@1 of one checkpoint by Wilson's score interval; TPF, tokens/s, AUP "
-            f"and means over seeds by the bootstrap over problems (and over seeds: crossed), {RESAMPLES} resamples, "
-            f"fixed generator seed {BOOTSTRAP_SEED}; gains and differences by the paired bootstrap (same problems, "
-            "same resamples for both systems). A comparison whose interval includes no effect (1 for a ratio, 0 for "
+            f"and means over seeds by the bootstrap over problems (and over seeds: crossed), {RESAMPLES} "
+            "resamples, "
+            f"fixed generator seed {BOOTSTRAP_SEED}; gains and differences by the paired bootstrap (same "
+            "problems, "
+            "same resamples for both systems). A comparison whose interval includes no effect (1 for a "
+            "ratio, 0 for "
             "a difference) is labelled unresolved, and stays in the table.")

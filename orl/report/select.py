@@ -45,8 +45,16 @@ class Want:
 
     @classmethod
     def of(cls, row: Row, line: Line) -> Want:
-        return cls(row.system, row.engine_of(line), TABLE_KINDS[line.table], model=line.model,
-                   precision=line.precision, suite=line.suite, hardware=line.hardware, needs=row.needs_of(line))  # fmt: skip
+        return cls(
+            row.system,
+            row.engine_of(line),
+            TABLE_KINDS[line.table],
+            model=line.model,
+            precision=line.precision,
+            suite=line.suite,
+            hardware=line.hardware,
+            needs=row.needs_of(line),
+        )
 
     def describe(self, kind: str, suite: str | None) -> str:
         parts = [f"a record of kind {kind!r} with system {self.system!r}"]
@@ -129,16 +137,24 @@ class Resolved:
         return None
 
 
-def resolve(records: list[dict], want: Want, suite: str | None = None, seed: int | None | str = ANY_SEED,
-            index: dict[str, int] | None = None) -> Resolved:
+def resolve(
+    records: list[dict],
+    want: Want,
+    suite: str | None = None,
+    seed: int | None | str = ANY_SEED,
+    index: dict[str, int] | None = None,
+) -> Resolved:
     """The latest measured record of each kind a line reads (of one training seed, unless ANY_SEED)."""
     suite = want.suite or suite
     chosen: dict[str, dict] = {}
     notes: list[str] = []
     status = None
     for position, kind in enumerate(want.kinds):
-        candidates = [r for r in records if matches(r, want, kind, suite)
-                      and (seed == ANY_SEED or record_seed(r, index or {}) == seed)]
+        candidates = [
+            r
+            for r in records
+            if matches(r, want, kind, suite) and (seed == ANY_SEED or record_seed(r, index or {}) == seed)
+        ]
         measured = [r for r in candidates if r["status"] == "measured"]
         if measured:
             chosen[kind] = max(measured, key=lambda r: r["created"])
@@ -154,22 +170,30 @@ def resolve(records: list[dict], want: Want, suite: str | None = None, seed: int
     return Resolved(want, suite, chosen, status or "measured", notes)
 
 
-def measured_seeds(records: list[dict], want: Want, suite: str | None, index: dict[str, int]) -> list[int | None]:
+def measured_seeds(
+    records: list[dict], want: Want, suite: str | None, index: dict[str, int]
+) -> list[int | None]:
     """The training seeds of a line's measured records of its first kind, lowest first; [None] when
     none is recorded (or nothing is measured). Unseeded records beside seeded ones are left out."""
     suite = want.suite or suite
-    seeds = {record_seed(r, index) for r in records
-             if r["status"] == "measured" and matches(r, want, want.kinds[0], suite)}
+    seeds = {
+        record_seed(r, index)
+        for r in records
+        if r["status"] == "measured" and matches(r, want, want.kinds[0], suite)
+    }
     recorded = sorted(seed for seed in seeds if seed is not None)
     return recorded or [None]
 
 
-def resolve_seeds(records: list[dict], want: Want, suite: str | None,
-                  index: dict[str, int]) -> list[tuple[int | None, Resolved]]:
+def resolve_seeds(
+    records: list[dict], want: Want, suite: str | None, index: dict[str, int]
+) -> list[tuple[int | None, Resolved]]:
     """One Resolved per training seed of the line (measured_seeds); a line with nothing measured
     resolves once, with its "not run" status."""
-    return [(seed, resolve(records, want, suite, seed=seed, index=index))
-            for seed in measured_seeds(records, want, suite, index)]
+    return [
+        (seed, resolve(records, want, suite, seed=seed, index=index))
+        for seed in measured_seeds(records, want, suite, index)
+    ]
 
 
 def first_seed(records: list[dict], want: Want, suite: str | None, index: dict[str, int]) -> Resolved:
@@ -190,8 +214,12 @@ def ordered_suites(suites) -> list[str]:
 def table_suites(records: list[dict], wants: list[Want]) -> list[str | None]:
     """Every suite with a measured record of the table's lines (of their first kind: what decides a
     line's status), in SUITE_ORDER; [None] if none."""
-    found = {record["suite"] for want in wants for record in records
-             if record["status"] == "measured" and record["suite"] and matches(record, want, want.kinds[0], None)}
+    found = {
+        record["suite"]
+        for want in wants
+        for record in records
+        if record["status"] == "measured" and record["suite"] and matches(record, want, want.kinds[0], None)
+    }
     return ordered_suites(found) or [None]
 
 

@@ -41,8 +41,14 @@ def problem_runs(records: Sequence[dict]) -> Runs | None:
     ids = [task for task in by_id[0] if all(task in other for other in by_id[1:])]
     if not ids:
         return None
-    rows = [{"passed": [bool(entries[t]["passed"]) for t in ids], "tokens": [entries[t].get("tokens") or 0 for t in ids],
-             "nfe": [entries[t].get("nfe") or 0 for t in ids]} for entries in by_id]  # fmt: skip
+    rows = [
+        {
+            "passed": [bool(entries[t]["passed"]) for t in ids],
+            "tokens": [entries[t].get("tokens") or 0 for t in ids],
+            "nfe": [entries[t].get("nfe") or 0 for t in ids],
+        }
+        for entries in by_id
+    ]
     return stack_runs(ids, rows)
 
 
@@ -53,8 +59,14 @@ def request_runs(records: Sequence[dict]) -> Runs | None:
     if not lists or any(not isinstance(x, list) or not x for x in lists) or len({len(x) for x in lists}) != 1:
         return None
     try:
-        rows = [{"tokens": [q["tokens"] for q in x], "nfe": [q["nfe"] for q in x], "wall_s": [q["wall_s"] for q in x]}
-                for x in lists]  # fmt: skip
+        rows = [
+            {
+                "tokens": [q["tokens"] for q in x],
+                "nfe": [q["nfe"] for q in x],
+                "wall_s": [q["wall_s"] for q in x],
+            }
+            for x in lists
+        ]
     except KeyError:
         return None
     return stack_runs([str(i) for i in range(len(lists[0]))], rows)
@@ -76,12 +88,19 @@ def per_seed_text(seeds: Sequence[int | None], values: Sequence[float | None]) -
     """'s0: 0.8902; s1: 0.872' (None unless at least one seed is recorded)."""
     if not any(seed is not None for seed in seeds):
         return None
-    return "; ".join(f"s{seed if seed is not None else '?'}: {'—' if v is None else f'{v:.4g}'}"
-                     for seed, v in zip(seeds, values, strict=True))
+    return "; ".join(
+        f"s{seed if seed is not None else '?'}: {'—' if v is None else f'{v:.4g}'}"
+        for seed, v in zip(seeds, values, strict=True)
+    )
 
 
-def value_columns(name: str, estimate: Estimate | None, seeds: Sequence[int | None] = (),
-                  per_seed: Sequence[float | None] = (), fallback: float | None = None) -> dict:
+def value_columns(
+    name: str,
+    estimate: Estimate | None,
+    seeds: Sequence[int | None] = (),
+    per_seed: Sequence[float | None] = (),
+    fallback: float | None = None,
+) -> dict:
     """<name>, _lo, _hi, and over several seeds _sd and _per_seed."""
     out: dict = {name: fallback, f"{name}_lo": None, f"{name}_hi": None}
     if estimate is not None:
@@ -98,8 +117,13 @@ def comparison_columns(name: str, estimate: Estimate | None) -> dict:
     """<name>, _lo, _hi, _p and _test ("resolved" / "unresolved") of a paired comparison."""
     if estimate is None:
         return {name: None, f"{name}_lo": None, f"{name}_hi": None, f"{name}_p": None, f"{name}_test": None}
-    return {name: estimate.value, f"{name}_lo": estimate.lo, f"{name}_hi": estimate.hi, f"{name}_p": estimate.p,
-            f"{name}_test": estimate.label}  # fmt: skip
+    return {
+        name: estimate.value,
+        f"{name}_lo": estimate.lo,
+        f"{name}_hi": estimate.hi,
+        f"{name}_p": estimate.p,
+        f"{name}_test": estimate.label,
+    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -146,7 +170,10 @@ def compare(a: Runs | None, b: Runs | None, statistic, *, ratio: bool) -> Estima
 def sweep_runs(sweeps: Sequence[Sequence[dict]]) -> list[tuple[float, Runs]] | None:
     """(τ, Runs over seeds) for every τ all seeds swept, from one list of sweep records per seed;
     None without per-problem data."""
-    by_seed = [{r["policy"]["params"].get("tau"): r for r in seed_records if r.get("policy")} for seed_records in sweeps]
+    by_seed = [
+        {r["policy"]["params"].get("tau"): r for r in seed_records if r.get("policy")}
+        for seed_records in sweeps
+    ]
     if not by_seed or not all(by_seed):
         return None
     taus = sorted(set(by_seed[0]).intersection(*(set(s) for s in by_seed[1:])) - {None})
@@ -162,7 +189,9 @@ def sweep_runs(sweeps: Sequence[Sequence[dict]]) -> list[tuple[float, Runs]] | N
     return [(tau, runs.on(ids)) for tau, runs in points] if ids else None
 
 
-def aup_estimate(points: list[tuple[float, Runs]] | None, y_max: float) -> tuple[Estimate | None, list[float]]:
+def aup_estimate(
+    points: list[tuple[float, Runs]] | None, y_max: float
+) -> tuple[Estimate | None, list[float]]:
     """AUP of a sweep over seeds with its bootstrap interval, and the per-seed AUPs."""
     if not points:
         return None, []
@@ -171,8 +200,9 @@ def aup_estimate(points: list[tuple[float, Runs]] | None, y_max: float) -> tuple
     return bootstrap(statistic, sweep[0].n_problems, sweep[0].n_seeds), sweep[0].per_seed(statistic)
 
 
-def compare_aup(a: list[tuple[float, Runs]] | None, b: list[tuple[float, Runs]] | None,
-                y_max: float) -> Estimate | None:
+def compare_aup(
+    a: list[tuple[float, Runs]] | None, b: list[tuple[float, Runs]] | None, y_max: float
+) -> Estimate | None:
     """AUP(a) − AUP(b), paired over the problems both sweeps share."""
     if not a or not b:
         return None

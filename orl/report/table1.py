@@ -49,8 +49,11 @@ def build_table1(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
     out = []
     for line, m, values in built:
         if line.role != "base":
-            base_line, base = next((bm, bv) for other, bm, bv in built
-                                   if other.role == "base" and (other.family, other.suite) == (line.family, line.suite))  # fmt: skip
+            base_line, base = next(
+                (bm, bv)
+                for other, bm, bv in built
+                if other.role == "base" and (other.family, other.suite) == (line.family, line.suite)
+            )
             values.update(_gains(m, base_line, values, base))
         out.extend(with_claims(values, line.claims, by_id))
     lines = [m for _, m, _ in built]
@@ -61,10 +64,15 @@ def build_table1(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
 def _gains(orl, base, values: dict, base_values: dict) -> dict:
     """TPF gain, throughput gain and the pass@1 difference of +ORL over base, paired."""
     tpf = stats.compare(orl.problems, base.problems, stats.tpf_of, ratio=True)
-    speed = stats.compare(orl.requests.get("latency"), base.requests.get("latency"), stats.tokens_per_s_of, ratio=True)
+    speed = stats.compare(
+        orl.requests.get("latency"), base.requests.get("latency"), stats.tokens_per_s_of, ratio=True
+    )
     passed = stats.compare(orl.problems, base.problems, stats.pass_of, ratio=False)
-    out = {**stats.comparison_columns("tpf_gain", tpf), **stats.comparison_columns("throughput_gain", speed),
-           **stats.comparison_columns("pass_at_1_diff", passed)}
+    out = {
+        **stats.comparison_columns("tpf_gain", tpf),
+        **stats.comparison_columns("throughput_gain", speed),
+        **stats.comparison_columns("pass_at_1_diff", passed),
+    }
     # Without per-problem data (records of older runs), the gains are still the ratios of the values.
     if tpf is None:
         out["tpf_gain"] = ratio(values["tpf"], base_values["tpf"])

@@ -41,11 +41,16 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
         block = []
         for row, line, want in lines:
             m = measure(records, want, suite, index, all_seeds=False, request_kinds=("latency",))
-            value = {**base_row(m.resolved), "n_problems": m.n_problems("latency"), **tpf_columns(m, "latency"),
-                     "latency_median_s": m.resolved.metric("latency_median_s"),
-                     "latency_p90_s": m.resolved.metric("latency_p90_s"), **tokens_per_s_columns(m, "latency"),
-                     **pass_columns(m), **matched_columns(m, reference, tolerance,
-                                                          is_reference=row.key == rows.MATCH_REFERENCE)}  # fmt: skip
+            value = {
+                **base_row(m.resolved),
+                "n_problems": m.n_problems("latency"),
+                **tpf_columns(m, "latency"),
+                "latency_median_s": m.resolved.metric("latency_median_s"),
+                "latency_p90_s": m.resolved.metric("latency_p90_s"),
+                **tokens_per_s_columns(m, "latency"),
+                **pass_columns(m),
+                **matched_columns(m, reference, tolerance, is_reference=row.key == rows.MATCH_REFERENCE),
+            }
             notes = [value["note"]] if value["note"] else []
             if m.measured and row.sweep:
                 aup, aup_note = aup_columns(m, y_max)
@@ -64,13 +69,18 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
                                 if r.key == rows.MATCH_REFERENCE), None)  # fmt: skip
         _lossless(block, reference_value)
         out.extend(_with_claims(block, by_id))
-    notes = [*prompt_sets(measured_lines, ("latency", "quality")), *completion_lengths(measured_lines), uncertainty_note()]
+    notes = [
+        *prompt_sets(measured_lines, ("latency", "quality")),
+        *completion_lengths(measured_lines),
+        uncertainty_note(),
+    ]
     return frame(2, out, claims, notes)
 
 
 def verification(row) -> str | None:
     """How a speculative row accepts drafted tokens: "strict" (greedy, lossless: the target's own argmax) or
-    "relaxed" (docs/method.md §4: within δ of the target's top probability); None for a row that drafts nothing."""
+    "relaxed" (docs/method.md §4: within δ of the target's top probability); None for a row that drafts
+    nothing."""
     if row.draft is None:
         return None
     return row.verification
@@ -96,9 +106,19 @@ def _lossless(block, reference: dict | None) -> None:
         if value["verification"] != "strict" or value.get("pass_at_1") is None:
             continue
         if value["pass_at_1"] != reference["pass_at_1"]:
-            value["note"] = "; ".join(filter(None, [value["note"], (
-                f"strict (lossless) verification, yet pass@1 {value['pass_at_1']:.4f} differs from the AR "
-                f"target's {reference['pass_at_1']:.4f}")]))
+            value["note"] = "; ".join(
+                filter(
+                    None,
+                    [
+                        value["note"],
+                        (
+                            f"strict (lossless) verification, yet pass@1 {value['pass_at_1']:.4f} differs "
+                            "from the AR "
+                            f"target's {reference['pass_at_1']:.4f}"
+                        ),
+                    ],
+                )
+            )
 
 
 def _speedups(block) -> None:
@@ -106,22 +126,27 @@ def _speedups(block) -> None:
     for role, column in SPEEDUPS.items():
         denominator = next(((m, v) for line, _, m, v in block if line.role == role), None)
         for _, _, m, value in block:
-            if denominator is None or denominator[0] is m:  # no denominator, or the line itself (1 by definition)
+            if (
+                denominator is None or denominator[0] is m
+            ):  # no denominator, or the line itself (1 by definition)
                 value.update(stats.comparison_columns(column, None))
                 if denominator is not None and value["tokens_per_s"] is not None:
                     value[column] = 1.0
                 continue
             dm, dv = denominator
-            estimate = stats.compare(m.requests.get("latency"), dm.requests.get("latency"), stats.tokens_per_s_of,
-                                     ratio=True)  # fmt: skip
+            estimate = stats.compare(
+                m.requests.get("latency"), dm.requests.get("latency"), stats.tokens_per_s_of, ratio=True
+            )
             value.update(stats.comparison_columns(column, estimate))
             if estimate is None:
                 value[column] = ratio(value["tokens_per_s"], dv["tokens_per_s"])
 
 
 def _with_claims(block, by_id: dict) -> list[dict]:
-    anchors = sorted(((line.anchor, line, want, value) for line, want, _, value in block if line.anchor is not None),
-                     key=lambda item: item[0])  # fmt: skip
+    anchors = sorted(
+        ((line.anchor, line, want, value) for line, want, _, value in block if line.anchor is not None),
+        key=lambda item: item[0],
+    )
 
     def anchor_for(value: dict, claim: Claim) -> Anchor | None:
         for _, line, want, other in anchors:

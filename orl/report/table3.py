@@ -73,7 +73,8 @@ def _compare_block(block, by_id: dict) -> list[dict]:
             same = math.isclose(value["tpf"], subject["tpf"], rel_tol=1e-9, abs_tol=1e-12)
             value["same_tpf"] = "yes" if same else f"no ({value['tpf']:.4g} vs {subject['engine']} {subject['tpf']:.4g})"
         if line.claims and value["status"] == "measured" and fastest is None:
-            extra = "no SGLang / vLLM row measured here (needs CUDA and sglang / vllm): speedup_vs_serving not measured"
+            extra = ("no SGLang / vLLM row measured here (needs CUDA and sglang / vllm): "
+                     "speedup_vs_serving not measured")
             value["note"] = "; ".join(filter(None, [value["note"], extra]))
         out.extend(with_claims(value, line.claims, by_id))
     return out

@@ -3,7 +3,8 @@
 Rows come from `scale_bench` records (`orl bench-scale`, orl/eval/scale.py), never from rows.py:
 one line per (architecture, block, precision, device, engine, CPU linears), the latest measured
 record of each; a CPU device is named by its processor, and dlmrt's CPU lines by the matmul
-path it ran (`cpu_linear`: aten = F.linear / MKL, onednn; kernels/onednn.py). Columns: time per forward, the floor (weight + KV bytes read per forward over the copy
+path it ran (`cpu_linear`: aten = F.linear / MKL, onednn; kernels/onednn.py). Columns: time per forward, the
+floor (weight + KV bytes read per forward over the copy
 bandwidth measured in the same run), their ratio, for dlmrt the compute floor of a block forward
 and the ratio to the roofline (the larger floor), kernels (CUDA) or operators (CPU) per dlmrt
 step, tokens/s. Random weights decode nonsense, so this table has no accuracy column and is
@@ -18,8 +19,9 @@ import pandas as pd
 from orl.report.attach import TABLE_TITLES
 
 TABLE = "3b"
-COLUMNS = ["arch", "block", "precision", "device", "engine", "max_new_tokens", "prompt_len", "time_per_forward_s",
-           "floor_s", "floor_ratio", "compute_floor_s", "roofline_ratio", "kernels_per_step", "cpu_linear", "tokens_per_s", "tpf", "weight_bytes_read", "kv_bytes_read",
+COLUMNS = ["arch", "block", "precision", "device", "engine", "max_new_tokens", "prompt_len",
+           "time_per_forward_s", "floor_s", "floor_ratio", "compute_floor_s", "roofline_ratio",
+           "kernels_per_step", "cpu_linear", "tokens_per_s", "tpf", "weight_bytes_read", "kv_bytes_read",
            "bandwidth_gb_per_s", "status", "note"]  # fmt: skip
 ENGINE_ORDER = ("dlmrt", "dlmrt-eager", "reference", "hf")
 NO_RECORDS = ("not run: no scale_bench records (the DAG does not run `orl bench-scale`; run it, e.g. "
@@ -71,10 +73,11 @@ def build_table3b(records: list[dict]) -> pd.DataFrame:
         metrics, extra = record["metrics"], record.get("extra") or {}
         lines.append({
             "arch": key[0], "block": key[1], "precision": key[2], "device": key[3], "engine": key[4],
-            "max_new_tokens": extra.get("max_new_tokens") or _generated(extra), "prompt_len": extra.get("prompt_len"),
-            **{name: metrics.get(name) for name in ("time_per_forward_s", "floor_s", "floor_ratio", "compute_floor_s",
-                                                    "roofline_ratio", "tokens_per_s", "tpf", "weight_bytes_read",
-                                                    "kv_bytes_read", "bandwidth_gb_per_s")},
+            "max_new_tokens": extra.get("max_new_tokens") or _generated(extra),
+            "prompt_len": extra.get("prompt_len"),
+            **{name: metrics.get(name) for name in (
+                "time_per_forward_s", "floor_s", "floor_ratio", "compute_floor_s", "roofline_ratio",
+                "tokens_per_s", "tpf", "weight_bytes_read", "kv_bytes_read", "bandwidth_gb_per_s")},
             "kernels_per_step": extra.get("kernels_per_step"), "cpu_linear": key[5], "status": "measured",
             "note": extra.get("time_per_forward"),
         })  # fmt: skip

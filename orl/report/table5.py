@@ -13,7 +13,8 @@ training tokens/s per device, peak memory per device (the largest rank's: CUDA's
 the process's peak resident set on a CPU), and per update (docs/method.md §3, means over the run):
 the gated share |C|/|M| (masked positions anchored by the KL term instead of CE; for the no-gate and
 dParallel lines what the gate would have split, or 0), the AEC active share (pairs with a shortfall)
-and the retained fraction of rollouts (extra.gated_share, aec_active_share, retained_fraction); the step-speed benchmark's records (extra.packing true / false) give the
+and the retained fraction of rollouts (extra.gated_share, aec_active_share, retained_fraction); the
+step-speed benchmark's records (extra.packing true / false) give the
 train-step speed with and without packing.
 """
 
@@ -94,8 +95,14 @@ def _cost(records: list[dict], system: str, seeds: list[int | None], index: dict
             present = [v for v in (_step_mean(r, key) for r in trained) if v is not None]
             values[column] = mean(present) if present else None
         # The training run is what the cost claims are about, so compare on its machine and model.
-        values.update({"_gpu": first["env"]["gpu_name"], "_gpu_count": gpu_count(first),
-                       "_model": first["model"]["name"], "_precision": first["model"]["precision"]})  # fmt: skip
+        values.update(
+            {
+                "_gpu": first["env"]["gpu_name"],
+                "_gpu_count": gpu_count(first),
+                "_model": first["model"]["name"],
+                "_precision": first["model"]["precision"],
+            }
+        )
         if len(trained) < len(seeds):
             notes.append(f"train records of {len(trained)} of {len(seeds)} seeds")
     else:
@@ -118,20 +125,29 @@ def build_table5(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
     built = []
     for _, want in pairs:
         m = measure(records, want, suite, index, all_seeds=True)
-        value = {**base_row(m.resolved), "seeds": len(m.recorded_seeds) or None, "n_problems": m.n_problems("quality"),
-                 **tpf_columns(m, "quality"), **pass_columns(m)}  # fmt: skip
+        value = {
+            **base_row(m.resolved),
+            "seeds": len(m.recorded_seeds) or None,
+            "n_problems": m.n_problems("quality"),
+            **tpf_columns(m, "quality"),
+            **pass_columns(m),
+        }
         notes = [value["note"]] if value["note"] else []
         if m.measured:
             aup, aup_note = aup_columns(m, y_max)
             value.update(aup)
             matched = matched_columns(m, reference, tolerance)["matched"]
-            value["operating_point"] = "; ".join(filter(None, [operating_point_text(m), matched and f"AR target: {matched}"]))
+            value["operating_point"] = "; ".join(
+                filter(None, [operating_point_text(m), matched and f"AR target: {matched}"])
+            )
             cost, cost_notes = _cost(records, want.system, m.seeds, index)
             value.update(cost)
             notes += [aup_note, *cost_notes]
             if not m.recorded_seeds:
                 notes.append("training seed not recorded (a train record with extra.seed): one run, no sd")
-        value["train_step_speedup"] = ratio(value.get("step_tokens_per_s_packed"), value.get("step_tokens_per_s_unpacked"))
+        value["train_step_speedup"] = ratio(
+            value.get("step_tokens_per_s_packed"), value.get("step_tokens_per_s_unpacked")
+        )
         value["note"] = "; ".join(filter(None, notes)) or None
         built.append((want, m, value))
     orl = next(((m, v) for want, m, v in built if want.system == ORL), None)
@@ -142,16 +158,23 @@ def build_table5(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
         out.extend(with_claims(value, line.claims, by_id))
     notes = [*prompt_sets([m for _, m, _ in built], ("quality",)), uncertainty_note()]
     if y_max is not None:
-        notes.append(f"AUP: d3LLM's definition (orl/eval/aup.py) with y_max = {y_max:.4g}%, the highest pass@1 "
-                     "among this table's sweep points.")
+        notes.append(
+            f"AUP: d3LLM's definition (orl/eval/aup.py) with y_max = {y_max:.4g}%, the highest pass@1 "
+            "among this table's sweep points."
+        )
     return frame(5, out, claims, notes)
 
 
 def _against_orl(line, orl, y_max: float | None) -> dict:
     """Ablation − ORL for TPF, pass@1 and AUP, paired over the problems both measured."""
-    out = {**stats.comparison_columns("tpf_diff", stats.compare(line.problems, orl.problems, stats.tpf_of, ratio=False)),
-           **stats.comparison_columns("pass_at_1_diff",
-                                      stats.compare(line.problems, orl.problems, stats.pass_of, ratio=False))}
+    out = {
+        **stats.comparison_columns(
+            "tpf_diff", stats.compare(line.problems, orl.problems, stats.tpf_of, ratio=False)
+        ),
+        **stats.comparison_columns(
+            "pass_at_1_diff", stats.compare(line.problems, orl.problems, stats.pass_of, ratio=False)
+        ),
+    }
     if y_max is not None:
         out.update(stats.comparison_columns("aup_diff", stats.compare_aup(line.sweep, orl.sweep, y_max)))
     return out

@@ -83,8 +83,15 @@ def kill_uid(uid: int) -> None:
     """SIGKILL every process of `uid`: kill(-1) sent from a process running as that uid."""
     kill = shutil.which("kill", path=SANDBOX_PATH) or "kill"
     for _ in range(3):  # a fork bomb may fork between rounds; RLIMIT_NPROC keeps the rounds short
-        subprocess.run([kill, "-KILL", "-1"], user=uid, group=uid, extra_groups=[], env={"PATH": SANDBOX_PATH},
-                       capture_output=True, check=False)  # fmt: skip
+        subprocess.run(
+            [kill, "-KILL", "-1"],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            env={"PATH": SANDBOX_PATH},
+            capture_output=True,
+            check=False,
+        )
         if not any(owner_uid(pid) == uid for pid in processes()):
             return
 

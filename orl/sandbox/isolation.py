@@ -79,8 +79,13 @@ def sandbox_view(tmp_bytes: int) -> dict:
     python_dirs = _interpreter_dirs(resolved_system)
     masks = set()
     for folder in [*resolved_system, *python_dirs]:
-        for pattern in ("lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages",
-                        "local/lib/python3*/site-packages", "local/lib/python3*/dist-packages"):  # fmt: skip
+        for pattern in (
+            "lib/python3*/site-packages",
+            "lib/python3*/dist-packages",
+            "lib/python3/dist-packages",
+            "local/lib/python3*/site-packages",
+            "local/lib/python3*/dist-packages",
+        ):
             masks.update(p for p in glob.glob(os.path.join(folder, pattern)) if os.path.isdir(p))
     return {
         "symlinks": symlinks,

@@ -115,7 +115,8 @@ def resolve_isolation(requested: str = "bwrap") -> str:
         if requested == "bwrap":
             raise SandboxUnavailable(
                 f"sandbox: isolation 'bwrap' is required but cannot run here: {problem}. Install bubblewrap, "
-                "or accept the weaker fallback sandbox by name (--isolation fallback; orl.isolation: fallback)"
+                "or accept the weaker fallback sandbox by name (--isolation fallback; orl.isolation: "
+                "fallback)"
             )
         label = resolve_isolation("fallback")
         _warn_fallback(problem, label)
@@ -179,13 +180,22 @@ def _spawn(role: str, job: dict, fds: tuple[int, ...], out_w: int, label: str, l
     if uid is None:  # RLIMIT_NPROC counts every process of the harness's user
         nproc += sum(cleanup.owner_uid(pid) == os.getuid() for pid in cleanup.processes())
     job["confine"] = {
-        "mode": mode, "uid": uid, "cwd": cwd, "harness_pid": os.getpid(), "sync_fd": sync_r,
+        "mode": mode,
+        "uid": uid,
+        "cwd": cwd,
+        "harness_pid": os.getpid(),
+        "sync_fd": sync_r,
         "view": view if mode == "namespaces" else None,
-        "rlimits": {"RLIMIT_CPU": limits.cpu_s or int(limits.timeout_s) + 1, "RLIMIT_AS": limits.memory_mb << 20,
-                    "RLIMIT_FSIZE": limits.file_size_mb << 20, "RLIMIT_NPROC": nproc, "RLIMIT_CORE": 0,
-                    "RLIMIT_NOFILE": limits.max_open_files},
+        "rlimits": {
+            "RLIMIT_CPU": limits.cpu_s or int(limits.timeout_s) + 1,
+            "RLIMIT_AS": limits.memory_mb << 20,
+            "RLIMIT_FSIZE": limits.file_size_mb << 20,
+            "RLIMIT_NPROC": nproc,
+            "RLIMIT_CORE": 0,
+            "RLIMIT_NOFILE": limits.max_open_files,
+        },
         "seccomp": seccomp.program() if mode != "bwrap" else None,
-    }  # fmt: skip
+    }
     bootstrap, code_fd = launch(role)
     argv = [interpreter(), "-I", "-S", "-u", "-c", *bootstrap]
     stdin = _memfd("orl-sandbox-job", marshal.dumps(job))  # the job, read once by the sandbox's trusted code
@@ -197,8 +207,16 @@ def _spawn(role: str, job: dict, fds: tuple[int, ...], out_w: int, label: str, l
             argv = [*bwrap_command(view, env), *seccomp_args, "--", *argv]
         try:
             extra = tuple(fd for fd in (code_fd, sync_r, filter_fd) if fd is not None)
-            proc = subprocess.Popen(argv, stdin=stdin, stdout=out_w, stderr=subprocess.STDOUT, pass_fds=fds + extra,
-                                    start_new_session=True, env=env, cwd=workdir or "/")  # fmt: skip
+            proc = subprocess.Popen(
+                argv,
+                stdin=stdin,
+                stdout=out_w,
+                stderr=subprocess.STDOUT,
+                pass_fds=fds + extra,
+                start_new_session=True,
+                env=env,
+                cwd=workdir or "/",
+            )
         except BaseException:
             if workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
@@ -224,13 +242,23 @@ def _memfd(name: str, data: bytes | None) -> int | None:
     return fd
 
 
-def _run_sample(code: str, test: str, entry_point: str | None, helpers: str, task_id: str, limits: SandboxLimits,
-                label: str) -> ExecutionResult:  # fmt: skip
+def _run_sample(
+    code: str,
+    test: str,
+    entry_point: str | None,
+    helpers: str,
+    task_id: str,
+    limits: SandboxLimits,
+    label: str,
+) -> ExecutionResult:
     cleanup.clean_stale()
     run_id = secrets.token_hex(8)
     parent = memory.cgroup_parent()
-    bound = (memory.CgroupBound(parent, f"{cleanup.PREFIX}{cleanup.owner_tag()}-{run_id}", limits.memory_mb << 20)
-             if parent is not None else None)  # fmt: skip
+    bound = (
+        memory.CgroupBound(parent, f"{cleanup.PREFIX}{cleanup.owner_tag()}-{run_id}", limits.memory_mb << 20)
+        if parent is not None
+        else None
+    )
     verdict_r, verdict_w = os.pipe()
     request_r, request_w = os.pipe()
     reply_r, reply_w = os.pipe()
@@ -239,8 +267,15 @@ def _run_sample(code: str, test: str, entry_point: str | None, helpers: str, tas
     sides: list[_Side] = []
     start = time.monotonic()
     try:
-        judge_job = {**wire, "helpers": helpers, "test": test, "verdict_fd": verdict_w, "request_fd": request_w,
-                     "reply_fd": reply_r, "call_timeout_s": limits.call_timeout_s}  # fmt: skip
+        judge_job = {
+            **wire,
+            "helpers": helpers,
+            "test": test,
+            "verdict_fd": verdict_w,
+            "request_fd": request_w,
+            "reply_fd": reply_r,
+            "call_timeout_s": limits.call_timeout_s,
+        }
         sides.append(_spawn("judge", judge_job, (verdict_w, request_w, reply_r), out_w, label, limits, run_id,
                             bound is not None))  # fmt: skip
         candidate_job = {**wire, "code": code, "request_fd": request_r, "reply_fd": reply_w}
@@ -260,11 +295,17 @@ def _run_sample(code: str, test: str, entry_point: str | None, helpers: str, tas
             bound.adopt(roots)
             for side in sides:
                 os.write(side.sync_w, b"g")
-        guard = bound or memory.TreeWatchdog(limits.memory_mb << 20, roots, _weak_members(label, sides, run_id),
-                                             tmpfs_bytes=limits.tmpfs_mb << 20
-                                             if label != "fallback" and seccomp.program() is not None else None)
-        output, verdict_bytes, outcome = _collect(out_r, verdict_r, start + limits.timeout_s, limits.output_bytes,
-                                                  guard)  # fmt: skip
+        guard = bound or memory.TreeWatchdog(
+            limits.memory_mb << 20,
+            roots,
+            _weak_members(label, sides, run_id),
+            tmpfs_bytes=limits.tmpfs_mb << 20
+            if label != "fallback" and seccomp.program() is not None
+            else None,
+        )
+        output, verdict_bytes, outcome = _collect(
+            out_r, verdict_r, start + limits.timeout_s, limits.output_bytes, guard
+        )
         verdict = _parse_verdict(verdict_bytes)
         if verdict is not None and verdict.get("candidate_ended"):
             try:  # let the candidate's sandbox report how its process ended
@@ -391,15 +432,25 @@ def describe_exit(returncode: int | None) -> str:
             name = signal.Signals(number).name
         except ValueError:
             name = f"signal {number}"
-        why = {"SIGXCPU": ": CPU time limit", "SIGKILL": "", "SIGXFSZ": ": file size limit", "SIGSEGV": ": crashed"}
+        why = {
+            "SIGXCPU": ": CPU time limit",
+            "SIGKILL": "",
+            "SIGXFSZ": ": file size limit",
+            "SIGSEGV": ": crashed",
+        }
         return f"killed by {name}{why.get(name, '')}"
     return f"exited with status {returncode}"
 
 
-def _verdict(verdict: dict | None, outcome: str, returncodes: list, limits: SandboxLimits) -> tuple[bool, str]:
+def _verdict(
+    verdict: dict | None, outcome: str, returncodes: list, limits: SandboxLimits
+) -> tuple[bool, str]:
     """(passed, result) of a run from the test process's verdict and how the run ended."""
     if outcome == "memory":
-        return False, f"failed: memory limit: the run's processes held more than {limits.memory_mb} MB together"
+        return (
+            False,
+            f"failed: memory limit: the run's processes held more than {limits.memory_mb} MB together",
+        )
     if outcome == "timed out":
         return False, "timed out"
     if verdict is None:

@@ -156,7 +156,8 @@ def loads(data: bytes):
 
 
 def send(fd: int, message: dict, limit: int) -> None:
-    """Write one frame; NotPlainData when it is not plain data or too large, OSError when the reader is gone."""
+    """Write one frame; NotPlainData when it is not plain data or too large, OSError when the reader is
+    gone."""
     payload = dumps(message, limit)
     view = memoryview(_length(len(payload)) + payload)
     while view:

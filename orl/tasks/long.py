@@ -173,7 +173,8 @@ def clamp_map(rng: random.Random, diff: Difficulty) -> Spec:
     def branches(r: random.Random) -> str:
         out, c, v = _names(r, FIRST_NAMES, SECOND_NAMES, LOOP_VARS)
         return (f"    {out} = []\n    {c} = 0\n    for {v} in {arg}:\n        if {v} < {lo}:\n"
-                f"            {v} = {lo}\n            {c} += 1\n        elif {v} > {hi}:\n            {v} = {hi}\n"
+                f"            {v} = {lo}\n            {c} += 1\n        elif {v} > {hi}:\n            {v} "
+                f"= {hi}\n"
                 f"            {c} += 1\n        {out}.append({apply_op(op, v, r)})\n    return {out}, {c}\n")
 
     def min_max(r: random.Random) -> str:
@@ -249,7 +250,8 @@ def running_totals(rng: random.Random, diff: Difficulty) -> Spec:
     def branch(r: random.Random) -> str:
         out, t, c, v = _names(r, ["out", "result", "res"], SUM_NAMES, SECOND_NAMES, LOOP_VARS)
         return (f"    {out} = []\n    {t} = 0\n    {c} = 0\n    for {v} in {arg}:\n"
-                f"        if {cond.code.format(v)}:\n            {t} += {apply_op(op, v, r)}\n            {c} += 1\n"
+                f"        if {cond.code.format(v)}:\n            {t} += {apply_op(op, v, r)}\n            "
+                f"{c} += 1\n"
                 f"        {out}.append({t})\n    return {out}, {c}\n")
 
     def counted_after(r: random.Random) -> str:

@@ -88,7 +88,8 @@ def list_map(rng: random.Random, diff: Difficulty) -> Spec:
 
     def loop(r: random.Random) -> str:
         v, acc = r.choice(LOOP_VARS), r.choice(ACC_NAMES)
-        return f"    {acc} = []\n    for {v} in {arg}:\n        {acc}.append({apply_op(op, v, r)})\n    return {acc}\n"
+        return (f"    {acc} = []\n    for {v} in {arg}:\n        {acc}.append({apply_op(op, v, r)})\n    "
+                f"return {acc}\n")
 
     def builtin(r: random.Random) -> str:
         v = r.choice(LOOP_VARS)
@@ -210,7 +211,8 @@ def conditional(rng: random.Random, diff: Difficulty) -> Spec:
         )
 
     def ternary(r: random.Random) -> str:
-        return f"    return {apply_op(then_op, arg, r)} if {cond.code.format(arg)} else {apply_op(else_op, arg, r)}\n"
+        return (f"    return {apply_op(then_op, arg, r)} if {cond.code.format(arg)} else "
+                f"{apply_op(else_op, arg, r)}\n")
 
     def reference(x):
         return then_op.fn(x) if cond.fn(x) else else_op.fn(x)

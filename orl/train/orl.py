@@ -242,7 +242,8 @@ def read_log(out_dir: Path) -> list[dict]:
 
 
 def warn_nothing_retained(update: int, rows: int) -> None:
-    print(f"WARNING: orl update {update}: NOTHING RETAINED: none of the {rows} rollouts passed its tests, so this "
+    print(f"WARNING: orl update {update}: NOTHING RETAINED: none of the {rows} rollouts passed its tests, "
+          "so this "
           "update has no self-generated targets and changes nothing (train the base model longer, lower "
           "orl.tau_train or orl.rollout_temperature)", file=sys.stderr, flush=True)
 

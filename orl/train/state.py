@@ -96,7 +96,8 @@ def save_train_state(out_dir: Path, model: torch.nn.Module, optimizer: torch.opt
 
 
 def _remove_all_but(state_dir: Path, name: str) -> None:
-    """Delete the previous step's folder and the leftovers of killed writes (after the manifest names `name`)."""
+    """Delete the previous step's folder and the leftovers of killed writes (after the manifest names
+    `name`)."""
     for path in state_dir.iterdir():
         if path.name not in ("state.json", name):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
@@ -137,7 +138,8 @@ def resumed_settings(out_dir: str | Path) -> dict | None:
 
 def load_train_state(out_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, digest: str,
                      world: World) -> dict | None:
-    """Restore the last committed checkpoint of this run into `model` and `optimizer`; None when there is none."""
+    """Restore the last committed checkpoint of this run into `model` and `optimizer`; None when there is
+    none."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
@@ -169,7 +171,8 @@ def load_train_state(out_dir: Path, model: torch.nn.Module, optimizer: torch.opt
 
 def export_model(model: torch.nn.Module, tokenizer, out_dir: Path, world: World, *, extra_config: dict | None,
                  max_shard_bytes: int | None = None) -> None:
-    """The trained model as an HF-layout checkpoint in `out_dir`, written by rank 0 (shards gathered first)."""
+    """The trained model as an HF-layout checkpoint in `out_dir`, written by rank 0 (shards gathered
+    first)."""
     from orl.model.checkpoint import save_checkpoint
 
     if not world.distributed:

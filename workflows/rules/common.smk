@@ -1,4 +1,6 @@
-# Configuration checks, path helpers, and the rows of orl/rows.py that the other rule files run.
+# Configuration checks, the profile's values, and the rows of orl/rows.py that the other rule files run.
+# The functions the rules call (checkpoint folders, record files, a run's inputs and flags, why a row
+# cannot run here) live in orl/workflow_dag.py, bound here to the profile's values.
 # Every job that runs a model passes the config's --device (and --dtype where it decodes), requests
 # a GPU where the device is CUDA, and names its row with --system from orl/rows.py.
 #
@@ -8,22 +10,20 @@
 # show each suite; the first is the main one, that of Tables 4-5, the entropy figure and the
 # speed-vs-length runs), so one prompt set (`eval_limit` problems) serves every job of a suite.
 import os
-import re
 import sys
+from functools import partial
 from pathlib import Path
 
 from snakemake.utils import validate
 
-from orl import rows
-from orl.engines.registry import ENGINE_NAMES
-from orl.engines.serving import SERVING_ENGINES, VLLM_ENV_MISSING
+from orl import rows, workflow_dag
+from orl.engines.serving import SERVING_ENGINES
 from orl.eval.operating_point import write_strict_point
-from orl.records import not_run, write_records
 from orl.report.gate import write_gate
 from orl.rows import ROW
 from orl.train.config import load_preset
-from orl.train.pretrain import STAGE_SECTIONS
 from orl.workflow_config import config_problem
+from orl.workflow_dag import limit_flag, one_of, run_id
 
 CONFIG_FILES = ", ".join(str(path) for path in workflow.configfiles)  # named in configuration errors
 # One line naming the key (Snakemake's own validate would print the whole schema); validate then fills
@@ -74,12 +74,8 @@ ROLLOUT_ENGINE = config.get("rollout_engine", "recompute")  # ORL training jobs:
 TRAIN_PRESET = load_preset(config["preset"], config.get("train_config")) if TRAINS else None
 
 
-def preset_digest(stage):
-    """The hash of the preset sections that shape a training stage (orl/train/pretrain.py
-    STAGE_SECTIONS), as a param: an edited preset file or train_config reruns exactly the stages it
-    changes, which no input file would tell Snakemake (the preset is not a file of this DAG).
-    A fresh clone has no stored params, so its committed records stay up to date."""
-    return TRAIN_PRESET.digest(*STAGE_SECTIONS[stage]) if TRAIN_PRESET is not None else ""
+# The hash of the preset sections that shape a training stage, as a param (orl/workflow_dag.py).
+preset_digest = partial(workflow_dag.preset_digest, TRAIN_PRESET)
 
 
 # Instruct checkpoints (config `chat: true`): every job that decodes a suite sends its prompts through the
@@ -116,26 +112,12 @@ SEEDS = list(config["seeds"]) if TRAINS else [None]
 PRIMARY = SEEDS[0]  # the seed whose checkpoint Tables 2 and 3, NVFP4 and the figures decode
 
 
-def trained(row):
-    """Whether this DAG trains the row's checkpoint (once per seed): ORL itself and its ablations."""
-    return TRAINS and (row.key == rows.TRAINED or row.ablation is not None)
-
-
-def seeds_of(row):
-    return SEEDS if trained(row) else [None]
-
-
-def run_id(row, seed):
-    return row.key if seed is None else f"{row.key}_seed{seed}"
-
+# The rows' runs (orl/workflow_dag.py Seeds): trained(row), seeds_of(row), runs_of(rows_, primary_only).
+_SEEDS = workflow_dag.Seeds(trains=TRAINS, seeds=SEEDS)
+trained, seeds_of, runs_of = _SEEDS.trained, _SEEDS.seeds_of, _SEEDS.runs_of
 
 # run id -> (row, seed) for every row this profile runs
 RUNS = {run_id(row, seed): (row, seed) for row in RUN.values() for seed in seeds_of(row)}
-
-
-def runs_of(rows_, primary_only=False):
-    """(row, seed) of every run of `rows_` (of their primary seed only, with primary_only)."""
-    return [(row, seed) for row in rows_ for seed in (seeds_of(row)[:1] if primary_only else seeds_of(row))]
 
 
 # ------------------------------------------------------------------------------------------
@@ -149,158 +131,26 @@ DERIVED = {"orl-nvfp4", "orl-sdar"}
 BUILT_HERE = DERIVED | TRAINED_KEYS | (set() if PAPER else {"ar", "draft", "dlm"})
 
 
-def is_checkpoint(path):
-    return bool(path) and os.path.isfile(os.path.join(path, "config.json"))
-
-
-def ckpt_missing(key):
-    """Why checkpoint `key` is not there on this profile, or None. A checkpoint built from orl (quantized,
-    exported) is missing where orl is. Nothing is ever downloaded: an absent local path is a "not run" row."""
-    if key in DERIVED:
-        return ckpt_missing(ROW[rows.TRAINED].ckpt)
-    if key in TRAINED_KEYS:  # trained here from the base dLLM
-        return ckpt_missing("dlm")
-    if key in BUILT_HERE:
-        return None
-    if is_checkpoint(GIVEN.get(key)):
-        return None
-    if GIVEN.get(key):
-        return f"checkpoint not found at {GIVEN[key]} (checkpoints.{key}: a local folder with config.json)"
-    return f"no {key} checkpoint on the {PROFILE} profile (checkpoints.{key}: a local directory; nothing is downloaded)"
-
-
-def ckpt(key, seed=None):
-    """Directory of checkpoint `key` (of training seed `seed`; default the primary seed's), built here or
-    the local path the config gives; None: neither."""
-    if key in TRAINED_KEYS:
-        return f"{CKPT}/{key}_seed{PRIMARY if seed is None else seed}"
-    if key in BUILT_HERE:
-        return f"{CKPT}/{key}"
-    return GIVEN[key] if is_checkpoint(GIVEN.get(key)) else None
-
-
-def ckpt_done(key, seed=None):
-    """The file whose presence means a checkpoint is complete (config.json is written last)."""
-    return f"{ckpt(key, seed)}/config.json"
-
-
-def missing(row):
-    """Why this profile cannot run `row` (an engine this build lacks, a serving stack on a CPU profile, a
-    checkpoint it neither builds nor is given), or None. The device comes before the checkpoints, as in
-    `orl bench-latency`: nothing is built for a row that cannot run here whatever its checkpoints."""
-    if row.engine not in ENGINE_NAMES:
-        return f"engine {row.engine!r} is not in this build (orl.engines.registry.ENGINE_NAMES)"
-    if row.engine in SERVING_ENGINES and not config["device"].startswith("cuda"):
-        if row.engine != "vllm":
-            return row.needs
-        if not (VLLM_PYTHON and os.access(VLLM_PYTHON, os.X_OK)):  # vLLM's CPU build runs these rows (vllm.smk)
-            return VLLM_ENV_MISSING
-    for key in (row.ckpt, row.draft):
-        if key and ckpt_missing(key):
-            return ckpt_missing(key)
-    if row.point and row.point != row.key:
-        return missing(ROW[row.point])
-    reference = ROW[rows.MATCH_REFERENCE]
-    if row.sweep and row is not reference and missing(reference):
-        # The operating point is matched to the AR target's pass@1 (docs/method.md §4).
-        return f"no operating point without the AR target's pass@1 ({rows.MATCH_REFERENCE}: {missing(reference)})"
-    return None
+# Checkpoints, record files, a run's inputs and flags, and why a row cannot run here (orl/workflow_dag.py
+# Plan): the names the rule files call.
+PLAN = workflow_dag.Plan(profile=PROFILE, results=RESULTS, ckpt_dir=CKPT, device=config["device"],
+                         vllm_python=VLLM_PYTHON, seeds=_SEEDS, suites=SUITES, given=GIVEN,
+                         trained_keys=frozenset(TRAINED_KEYS), derived=frozenset(DERIVED),
+                         built_here=frozenset(BUILT_HERE))  # fmt: skip
+ckpt, ckpt_done, ckpt_of, missing = PLAN.ckpt, PLAN.ckpt_done, PLAN.ckpt_of, PLAN.missing
 
 
 # ------------------------------------------------------------------------------------------
 # Runs: their files, inputs and flags
 # ------------------------------------------------------------------------------------------
 
-
-def latency_file(row, seed, suite):
-    return f"{RESULTS}/latency/{suite}/{run_id(row, seed)}.jsonl"
-
-
-def quality_file(row, seed, suite):
-    """A swept row's pass@1 is its chosen operating point's (operating_point); the others are measured."""
-    prefix = "op" if row.sweep else "row"
-    return f"{RESULTS}/quality/{suite}/{prefix}_{run_id(row, seed)}.jsonl"
-
-
-def extra_quality_file(row, seed, suite):
-    """Table 1 on an extra suite (HumanEval): at the operating point of the main suite."""
-    return f"{RESULTS}/quality/{suite}/row_{run_id(row, seed)}.jsonl"
-
-
-def sweep_file(row, seed, suite):
-    return f"{RESULTS}/sweep/{suite}/{run_id(row, seed)}.jsonl"
-
-
-def point_run(row, seed):
-    """The run whose operating point `row` decodes at: its `point` row, on the same training seed."""
-    point = ROW[row.point]
-    return point, ((PRIMARY if seed is None else seed) if trained(point) else None)
-
-
-def point_file(row, seed, suite, strict=False):
-    """The operating point a run decodes at; strict: its strict-threshold variant (Table 3, rule strict_point)."""
-    point, point_seed = point_run(row, seed)
-    return f"{RESULTS}/oppoint/{'strict/' if strict else ''}{suite}/{run_id(point, point_seed)}.json"
-
-
-def train_file(row, seed):
-    return f"{RESULTS}/train/{row.ablation or row.key}{'' if seed is None else f'_seed{seed}'}.jsonl"
-
-
-def engine_file(suite):
-    return f"{RESULTS}/engine/{suite}/bench.jsonl"
-
-
-def serving_bench_file(row, suite):
-    """A serving stack's Table 3 record (rule serving_bench)."""
-    return f"{RESULTS}/engine/{suite}/{row.key}.jsonl"
-
-
-def length_file(tokens):
-    return f"{RESULTS}/engine/length/{tokens}.jsonl"
-
-
-def entropy_file(row):
-    return f"{RESULTS}/entropy/{run_id(row, seeds_of(row)[0])}.jsonl"
-
+latency_file, quality_file, extra_quality_file = PLAN.latency_file, PLAN.quality_file, PLAN.extra_quality_file
+sweep_file, point_file, train_file = PLAN.sweep_file, PLAN.point_file, PLAN.train_file
+engine_file, serving_bench_file, length_file = PLAN.engine_file, PLAN.serving_bench_file, PLAN.length_file
+entropy_file, sweep_suites = PLAN.entropy_file, PLAN.sweep_suites
+row_inputs, row_flags = PLAN.row_inputs, PLAN.row_flags
 
 PACKING_FILE = f"{RESULTS}/train/packing.jsonl"
-
-
-def ckpt_of(row, seed):
-    """The checkpoint key and seed a run decodes: its own training seed where the checkpoint is trained."""
-    return row.ckpt, (seed if row.ckpt in TRAINED_KEYS else None)
-
-
-def row_inputs(row, seed, suite, strict=False):
-    """The checkpoints a run decodes and the operating point it decodes at (of `suite`)."""
-    key, key_seed = ckpt_of(row, seed)
-    inputs = [ckpt_done(key, key_seed)] + ([ckpt_done(row.draft)] if row.draft else [])
-    return inputs + ([point_file(row, seed, suite, strict)] if row.point else [])
-
-
-def row_flags(row, seed, suite, strict=False):
-    """The flags that say which system runs: engine, method, checkpoints, policy and display name."""
-    flags = [f"--engine {row.engine}", f"--ckpt {ckpt(*ckpt_of(row, seed))}", f"--system '{row.system}'"]
-    if row.method:
-        flags.append(f"--method {row.method}")
-    if row.draft:
-        flags.append(f"--draft {ckpt(row.draft)}")
-    if row.point:
-        flags.append(f"--policy @{point_file(row, seed, suite, strict)}")
-    elif row.policy:
-        flags.append(f"--policy {row.policy}")
-    return " ".join(flags)
-
-
-def one_of(keys):
-    """A wildcard constraint matching exactly these keys (nothing when there are none)."""
-    keys = [str(key) for key in keys]
-    return "|".join(re.escape(key) for key in keys) if keys else "(?!)"
-
-
-def limit_flag(limit):
-    return f"--limit {limit}" if limit else ""
 
 
 LATENCY_ROWS = [row for row in RUN.values() if row.tables & {1, 2}]
@@ -317,11 +167,6 @@ ENGINE_MISSING = missing(ENGINE_ROW)  # Table 3's bench-engine and the length ru
 TABLE1_SWEPT = [row for row in SWEEP_ROWS if 1 in row.tables]
 
 
-def sweep_suites(row):
-    """Rows of Tables 1 and 2 are swept on every suite; the others (Table 5) on the main one."""
-    return SUITES if row.tables & {1, 2} else [MAIN]
-
-
 SWEEP_JOBS = [(row, seed, suite) for row, seed in runs_of(SWEEP_ROWS) for suite in sweep_suites(row)]
 LATENCY_JOBS = [(row, seed, suite) for row, seed in runs_of(LATENCY_ROWS) for suite in SUITES]
 QUALITY_JOBS = [(row, seed, suite) for row, seed in runs_of(QUALITY_ROWS) for suite in SUITES]
@@ -331,29 +176,11 @@ EXTRA_MISSING = [(row, seed, suite) for row, seed in runs_of([r for r in RUN.val
                                                                and missing(r)]) for suite in EXTRA_SUITES]
 
 
-def table_inputs(table):
-    """The record files the DAG writes for a table's rows (the renderer reads the whole folder)."""
-    run = [row for row in RUN.values() if table in row.tables]
-    if table in (1, 2):
-        # Table 2 shows each system on its primary seed only (so `make reproduce` trains ORL once).
-        wanted = {(r, s) for r, s in runs_of(run, primary_only=table == 2)}
-        files = [latency_file(r, s, x) for r, s, x in LATENCY_JOBS if (r, s) in wanted]
-        files += [quality_file(r, s, x) for r, s, x in LATENCY_JOBS + QUALITY_JOBS
-                  if (r, s) in wanted and (r.sweep or r in QUALITY_ROWS)]  # fmt: skip
-        files += [sweep_file(r, s, x) for r, s, x in SWEEP_JOBS if (r, s) in wanted and x in SUITES]
-        if table == 2:  # matched to the AR target: its quality record on every suite
-            files += [quality_file(ROW[rows.MATCH_REFERENCE], None, x) for x in SUITES]
-        if table == 1:
-            files += [extra_quality_file(r, s, x) for r, s, x in EXTRA_JOBS + EXTRA_MISSING]
-        return sorted(set(files))
-    if table == 3:
-        return [engine_file(suite) for suite in SUITES] + [serving_bench_file(r, x) for r in SERVING_BENCH_ROWS
-                                                          for x in SUITES]
-    if table == 5:
-        files = [quality_file(r, s, MAIN) for r, s in runs_of(run)]
-        files += [sweep_file(r, s, MAIN) for r, s in runs_of(run) if r in SWEEP_ROWS]
-        return files + [train_file(r, s) for r, s in runs_of(run)] + [PACKING_FILE]
-    return []  # Table 4: contributed hardware results (results/hardware/); Table 3b: records already there
+# The record files the DAG writes for a table's rows: table_inputs(table).
+JOBS = workflow_dag.Jobs(run=RUN, latency=LATENCY_JOBS, quality_rows=QUALITY_ROWS, quality=QUALITY_JOBS,
+                         sweep_rows=SWEEP_ROWS, sweep=SWEEP_JOBS, extra=EXTRA_JOBS, extra_missing=EXTRA_MISSING,
+                         serving_bench_rows=SERVING_BENCH_ROWS, packing_file=PACKING_FILE)  # fmt: skip
+table_inputs = partial(PLAN.table_inputs, jobs=JOBS)
 
 
 # ------------------------------------------------------------------------------------------
@@ -390,17 +217,7 @@ if PAPER:
                              "tiny profiles (one process, `orl bench-replay`)", None)  # fmt: skip
 
 
-def runnable(jobs, file_of):
-    """The run ids of the jobs whose `file_of` output this profile measures."""
-    return sorted({run_id(row, seed) for row, seed, suite in jobs if file_of(row, seed, suite) not in NOT_RUN})
-
-
-def write_not_run(path):
-    kind, row, reason, suite = NOT_RUN[path]
-    # The record says what a measured one would (so that a Table 1 family line, which matches the model's
-    # name, and the NVFP4 line, which matches its precision, find it): a given checkpoint's folder name,
-    # as the loader names models, and the row's precision.
-    name = os.path.basename(os.path.normpath(GIVEN[row.ckpt])) if GIVEN.get(row.ckpt) else row.system
-    precision = next((line.precision for line in row.lines if line.precision), "unknown")
-    write_records(path, [not_run(kind, system=row.system, engine=row.engine, reason=reason, suite=suite,
-                                 model={"name": name, "precision": precision})])
+# runnable(jobs, file_of): the run ids of the jobs whose `file_of` output this profile measures;
+# write_not_run(path): rule not_run's record (orl/workflow_dag.py).
+runnable = partial(workflow_dag.runnable, not_run_files=NOT_RUN)
+write_not_run = partial(workflow_dag.write_not_run, not_run_files=NOT_RUN, given=GIVEN)

@@ -1,6 +1,6 @@
 # Rendering: tables 1-5 (md, tex, csv), figures (png, pdf) and index.md from the record files; the
 # replay packing benchmark of Table 5; the regression gate's file. What each table reads follows
-# from the rows of orl/rows.py (common.smk: table_inputs).
+# from the rows of orl/rows.py (common.smk: table_inputs, orl/workflow_dag.py Plan.table_inputs).
 
 LENGTH_FILES = [length_file(tokens) for tokens in config["length_sweep"]]
 FIGURE_INPUTS = sorted(set([sweep_file(*job) for job in SWEEP_JOBS] + [entropy_file(row) for row in ENTROPY_ROWS]

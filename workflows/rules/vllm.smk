@@ -16,27 +16,9 @@ EXPORTED = sorted({key for row in VLLM_ROWS for key in (row.ckpt, row.draft) if 
                    and key in BUILT_HERE})  # fmt: skip
 
 
-def vllm_ckpt(key):
-    return f"{CKPT}/{key}-qwen3" if key in EXPORTED else ckpt(key)
-
-
-def spec_file(row, suite):
-    return f"{RESULTS}/oppoint/{suite}/spec_{row.key}.json"
-
-
-def vllm_inputs(row, suite, sweep=True):
-    files = [f"{vllm_ckpt(key)}/config.json" for key in (row.ckpt, row.draft) if key]
-    return files + ([spec_file(row, suite)] if sweep and row.draft else [])
-
-
-def vllm_flags(row, suite, sweep=True):
-    flags = [f"--engine vllm --method {row.method} --ckpt {vllm_ckpt(row.ckpt)} --system '{row.system}'"]
-    if row.draft:
-        flags.append(f"--draft {vllm_ckpt(row.draft)}")
-        if sweep:
-            flags.append(f"--num-speculative-tokens @{spec_file(row, suite)}")
-    return " ".join(flags)
-
+# The checkpoints vLLM serves, its sweep's choice and the flags of its runs (orl/workflow_dag.py VllmPlan).
+_VLLM = workflow_dag.VllmPlan(plan=PLAN, exported=frozenset(EXPORTED))
+vllm_ckpt, spec_file, vllm_inputs, vllm_flags = _VLLM.ckpt, _VLLM.spec_file, _VLLM.inputs, _VLLM.flags
 
 VLLM_RUN = one_of(row.key for row in VLLM_ROWS)
 ruleorder: vllm_latency > latency
