@@ -200,6 +200,10 @@ def missing(row):
             return ckpt_missing(key)
     if row.point and row.point != row.key:
         return missing(ROW[row.point])
+    if row.verification == "relaxed" and missing(ROW[rows.RELAXED_REFERENCE]):
+        # Its δ is chosen at ORL's accuracy (rule relaxed_sweep, docs/metrics.md).
+        return (f"no relaxed operating point without ORL's pass@1 "
+                f"({rows.RELAXED_REFERENCE}: {missing(ROW[rows.RELAXED_REFERENCE])})")
     reference = ROW[rows.MATCH_REFERENCE]
     if row.sweep and row is not reference and missing(reference):
         # The operating point is matched to the AR target's pass@1 (docs/method.md §4).
@@ -243,6 +247,11 @@ def point_file(row, seed, suite, strict=False):
     return f"{RESULTS}/oppoint/{'strict/' if strict else ''}{suite}/{run_id(point, point_seed)}.json"
 
 
+def relaxed_file(row, suite):
+    """A relaxed row's δ: `orl spec-sweep --deltas`'s choice on `suite` (rule relaxed_sweep)."""
+    return f"{RESULTS}/oppoint/{suite}/relaxed_{row.key}.json"
+
+
 def train_file(row, seed):
     return f"{RESULTS}/train/{row.ablation or row.key}{'' if seed is None else f'_seed{seed}'}.jsonl"
 
@@ -272,15 +281,18 @@ def ckpt_of(row, seed):
     return row.ckpt, (seed if row.ckpt in TRAINED_KEYS else None)
 
 
-def row_inputs(row, seed, suite, strict=False):
-    """The checkpoints a run decodes and the operating point it decodes at (of `suite`)."""
+def row_inputs(row, seed, suite, strict=False, relaxed=True):
+    """The checkpoints a run decodes and the operating point it decodes at (of `suite`); a relaxed row's δ
+    file too, unless `relaxed` is False (the δ sweep itself)."""
     key, key_seed = ckpt_of(row, seed)
     inputs = [ckpt_done(key, key_seed)] + ([ckpt_done(row.draft)] if row.draft else [])
+    inputs += [relaxed_file(row, suite)] if relaxed and row.verification == "relaxed" else []
     return inputs + ([point_file(row, seed, suite, strict)] if row.point else [])
 
 
-def row_flags(row, seed, suite, strict=False):
-    """The flags that say which system runs: engine, method, checkpoints, policy and display name."""
+def row_flags(row, seed, suite, strict=False, relaxed=True):
+    """The flags that say which system runs: engine, method, checkpoints, policy, verification (a relaxed
+    row's chosen δ, unless `relaxed` is False) and display name."""
     flags = [f"--engine {row.engine}", f"--ckpt {ckpt(*ckpt_of(row, seed))}", f"--system '{row.system}'"]
     if row.method:
         flags.append(f"--method {row.method}")
@@ -290,6 +302,8 @@ def row_flags(row, seed, suite, strict=False):
         flags.append(f"--policy @{point_file(row, seed, suite, strict)}")
     elif row.policy:
         flags.append(f"--policy {row.policy}")
+    if relaxed and row.verification == "relaxed":
+        flags.append(f"--verification @{relaxed_file(row, suite)}")
     return " ".join(flags)
 
 
@@ -315,6 +329,7 @@ SERVING_BENCH_ROWS = [row for row in RUN.values() if 3 in row.tables and row.eng
 TABLE5_ROWS = [row for row in RUN.values() if 5 in row.tables]
 ENGINE_MISSING = missing(ENGINE_ROW)  # Table 3's bench-engine and the length runs need its checkpoint
 TABLE1_SWEPT = [row for row in SWEEP_ROWS if 1 in row.tables]
+RELAXED_ROWS = [row for row in RUN.values() if row.verification == "relaxed" and not missing(row)]
 
 
 def sweep_suites(row):
