@@ -210,3 +210,56 @@ def test_relaxed_accepts_more_per_forward_and_keeps_the_rule(flat_pair, tokenize
     assert (ratios < 1.0).any() and (ratios >= delta - 1e-5).all()
     assert b.tpf > a.tpf and b.nfe < a.nfe
     assert a.tpf < 1.5  # the strict target rejects almost every drafted token
+
+
+# --------------------------------------------------------------------------------------
+# Choosing δ: `orl spec-sweep --deltas`, matched to ORL's accuracy
+# --------------------------------------------------------------------------------------
+
+
+def _outcomes(passed: list[bool]) -> list[dict]:
+    return [{"task_id": f"t{i}", "passed": p} for i, p in enumerate(passed)]
+
+
+def test_choose_delta_is_the_fastest_point_within_half_a_point_of_the_reference():
+    from orl.eval.speculative import choose_delta
+    from orl.rows import RELAXED_TOLERANCE
+
+    ref = {"per_problem": _outcomes([True] * 150 + [False] * 50)}  # 0.75
+    points = [{"verification": f"relaxed:{d:g}", "delta": d, "pass_at_1": p / 200, "acceptance_length": a,
+               "per_problem": _outcomes([True] * p + [False] * (200 - p))}
+              for d, p, a in ((1.0, 151, 3.0), (0.7, 150, 3.4), (0.5, 149, 3.6), (0.3, 140, 4.2))]
+    chosen = choose_delta(points, ref, "ref.jsonl", RELAXED_TOLERANCE)
+    # 0.745 is within 0.5 points of 0.75; 0.70 is not: δ = 0.5 is the fastest match.
+    assert chosen.policy == "relaxed:0.5" and chosen.value == 0.5 and chosen.matched
+    assert chosen.matching == [0.5, 0.7, 1.0] and chosen.edge is None
+    assert chosen.to_dict()["delta"] == 0.5
+
+
+def test_spec_sweep_deltas_writes_a_choice_the_engines_read(tmp_path, capsys):
+    from orl.cli import main
+    from orl.commands.engine_args import verification_arg
+    from orl.records import make_record, write_records
+    from orl.tasks import load_suite
+
+    problems = load_suite("tinycode", limit=1)
+    reference = tmp_path / "orl.jsonl"
+    write_records(reference, [make_record(
+        "quality", system="dLLM + ORL", engine="dlmrt", model={"name": "x", "ckpt": None, "ckpt_sha256": None,
+                                                                 "precision": "float32"},
+        metrics={"pass_at_1": 0.0}, suite="tinycode", n_problems=1,
+        per_problem=[{"task_id": p["task_id"], "passed": False, "result": "failed", "completion": "", "nfe": 1,
+                      "tokens": 1} for p in problems])])
+    out = tmp_path / "delta.json"
+    base = ["spec-sweep", "--engine", "hf-assisted", "--ckpt", str(BASE / "ar"), "--draft", str(BASE / "draft"),
+            "--limit", "1", "--max-new-tokens", "8", "--out", str(out), "--no-progress"]
+    assert main([*base, "--deltas", "1,0.5", "--reference", str(reference)]) == 0
+    printed = capsys.readouterr().out
+    written = json.loads(out.read_text())
+    assert [p["delta"] for p in written["points"]] == [1.0, 0.5]
+    assert written["verification"] in ("relaxed:1", "relaxed:0.5") and "no dev split" in written["split"]
+    assert printed.strip().splitlines()[-1] == f"verification={written['verification']}"
+    assert verification_arg(f"@{out}") == Verification.parse(written["verification"])
+    assert main([*base, "--deltas", "1,0"]) == 2  # no reference, and a bad δ: refused before any run
+    assert main([*base, "--deltas", "1,0", "--reference", str(reference)]) == 2
+    assert "delta must be a number in (0, 1]" in capsys.readouterr().err
