@@ -92,9 +92,9 @@ class DFlashEngine:
         rule = self.verification
         policy = {"name": "dflash-relaxed" if rule.relaxed else "dflash-greedy",
                   "params": {"block_size": self.block, "verification": str(rule)}}
-        return checkpoint_info(self.name, self.ckpt, self.device, policy=policy,
-                               settings={"drafter": str(self.drafter.path), "stop_at_eos": not self.ignore_eos,
-                                         "verification": rule.to_record()},
+        settings = {"drafter": str(self.drafter.path), "stop_at_eos": not self.ignore_eos,
+                    "verification": rule.to_record()}
+        return checkpoint_info(self.name, self.ckpt, self.device, policy=policy, settings=settings,
                                speculative=True)
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:

@@ -242,8 +242,8 @@ class HFEngine:
         )
 
     def _logits(self, model, cache, tokens: list[int]) -> torch.Tensor:
-        """One forward of `model` over `tokens` after what `cache` holds; float32 logits [len(tokens), V], with
-        <eos> impossible in speed runs (what transformers' min_new_tokens does for the strict path)."""
+        """One forward of `model` over `tokens` after what `cache` holds; float32 logits [len(tokens), V],
+        with <eos> impossible in speed runs (what transformers' min_new_tokens does for the strict path)."""
         out = model(input_ids=torch.tensor([tokens], device=self.device), cache=cache, use_cache=True)
         logits = out.logits[0].float()
         if self.ignore_eos:
@@ -297,7 +297,8 @@ class HFEngine:
             generated = cut_at_eos(generated, self.tokenizer.eos_ids)
         generated = generated[:max_new_tokens]
         return Generation(
-            token_ids=generated, text=self.tokenizer.decode_completion(generated), nfe=self.target_forwards.count,
-            prefill_forwards=1, wall_time_s=wall, draft_forwards=self.draft_forwards.count,
+            token_ids=generated, text=self.tokenizer.decode_completion(generated),
+            nfe=self.target_forwards.count, prefill_forwards=1, wall_time_s=wall,
+            draft_forwards=self.draft_forwards.count,
             extra={"drafted_tokens": drafted, "accepted_tokens": accepted},
         )

@@ -58,8 +58,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 # temperature 0), "synthetic" (acceptance at preset rates, a benchmark that ignores the target) and "block"
 # (block verification, lossless); read in vllm 0.32.0's vllm/config/speculative.py. SGLang's is
 # engines/sglang.py's `relaxed_arguments`.
-VLLM_NO_RELAXED = ("vLLM has no relaxed acceptance rule (SpeculativeConfig.rejection_sample_method: standard, "
-                   "synthetic or block; all lossless or synthetic)")
+VLLM_NO_RELAXED = ("vLLM has no relaxed acceptance rule (SpeculativeConfig.rejection_sample_method: "
+                   "standard, synthetic or block; all lossless or synthetic)")
 
 
 # --------------------------------------------------------------------------------------

@@ -62,15 +62,16 @@ DLLM_MASK_IDS = {"SDARForCausalLM": 151669, "SDARMoeForCausalLM": 151669, "LLaDA
 SPECULATIVE_ALGORITHMS = {"standalone": "STANDALONE", "eagle3": "EAGLE3", "dflash": "DFLASH"}
 NO_RESIDUAL = "SGLang's LowConfidence cannot apply ORL's residual context: this row decodes without it"
 RELAXED_TEMPERATURE = 1.0  # SGLang applies its acceptance thresholds in sampled verification only
-RELAXED_NOTE = ("relaxed: SGLang's thresholds (single = delta, acc = 1.0), which it applies only when sampling: "
-                "temperature 1, not greedy; an absolute threshold, not ours (docs/metrics.md)")
+RELAXED_NOTE = ("relaxed: SGLang's thresholds (single = delta, acc = 1.0), which it applies only when "
+                "sampling: temperature 1, not greedy; an absolute threshold, not ours (docs/metrics.md)")
 
 
 def relaxed_arguments(verification: Verification) -> dict[str, float]:
     """SGLang's server arguments for a relaxed line (module docstring); {} for strict verification."""
     if not verification.relaxed:
         return {}
-    return {"speculative_accept_threshold_single": verification.delta, "speculative_accept_threshold_acc": 1.0}
+    return {"speculative_accept_threshold_single": verification.delta,
+            "speculative_accept_threshold_acc": 1.0}
 
 
 def dllm_algorithm_config(policy: Policy | None, config: dict, where: str = "--ckpt") -> dict[str, Any]:

@@ -122,8 +122,8 @@ class Row:
     entropy: bool = False  # its per-step entropy is drawn (figure entropy_per_step)
     dag: bool = True  # False: no DAG job writes its records (the tables expect them from elsewhere)
     needs: str = ""  # what it needs to run, said in its "not run" line ("needs CUDA and vllm")
-    # A drafting row: strict (the target's greedy tokens, lossless) or relaxed (orl/decoding/verify.py; its δ is
-    # the matched-accuracy choice of `orl spec-sweep --deltas`, workflows/rules/evaluate.smk rule relaxed_sweep).
+    # A drafting row: strict (the target's greedy tokens, lossless) or relaxed (orl/decoding/verify.py; its
+    # δ is the matched-accuracy choice of `orl spec-sweep --deltas`, evaluate.smk rule relaxed_sweep).
     verification: str = "strict"
     lines: tuple[Line, ...] = field(default=())
 
@@ -185,8 +185,8 @@ ROWS: tuple[Row, ...] = (
         lines=(Line(2, role="ar_vllm", claims=("t2-ar-vllm-tokens-per-s",)),)),
     Row("ar_sglang", "AR (SGLang)", "sglang", ckpt="ar", method="ar", needs=NEEDS_SGLANG, lines=(Line(2),)),
     Row("ar_hf_assisted", "AR + draft (hf assisted)", "hf-assisted", ckpt="ar", draft="draft", lines=(Line(2),)),
-    Row("ar_hf_assisted_relaxed", "AR + draft (hf assisted, relaxed)", "hf-assisted", ckpt="ar", draft="draft",
-        verification="relaxed", lines=(Line(2),)),
+    Row("ar_hf_assisted_relaxed", "AR + draft (hf assisted, relaxed)", "hf-assisted", ckpt="ar",
+        draft="draft", verification="relaxed", lines=(Line(2),)),
     Row("ar_vllm_draft", "AR + draft (vLLM)", "vllm", ckpt="ar", draft="draft", method="draft_model",
         needs=NEEDS_VLLM, lines=(Line(2),)),
     Row("ar_sglang_standalone", "AR + draft (SGLang STANDALONE)", "sglang", ckpt="ar", draft="draft",
@@ -213,8 +213,8 @@ ROWS: tuple[Row, ...] = (
     # Our dLLM drafting a block without the target's features: a CPU baseline, never set against DFlash's figure.
     Row("ar_dflash", "AR + block-diffusion drafter (ours, DFlash-style)", "dflash", ckpt="ar", draft="dlm",
         lines=(Line(2),)),
-    Row("ar_dflash_relaxed", "AR + block-diffusion drafter (ours, DFlash-style, relaxed)", "dflash", ckpt="ar",
-        draft="dlm", verification="relaxed", lines=(Line(2),)),
+    Row("ar_dflash_relaxed", "AR + block-diffusion drafter (ours, DFlash-style, relaxed)", "dflash",
+        ckpt="ar", draft="dlm", verification="relaxed", lines=(Line(2),)),
     Row("dlm", DLLM_BASE, "dlmrt", ckpt="dlm", point="dlm", sweep=True, entropy=True, lines=(
         _table1(TINY, "tinycode", "base"),
         _table1(TINY, "tinycode-long", "base"),
@@ -334,12 +334,14 @@ def _check(rows: tuple[Row, ...]) -> None:
         if row.point is not None and not (row.point in by_key and by_key[row.point].sweep):
             raise ValueError(f"{where}: point: {row.point!r} is not a swept row")
         if row.verification not in VERIFICATIONS:
-            raise ValueError(f"{where}: verification: expected one of {VERIFICATIONS}, got {row.verification!r}")
+            raise ValueError(f"{where}: verification: expected one of {VERIFICATIONS}, "
+                             f"got {row.verification!r}")
         if row.verification == "relaxed" and row.draft is None:
-            raise ValueError(f"{where}: verification: a relaxed row verifies drafted tokens (it needs a draft)")
+            raise ValueError(f"{where}: verification: a relaxed row verifies drafted tokens "
+                             "(it needs a draft)")
         if row.verification == "relaxed" and row.dag and row.engine == "vllm":
             raise ValueError(f"{where}: verification: {VLLM_NO_RELAXED}; the DAG cannot run it (dag=False)")
-        if row.verification == "relaxed" and row.engine not in SERVING_ENGINES and row.engine not in RELAXED_ENGINES:
+        if row.verification == "relaxed" and row.engine not in (*SERVING_ENGINES, *RELAXED_ENGINES):
             raise ValueError(f"{where}: verification: engine {row.engine!r} has no relaxed rule "
                              f"(expected one of {RELAXED_ENGINES} or sglang)")
         if row.point and row.policy:

@@ -90,7 +90,8 @@ def test_forms_round_trip():
     rule = relaxed(0.7)
     assert str(rule) == "relaxed:0.7" and rule.label() == "relaxed δ=0.7" and STRICT.label() == "strict"
     assert Verification.parse(str(rule)) == rule and Verification.parse("strict") == STRICT
-    assert Verification.from_record(rule.to_record()) == rule and rule.parameter == "delta" and rule.value == 0.7
+    assert Verification.from_record(rule.to_record()) == rule
+    assert rule.parameter == "delta" and rule.value == 0.7
 
 
 def test_verification_file_argument(tmp_path):
@@ -248,11 +249,12 @@ def test_spec_sweep_deltas_writes_a_choice_the_engines_read(tmp_path, capsys):
         "quality", system="dLLM + ORL", engine="dlmrt", model={"name": "x", "ckpt": None, "ckpt_sha256": None,
                                                                  "precision": "float32"},
         metrics={"pass_at_1": 0.0}, suite="tinycode", n_problems=1,
-        per_problem=[{"task_id": p["task_id"], "passed": False, "result": "failed", "completion": "", "nfe": 1,
-                      "tokens": 1} for p in problems])])
+        per_problem=[{"task_id": p["task_id"], "passed": False, "result": "failed", "completion": "",
+                      "nfe": 1, "tokens": 1} for p in problems])])
     out = tmp_path / "delta.json"
-    base = ["spec-sweep", "--engine", "hf-assisted", "--ckpt", str(BASE / "ar"), "--draft", str(BASE / "draft"),
-            "--limit", "1", "--max-new-tokens", "8", "--out", str(out), "--no-progress"]
+    base = ["spec-sweep", "--engine", "hf-assisted", "--ckpt", str(BASE / "ar"),
+            "--draft", str(BASE / "draft"), "--limit", "1", "--max-new-tokens", "8", "--out", str(out),
+            "--no-progress"]
     assert main([*base, "--deltas", "1,0.5", "--reference", str(reference)]) == 0
     printed = capsys.readouterr().out
     written = json.loads(out.read_text())

@@ -75,8 +75,9 @@ def test_table2_measured_missing_and_not_run_rows(claims):
     assert list(dict.fromkeys(frame["system"])) == [
         "AR (ours: static cache, compiled)", "AR (hf)", "AR (vLLM)", "AR (SGLang)", "AR + draft (hf assisted)",
         "AR + draft (hf assisted, relaxed)", "AR + draft (vLLM)", "AR + draft (SGLang STANDALONE)",
-        "AR + EAGLE3 (vLLM)", "AR + EAGLE3 (vLLM, relaxed)", "AR + EAGLE3 (SGLang)", "AR + EAGLE3 (SGLang, relaxed)",
-        "AR + DFlash (vLLM)", "AR + DFlash (vLLM, relaxed)", "AR + DFlash (SGLang)", "AR + DFlash (SGLang, relaxed)",
+        "AR + EAGLE3 (vLLM)", "AR + EAGLE3 (vLLM, relaxed)", "AR + EAGLE3 (SGLang)",
+        "AR + EAGLE3 (SGLang, relaxed)", "AR + DFlash (vLLM)", "AR + DFlash (vLLM, relaxed)",
+        "AR + DFlash (SGLang)", "AR + DFlash (SGLang, relaxed)",
         "AR + block-diffusion drafter (ours, DFlash-style)",
         "AR + block-diffusion drafter (ours, DFlash-style, relaxed)",
         "dLLM base", "TraDo base", "dLLM + ORL", "dLLM + ORL NVFP4",

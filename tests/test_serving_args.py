@@ -129,7 +129,8 @@ def test_sglang_relaxed_lines_pass_its_acceptance_thresholds(capsys, targets, tm
     ("vllm", "draft_model", "vLLM has no relaxed acceptance rule"),
     ("sglang", "ar", "drafts nothing to verify"),
 ])
-def test_relaxed_where_there_is_no_draft_or_no_rule_is_refused(capsys, targets, tmp_path, engine, method, message):
+def test_relaxed_where_there_is_no_draft_or_no_rule_is_refused(capsys, targets, tmp_path, engine, method,
+                                                               message):
     code, err = serving_args(capsys, engine, method, targets, tmp_path, "--verification", "relaxed:0.7")
     assert code == 2 and message in err
 
@@ -137,7 +138,8 @@ def test_relaxed_where_there_is_no_draft_or_no_rule_is_refused(capsys, targets, 
 RELAXED_PAIRS = [("sglang", m, "relaxed:0.7") for m in METHODS["sglang"] if m in SPECULATIVE_METHODS]
 
 
-@pytest.mark.parametrize(("engine", "method", "verification"), [(*pair, "strict") for pair in PAIRS] + RELAXED_PAIRS)
+@pytest.mark.parametrize(("engine", "method", "verification"),
+                         [(*pair, "strict") for pair in PAIRS] + RELAXED_PAIRS)
 def test_the_real_package_constructs_the_call(capsys, targets, tmp_path, engine, method, verification):
     if importlib.util.find_spec(engine) is None:
         pytest.skip(f"{engine} is not installed here (it needs its own environment: `make serving-check` builds "

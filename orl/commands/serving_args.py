@@ -34,7 +34,8 @@ def register(subparsers) -> None:
     p.add_argument("--num-speculative-tokens", type=int, default=None, help="drafted tokens per verification "
                    "(default: 15 for dflash, 5 otherwise)")
     p.add_argument("--verification", default="strict", help="strict, or relaxed:DELTA (sglang's speculative "
-                   "methods: its acceptance thresholds, engines/sglang.py; vLLM has none) (default: %(default)s)")
+                   "methods: its acceptance thresholds, engines/sglang.py; vLLM has none) "
+                   "(default: %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="budget shown in sampling_params (default: 64)")
     p.add_argument("--ignore-eos", action="store_true", help="speed-run sampling parameters (docs/metrics.md)")
     p.add_argument("--dllm-config", default=None, help="dllm only: where to write the LowConfidence YAML that "

@@ -28,15 +28,15 @@ SPLIT_NOTE = "no dev split: chosen on the first prompts of the measured suite it
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "spec-sweep", help="time a draft-model row at several num_speculative_tokens and choose the fastest, or "
-        "choose a relaxed row's delta at matched accuracy (--deltas)",
+        "spec-sweep", help="time a draft-model row at several num_speculative_tokens and choose the fastest, "
+        "or choose a relaxed row's delta at matched accuracy (--deltas)",
         description="For each k of --tokens, build the engine with --num-speculative-tokens k, run the latency "
         "protocol over the suite's first --limit prompts and keep tokens/s, latency and the acceptance length; "
         "check that every k decodes identical tokens (strict verification is lossless); write the fastest k "
         "and every point as JSON (--out). Prints 'num_speculative_tokens=<k>' last. With --deltas instead: "
         "for each delta, --verification relaxed:delta, pass@1 and acceptance length on the first --limit "
-        "problems; the chosen delta is the fastest (acceptance length) whose pass@1 matches --reference within "
-        "--tolerance and is not shown worse by the paired test (else the most accurate); prints "
+        "problems; the chosen delta is the fastest (acceptance length) whose pass@1 matches --reference "
+        "within --tolerance and is not shown worse by the paired test (else the most accurate); prints "
         "'verification=relaxed:<delta>' last.",
     )
     add_engine_args(p, None)
@@ -46,9 +46,10 @@ def register(subparsers) -> None:
     add_warmup_flag(p, "requests per k")
     grid = p.add_mutually_exclusive_group(required=True)
     grid.add_argument("--tokens", help="the k to try, comma-separated (e.g. 2,3,4,5,6)")
-    grid.add_argument("--deltas", type=sweep_values, help="the relaxed deltas to try, comma-separated, each in "
-                      "(0, 1] (e.g. 1,0.9,0.7,0.5,0.3,0.1)")
-    p.add_argument("--reference", default=None, help="--deltas: quality record of the system to match (ORL's)")
+    grid.add_argument("--deltas", type=sweep_values, help="the relaxed deltas to try, comma-separated, each "
+                      "in (0, 1] (e.g. 1,0.9,0.7,0.5,0.3,0.1)")
+    p.add_argument("--reference", default=None,
+                   help="--deltas: quality record of the system to match (ORL's)")
     p.add_argument("--tolerance", type=float, default=RELAXED_TOLERANCE, help="--deltas: pass@1 tolerance "
                    "(default: %(default)s = half a point, the page's relaxed comparison)")
     add_timeout_flag(p)
@@ -83,7 +84,8 @@ def run_spec_sweep(args) -> int:
     if args.deltas is not None:
         return run_delta_sweep(args)
     if args.reference is not None:
-        raise InputError("--reference: only a --deltas sweep is matched to a reference (strict k are lossless)")
+        raise InputError("--reference: only a --deltas sweep is matched to a reference "
+                         "(strict k are lossless)")
     tokens = parse_tokens(args.tokens)
     problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
     chat = chat_renderer(args)
@@ -112,8 +114,16 @@ def run_spec_sweep(args) -> int:
     return 0
 
 
+def _pass_on(record: dict, problems: list[dict]) -> float | None:
+    """pass@1 of a quality record over the problems it shares with `problems`."""
+    ids = {p["task_id"] for p in problems}
+    shared = [bool(e["passed"]) for e in record.get("per_problem") or [] if e["task_id"] in ids]
+    return sum(shared) / len(shared) if shared else None
+
+
 def run_delta_sweep(args) -> int:
-    """--deltas: pass@1 and acceptance length per relaxed δ, the δ chosen at matched accuracy (module docstring)."""
+    """--deltas: pass@1 and acceptance length per relaxed δ, the δ chosen at matched accuracy (module
+    docstring)."""
     from orl.decoding.verify import Verification
     from orl.errors import InputError
     from orl.eval.operating_point import edge_note
@@ -128,17 +138,20 @@ def run_delta_sweep(args) -> int:
         raise InputError("--reference: a --deltas sweep matches pass@1 to a reference quality record (ORL's)")
     if not 0 <= args.tolerance <= 1:
         raise InputError(f"--tolerance: expected a pass@1 difference in [0, 1], got {args.tolerance}")
-    measured = [r for r in load_records(args.reference) if r["kind"] == "quality" and r["status"] == "measured"]
+    measured = [r for r in load_records(args.reference)
+                if r["kind"] == "quality" and r["status"] == "measured"]
     if not measured:
         raise InputError(f"{args.reference}: no measured quality record to match")
     reference = max(measured, key=lambda r: r["created"])
-    rules = [Verification.checked("relaxed", delta, "--deltas") for delta in args.deltas]  # all, before any runs
+    # Every δ is checked before anything runs.
+    rules = [Verification.checked("relaxed", delta, "--deltas") for delta in args.deltas]
     problems = load_suite(args.suite, difficulty=args.difficulty, limit=args.limit)
     points = []
     for rule in rules:
         args.verification = str(rule)
         point, info = delta_point(build_from_args(args), rule, problems, max_new_tokens=args.max_new_tokens,
-                                  progress=not args.no_progress, chat=chat_renderer(args), timeout_s=args.timeout)
+                                  progress=not args.no_progress, chat=chat_renderer(args),
+                                  timeout_s=args.timeout)
         points.append(point)
         print(f"delta={rule.delta:g}: pass@1={point['pass_at_1']:.4f} acceptance length "
               f"{point['acceptance_length'] or float('nan'):.3f} {point['tokens_per_s'] or 0:.1f} tokens/s")
@@ -147,9 +160,12 @@ def run_delta_sweep(args) -> int:
     atomic_write_json(args.out, {
         "system": args.system, "engine": info.name, "method": args.method, "suite": args.suite,
         "n_problems": len(problems), "max_new_tokens": args.max_new_tokens, "device": info.device,
-        "verification": chosen.policy, "delta": chosen.value, "chosen_by": "acceptance_length at matched accuracy",
+        "verification": chosen.policy, "delta": chosen.value,
+        "chosen_by": "acceptance_length at matched accuracy",
+        # The match is paired over the swept problems: the reference's pass@1 on them, and on all of its own.
         "reference": {"file": str(args.reference), "system": reference["system"],
-                      "pass_at_1": chosen.reference_pass_at_1},
+                      "pass_at_1_on_swept_problems": _pass_on(reference, problems),
+                      "pass_at_1": chosen.reference_pass_at_1, "n_problems": reference.get("n_problems")},
         "operating_point": chosen.to_dict(), "edge_note": edge,
         "points": [{k: v for k, v in p.items() if k != "per_problem"} for p in points],
         "split": SPLIT_NOTE,
