@@ -265,3 +265,11 @@ def test_spec_sweep_deltas_writes_a_choice_the_engines_read(tmp_path, capsys):
     assert main([*base, "--deltas", "1,0"]) == 2  # no reference, and a bad δ: refused before any run
     assert main([*base, "--deltas", "1,0", "--reference", str(reference)]) == 2
     assert "delta must be a number in (0, 1]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("engine", ["hf", "ar-compiled", "reference"])
+def test_relaxed_on_an_engine_that_drafts_nothing_is_refused(engine):
+    from orl.engines.registry import build_engine
+
+    with pytest.raises(InputError, match="drafts nothing to verify"):
+        build_engine(engine, BASE / "ar", verification=relaxed(0.5))
