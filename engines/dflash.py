@@ -4,10 +4,12 @@ Speculative decoding where the draft is not produced token by token but as one
 block: the tiny block-diffusion model sees the committed context followed by
 B [MASK] positions and fills all of them in a single forward (the argmax at each
 position). The AR target then scores the whole draft in one forward and accepts
-greedily: the longest prefix of the draft that equals its own argmax, plus its
-own next token (the "bonus") after that prefix. Repeat until <eos> or the budget.
-With greedy acceptance the output is exactly the target's greedy decoding;
-only the number of target forwards changes.
+the longest prefix its verification rule accepts (orl/decoding/verify.py `accept`:
+strict = equal to its own argmax; relaxed δ = also within a factor δ of its top
+probability), plus its own next token after that prefix (its argmax at the first
+rejected position, or the "bonus" after a fully accepted draft). Repeat until
+<eos> or the budget. Under strict verification the output is exactly the target's
+greedy decoding; only the number of target forwards changes.
 
 Costs, counted (docs/method.md §4, the same convention as engines/hf.py):
 - `nfe` = target forwards. There is no separate prefill: the first target forward
@@ -39,26 +41,12 @@ from pathlib import Path
 import torch
 
 from orl.decoding import cut_at_eos, plan_request
+from orl.decoding.verify import STRICT, Verification, accept
 from orl.engines.base import EngineInfo, Generation, checkpoint_info
 from orl.errors import CheckpointError, InputError
 from orl.model.checkpoint import CONFIG, TOKENIZER, Checkpoint, load_checkpoint
 from orl.model.masks import block_causal_limits, causal_limits, mask_from_limits
 from orl.model.transformer import KVCache
-
-
-def accepted_prefix(draft: list[int], target_argmax: list[int]) -> int:
-    """Greedy acceptance: how many leading draft tokens equal the target's argmax.
-
-    `target_argmax[i]` is the target's choice for the position of `draft[i]`; it has
-    one more entry than the draft (the choice after the last draft token), so
-    `target_argmax[accepted_prefix(...)]` is always the bonus token.
-    """
-    if len(target_argmax) != len(draft) + 1:
-        raise ValueError(f"target_argmax must have len(draft) + 1 = {len(draft) + 1} entries, got {len(target_argmax)}")
-    n = 0
-    while n < len(draft) and draft[n] == target_argmax[n]:
-        n += 1
-    return n
 
 
 def _check_pair(target: Checkpoint, drafter: Checkpoint) -> None:
@@ -76,13 +64,14 @@ def _check_pair(target: Checkpoint, drafter: Checkpoint) -> None:
 
 
 class DFlashEngine:
-    """Block-diffusion drafter + AR verifier, greedy acceptance, KV caches on both."""
+    """Block-diffusion drafter + AR verifier (strict or relaxed verification), KV caches on both."""
 
     name = "dflash"
 
     def __init__(
         self, *, target_dir: str | Path, drafter_dir: str | Path | None, device: str = "cpu",
         dtype: torch.dtype | None = None, block_size: int | None = None, ignore_eos: bool = False,
+        verification: Verification = STRICT,
     ):
         if drafter_dir is None:
             raise InputError("--draft: the dflash baseline needs a block-diffusion drafter checkpoint (--draft DIR)")
@@ -96,13 +85,17 @@ class DFlashEngine:
             raise InputError(f"block_size: expected a positive integer, got {self.block}")
         self.mask_id = self.drafter.model.config.mask_token_id
         self.ignore_eos = ignore_eos  # speed runs: generate to the budget whatever the target emits
+        self.verification = verification
         self.device = next(self.ckpt.model.parameters()).device
 
     def describe(self) -> EngineInfo:
         """The record's view: policy = what one speculation step does."""
-        return checkpoint_info(self.name, self.ckpt, self.device, policy={"name": "dflash-greedy",
-                               "params": {"block_size": self.block}},
-                               settings={"drafter": str(self.drafter.path), "stop_at_eos": not self.ignore_eos},
+        rule = self.verification
+        policy = {"name": "dflash-relaxed" if rule.relaxed else "dflash-greedy",
+                  "params": {"block_size": self.block, "verification": str(rule)}}
+        settings = {"drafter": str(self.drafter.path), "stop_at_eos": not self.ignore_eos,
+                    "verification": rule.to_record()}
+        return checkpoint_info(self.name, self.ckpt, self.device, policy=policy, settings=settings,
                                speculative=True)
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
@@ -122,12 +115,12 @@ class DFlashEngine:
         return logits[0, L - start:].argmax(-1).tolist()
 
     def _verify(self, cache: KVCache, tokens: list[int], start: int) -> torch.Tensor:
-        """One target forward over tokens at positions start.. (causal); returns its argmax per position."""
+        """One target forward over tokens at positions start.. (causal); returns its logits per position."""
         positions = torch.arange(start, start + len(tokens), device=self.device)
         mask = mask_from_limits(causal_limits(positions)[None], torch.arange(cache.max_len, device=self.device))
         logits = self.ckpt.model(torch.tensor([tokens], device=self.device), positions=positions[None], mask=mask,
                                  cache=cache, slots=positions)
-        return logits[0].argmax(-1)
+        return logits[0]
 
     @torch.inference_mode()
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:
@@ -154,11 +147,10 @@ class DFlashEngine:
             # Pending target inputs: committed tokens not yet cached (the prompt at first, then
             # the previous bonus token), then the draft. Predictions for the positions L.. start
             # at the logits of position L - 1.
-            argmax = self._verify(target_cache, committed[target_done:] + draft, target_done)
+            logits = self._verify(target_cache, committed[target_done:] + draft, target_done)
             nfe += 1
-            predictions = argmax[L - 1 - target_done:].tolist()
-            n = accepted_prefix(draft, predictions)
-            new = draft[:n] + [predictions[n]]
+            n, emitted = accept(logits[L - 1 - target_done:], draft, self.verification)
+            new = draft[:n] + [emitted]
             target_done = L + n  # the accepted drafts' keys/values are valid; the bonus is not yet cached
             drafted, accepted = drafted + len(draft), accepted + n
             committed += new

@@ -19,6 +19,15 @@ How forwards are counted (the same convention as engines/reference.py's Referenc
   length including the target's bonus token (docs/method.md §4).
 - `draft_forwards` counts the draft model's forward calls.
 
+Verification (orl/decoding/verify.py). Strict verification runs transformers' own assisted
+generation (its greedy comparison is the strict rule: the draft token must equal the target's
+argmax). transformers has no hook for another acceptance rule, so relaxed verification (any δ,
+δ = 1 included) runs `HFEngine._speculate`: the same algorithm written out over the same two
+transformers models and their DynamicCaches (constant draft of k tokens, the draft stopping at
+<eos>, never past the budget), accepting with the project's one rule, `accept`. At δ = 1 it
+decodes exactly transformers' greedy tokens with the same target forwards (tests/test_relaxed.py),
+so a δ sweep's δ = 1 point is the strict reference timed through the same loop.
+
 Text goes through our tokenizer (orl.tokenizer), not transformers', so prompts
 and completions round-trip exactly as for every other engine.
 """
@@ -32,8 +41,9 @@ from pathlib import Path
 import torch
 
 from orl.decoding import cut_at_eos, plan_request
+from orl.decoding.verify import STRICT, Verification, accept
 from orl.engines.base import EngineInfo, Generation
-from orl.errors import CheckpointError
+from orl.errors import CheckpointError, InputError
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,7 @@ def _same_vocabulary(a, b) -> bool:
 def load_hf_engine(
     ckpt_dir: str | Path, *, draft_dir: str | Path | None = None, device: str = "cpu",
     dtype: torch.dtype = torch.float32, assist: AssistConfig | None = None, ignore_eos: bool = False,
+    verification: Verification = STRICT,
 ) -> HFEngine:
     """The hf (or, with a draft, hf-assisted) engine of a local AR checkpoint directory."""
     from orl.model.checkpoint import TOKENIZER, read_config
@@ -137,7 +148,14 @@ def load_hf_engine(
         draft = load_hf_causal_lm(draft_dir, device, dtype)
     name = read_config(ckpt_dir).get("orl_model_name") or ckpt_dir.name
     return HFEngine(model, tokenizer, model_name=name, ckpt_dir=ckpt_dir, draft=draft, draft_dir=draft_dir,
-                    assist=assist, ignore_eos=ignore_eos)
+                    assist=assist, ignore_eos=ignore_eos, verification=verification)
+
+
+def _keep(cache, length: int) -> None:
+    """Cut a transformers cache back to its first `length` positions (its crop takes how many to remove)."""
+    remove = cache.get_seq_length() - length
+    if remove > 0:
+        cache.crop(-remove)
 
 
 class HFEngine:
@@ -146,13 +164,17 @@ class HFEngine:
     def __init__(
         self, model, tokenizer, *, model_name: str, ckpt_dir: Path | None = None, draft=None,
         draft_dir: Path | None = None, assist: AssistConfig | None = None, ignore_eos: bool = False,
+        verification: Verification = STRICT,
     ):
+        if verification.relaxed and draft is None:
+            raise InputError("--verification: relaxed verification needs a draft model (engine hf-assisted)")
         self.model, self.tokenizer, self.model_name = model, tokenizer, model_name
         self.ckpt_dir, self.draft, self.draft_dir = ckpt_dir, draft, draft_dir
         self.device = next(model.parameters()).device
         self.precision = str(next(model.parameters()).dtype).replace("torch.", "")
         self.assist = assist or AssistConfig()
         self.ignore_eos = ignore_eos  # speed runs: generate to the budget whatever the model emits
+        self.verification = verification
         self.name = "hf-assisted" if draft is not None else "hf"
         self.max_positions = int(model.config.max_position_embeddings)
         self.target_forwards = ForwardCounter(model)
@@ -160,12 +182,18 @@ class HFEngine:
 
     def describe(self) -> EngineInfo:
         """The record's view: policy = the speculation settings (None for plain greedy)."""
-        policy = None if self.draft is None else {"name": "assisted-greedy", "params": asdict(self.assist)}
+        rule = self.verification
+        policy = None if self.draft is None else {
+            "name": "assisted-relaxed" if rule.relaxed else "assisted-greedy",
+            "params": {**asdict(self.assist), "verification": str(rule)}}
         settings = {"stop_at_eos": not self.ignore_eos}
         if self.draft_dir is not None:
             settings["draft"] = str(self.draft_dir)
         if self.draft is not None:
             settings["draft_strategy"] = self.assist.strategy()
+            settings["verification"] = rule.to_record()
+            settings["loop"] = ("orl speculative loop (engines/hf.py HFEngine._speculate)" if rule.relaxed
+                                else "transformers generate (assisted generation)")
         ckpt = str(self.ckpt_dir) if self.ckpt_dir is not None else None
         return EngineInfo(self.name, self.model_name, ckpt, self.precision, str(self.device), policy, settings,
                           speculative=self.draft is not None)
@@ -188,6 +216,8 @@ class HFEngine:
         tok = self.tokenizer
         ids = tok.encode(prompt)
         plan_request(len(ids), max_new_tokens, self.max_positions)
+        if self.verification.relaxed:
+            return self._speculate(ids, max_new_tokens)
         input_ids = torch.tensor([ids], device=self.device)
         kwargs = {"min_new_tokens": max_new_tokens} if self.ignore_eos else {}
         if self.draft is not None:
@@ -210,4 +240,66 @@ class HFEngine:
         return Generation(
             token_ids=generated, text=tok.decode_completion(generated), nfe=nfe, prefill_forwards=1 if nfe else 0,
             wall_time_s=wall, draft_forwards=self.draft_forwards.count if self.draft is not None else 0,
+        )
+
+    def _logits(self, model, cache, tokens: list[int]) -> torch.Tensor:
+        """One forward of `model` over `tokens` after what `cache` holds; float32 logits [len(tokens), V],
+        with <eos> impossible in speed runs (what transformers' min_new_tokens does for the strict path)."""
+        out = model(input_ids=torch.tensor([tokens], device=self.device), cache=cache, use_cache=True)
+        logits = out.logits[0].float()
+        if self.ignore_eos:
+            logits[:, list(self.tokenizer.eos_ids)] = float("-inf")
+        return logits
+
+    def _speculate(self, ids: list[int], max_new_tokens: int) -> Generation:
+        """Assisted generation with this engine's verification rule (module docstring): the draft proposes
+        up to k tokens greedily, the target scores them in one forward, `accept` keeps a prefix and emits
+        the target's own token after it; both caches are cut back to the tokens kept."""
+        from transformers import DynamicCache
+
+        eos = set(self.tokenizer.eos_ids)
+        self.target_forwards.reset()
+        self.draft_forwards.reset()
+        start = time.perf_counter()
+        target_cache = DynamicCache(config=self.model.config)
+        draft_cache = DynamicCache(config=self.draft.config)
+        committed, generated = list(ids), []
+        target_done = draft_done = 0  # positions below these are in each cache
+        drafted = accepted = 0
+        while len(generated) < max_new_tokens:
+            L = len(committed)
+            k = min(self.assist.num_assistant_tokens, max_new_tokens - len(generated) - 1)
+            draft: list[int] = []
+            pending = committed[draft_done:]
+            while len(draft) < k:
+                token = int(self._logits(self.draft, draft_cache, pending)[-1].argmax())
+                draft.append(token)
+                pending = [token]
+                if token in eos and not self.ignore_eos:
+                    break  # nothing after <eos> is worth verifying (transformers' draft stops there too)
+            draft_done = L + len(draft) - 1 if draft else draft_done
+            logits = self._logits(self.model, target_cache, committed[target_done:] + draft)
+            n, emitted = accept(logits[L - 1 - target_done:], draft, self.verification)
+            new = draft[:n] + [emitted]
+            target_done = L + n  # the kept drafts' keys/values stay cached; the emitted token is not yet
+            _keep(target_cache, target_done)
+            if draft_done > target_done:
+                draft_done = target_done
+                _keep(draft_cache, draft_done)
+            drafted, accepted = drafted + len(draft), accepted + n
+            committed += new
+            generated += new
+            if not self.ignore_eos and eos & set(new):
+                break
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        wall = time.perf_counter() - start
+        if not self.ignore_eos:
+            generated = cut_at_eos(generated, self.tokenizer.eos_ids)
+        generated = generated[:max_new_tokens]
+        return Generation(
+            token_ids=generated, text=self.tokenizer.decode_completion(generated),
+            nfe=self.target_forwards.count, prefill_forwards=1, wall_time_s=wall,
+            draft_forwards=self.draft_forwards.count,
+            extra={"drafted_tokens": drafted, "accepted_tokens": accepted},
         )

@@ -16,9 +16,16 @@ from pathlib import Path
 import torch
 
 from orl.decoding import Policy
+from orl.decoding.verify import STRICT, Verification
 from orl.engines import serving
 from orl.engines.base import Engine, EngineUnavailable
-from orl.engines.serving import SERVING_ENGINES, ServingCall, check_method, read_target_config
+from orl.engines.serving import (
+    SERVING_ENGINES,
+    VLLM_NO_RELAXED,
+    ServingCall,
+    check_method,
+    read_target_config,
+)
 from orl.engines.sglang import SGLangEngine, sglang_call
 from orl.engines.vllm import VLLMEngine, vllm_call
 from orl.errors import InputError
@@ -50,6 +57,7 @@ def build_engine(
     name: str, ckpt_dir: str | Path, *, policy: Policy | None = None, draft_dir: str | Path | None = None,
     device: str = "cpu", dtype: torch.dtype | None = None, residual: bool = True, log_steps: bool = False,
     ignore_eos: bool = False, method: str | None = None, num_speculative_tokens: int | None = None,
+    verification: Verification = STRICT,
 ) -> Engine:
     """Load the checkpoint and wrap it in the named engine; dtype None keeps the checkpoint's own.
 
@@ -57,15 +65,20 @@ def build_engine(
     `method` is a serving row's method (vllm / sglang only; engines/serving.py METHODS).
     `num_speculative_tokens`: drafted tokens per verification of a draft-model row (the serving
     methods', hf-assisted's); None: each one's default.
+    `verification`: how a speculative engine accepts drafted tokens (orl/decoding/verify.py); relaxed
+    applies to hf-assisted, dflash and SGLang's speculative methods (engines/sglang.py), never to vLLM.
     """
     from orl.model.checkpoint import load_checkpoint
 
     if name not in ENGINE_NAMES:
         raise InputError(f"--engine: unknown engine {name!r}; expected one of {', '.join(ENGINE_NAMES)}")
+    if verification.relaxed and not ENGINES[name].speculative and name not in SERVING_ENGINES:
+        raise InputError(f"--verification {verification}: engine {name} drafts nothing to verify (relaxed "
+                         "verification applies to hf-assisted, dflash and sglang's speculative methods)")
     if name in SERVING_ENGINES:
         return build_serving_engine(name, ckpt_dir, method=method, draft_dir=draft_dir, policy=policy,
                                     device=device, dtype=dtype, ignore_eos=ignore_eos,
-                                    num_speculative_tokens=num_speculative_tokens)
+                                    num_speculative_tokens=num_speculative_tokens, verification=verification)
     if method is not None:
         raise InputError(f"--method: {method!r} applies to the serving engines ({', '.join(SERVING_ENGINES)}) only")
     policy = policy or Policy("fixed", 1)
@@ -77,12 +90,13 @@ def build_engine(
 
         assist = AssistConfig(num_assistant_tokens=num_speculative_tokens) if num_speculative_tokens else None
         return load_hf_engine(ckpt_dir, draft_dir=draft_dir if name == "hf-assisted" else None, device=device,
-                              dtype=dtype or torch.float32, ignore_eos=ignore_eos, assist=assist)
+                              dtype=dtype or torch.float32, ignore_eos=ignore_eos, assist=assist,
+                              verification=verification)
     if name == "dflash":
         from orl.engines.dflash import DFlashEngine
 
         return DFlashEngine(target_dir=ckpt_dir, drafter_dir=draft_dir, device=device, dtype=dtype,
-                            ignore_eos=ignore_eos)
+                            ignore_eos=ignore_eos, verification=verification)
     return engine_for_checkpoint(name, load_checkpoint(ckpt_dir, device=device, dtype=dtype), policy=policy,
                                  residual=residual, log_steps=log_steps, ignore_eos=ignore_eos)
 
@@ -152,7 +166,7 @@ def diffusion_engine(
 def serving_call(
     name: str, method: str | None, ckpt_dir: str | Path, *, eos_ids, draft_dir: str | Path | None = None,
     policy: Policy | None = None, dtype="auto", num_speculative_tokens: int | None = None, ignore_eos: bool = False,
-    dllm_config_path: str | Path | None = None, device: str = "cuda",
+    dllm_config_path: str | Path | None = None, device: str = "cuda", verification: Verification = STRICT,
 ) -> ServingCall:
     """What a serving row passes to its server, checked against its checkpoints (no package imported)."""
     config = read_target_config(ckpt_dir)
@@ -164,14 +178,17 @@ def serving_call(
     common = {"eos_ids": eos_ids, "draft_dir": draft_dir, "dtype": dtype,
               "num_speculative_tokens": num_speculative_tokens, "ignore_eos": ignore_eos}
     if name == "vllm":
+        if verification.relaxed:
+            raise InputError(f"--verification {verification}: {VLLM_NO_RELAXED}")
         return vllm_call(ckpt_dir, method, device=device, **common)
-    return sglang_call(ckpt_dir, method, config=config, policy=policy, dllm_config_path=dllm_config_path, **common)
+    return sglang_call(ckpt_dir, method, config=config, policy=policy, dllm_config_path=dllm_config_path,
+                       verification=verification, **common)
 
 
 def build_serving_engine(
     name: str, ckpt_dir: str | Path, *, method: str | None = None, draft_dir: str | Path | None = None,
     policy: Policy | None = None, device: str = "cuda", dtype=None, ignore_eos: bool = False,
-    num_speculative_tokens: int | None = None,
+    num_speculative_tokens: int | None = None, verification: Verification = STRICT,
 ) -> Engine:
     """The vllm / sglang engine of a row, or EngineUnavailable with the reason it cannot run here.
 
@@ -197,7 +214,7 @@ def build_serving_engine(
     call = serving_call(name, method, ckpt_dir, eos_ids=tokenizer.eos_ids, draft_dir=draft_dir, policy=policy,
                         dtype=dtype, num_speculative_tokens=num_speculative_tokens, ignore_eos=ignore_eos,
                         dllm_config_path=Path(workdir.name) / "dllm_algorithm.yaml" if workdir else None,
-                        device="cpu" if cpu else "cuda")
+                        device="cpu" if cpu else "cuda", verification=verification)
     if name == "vllm":
         return VLLMEngine(call, config, tokenizer, device="cpu" if cpu else str(device))
     return SGLangEngine(call, config, tokenizer, policy=policy, workdir=workdir)

@@ -53,6 +53,13 @@ DEFAULT_SPECULATIVE_TOKENS = {"draft_model": 5, "standalone": 5, "eagle3": 5, "d
 # `make serving-check` constructs every call in them).
 CHECKED_VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# Relaxed verification (orl/decoding/verify.py) on the servers. vLLM has no acceptance rule to relax: its
+# SpeculativeConfig.rejection_sample_method is one of "standard" (rejection sampling, exactly greedy at
+# temperature 0), "synthetic" (acceptance at preset rates, a benchmark that ignores the target) and "block"
+# (block verification, lossless); read in vllm 0.32.0's vllm/config/speculative.py. SGLang's is
+# engines/sglang.py's `relaxed_arguments`.
+VLLM_NO_RELAXED = ("vLLM has no relaxed acceptance rule (SpeculativeConfig.rejection_sample_method: "
+                   "standard, synthetic or block; all lossless or synthetic)")
 
 
 # --------------------------------------------------------------------------------------

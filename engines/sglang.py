@@ -14,6 +14,17 @@ masked position with confidence > τ (at least the most confident one): our
 `strict-threshold:τ`, which Table 3's rows decode with, so the commit rule is identical.
 It cannot apply ORL's residual context; the row says so (ServingCall.notes).
 
+Relaxed verification (Table 2's SGLang relaxed lines). SGLang's nearest rule to ours
+(orl/decoding/verify.py: accept x when p(x) >= δ · max p) is its pair of server arguments
+`speculative_accept_threshold_single` (accept a draft token whose target probability is at least
+this) and `speculative_accept_threshold_acc` (accept with probability min(1, p / this) otherwise):
+`relaxed_arguments` passes δ as the single threshold and 1.0 (SGLang's default) as the other. That
+is not our rule: an absolute p(x) >= δ implies p(x) >= δ · max p, so SGLang accepts a subset of what
+ours does deterministically, plus a coin flip with probability p. And SGLang reads them only in its
+sampled verification (tree_speculative_sampling_target_only): at temperature 0 verify_tree_greedy
+ignores them. A relaxed SGLang line therefore samples at temperature 1 (RELAXED_TEMPERATURE), and its
+notes say so.
+
 How forwards are counted. The prefill forward samples the first token; each later forward of
 a speculative run verifies one draft (`meta_info["spec_verify_ct"]`), so nfe = 1 + verify
 steps. SGLang's `spec_accept_length` is completion tokens / verify steps, which counts the
@@ -32,6 +43,7 @@ from typing import Any
 import torch
 
 from orl.decoding import Policy, plan_request
+from orl.decoding.verify import STRICT, Verification
 from orl.engines.base import EngineInfo, EngineUnavailable, Generation
 from orl.engines.serving import (
     ServingCall,
@@ -49,6 +61,17 @@ from orl.errors import CheckpointError, InputError
 DLLM_MASK_IDS = {"SDARForCausalLM": 151669, "SDARMoeForCausalLM": 151669, "LLaDA2MoeModelLM": 156895}
 SPECULATIVE_ALGORITHMS = {"standalone": "STANDALONE", "eagle3": "EAGLE3", "dflash": "DFLASH"}
 NO_RESIDUAL = "SGLang's LowConfidence cannot apply ORL's residual context: this row decodes without it"
+RELAXED_TEMPERATURE = 1.0  # SGLang applies its acceptance thresholds in sampled verification only
+RELAXED_NOTE = ("relaxed: SGLang's thresholds (single = delta, acc = 1.0), which it applies only when "
+                "sampling: temperature 1, not greedy; an absolute threshold, not ours (docs/metrics.md)")
+
+
+def relaxed_arguments(verification: Verification) -> dict[str, float]:
+    """SGLang's server arguments for a relaxed line (module docstring); {} for strict verification."""
+    if not verification.relaxed:
+        return {}
+    return {"speculative_accept_threshold_single": verification.delta,
+            "speculative_accept_threshold_acc": 1.0}
 
 
 def dllm_algorithm_config(policy: Policy | None, config: dict, where: str = "--ckpt") -> dict[str, Any]:
@@ -75,6 +98,7 @@ def sglang_call(
     ckpt_dir: str | Path, method: str, *, config: dict, eos_ids, draft_dir: str | Path | None = None,
     policy: Policy | None = None, dtype="auto", num_speculative_tokens: int | None = None,
     ignore_eos: bool = False, dllm_config_path: str | Path | None = None, seed: int = 0,
+    verification: Verification = STRICT,
 ) -> ServingCall:
     """The `sglang.Engine(**kwargs)` call, dLLM settings and sampling arguments of one row, batch 1."""
     kwargs: dict[str, Any] = {
@@ -86,19 +110,25 @@ def sglang_call(
         "disable_radix_cache": True,  # no prefix reuse between the suite's requests
     }
     dllm, notes = None, ()
+    if verification.relaxed and method not in SPECULATIVE_ALGORITHMS:
+        raise InputError(f"--verification {verification}: sglang method {method!r} drafts nothing to verify "
+                         f"(relaxed applies to {', '.join(SPECULATIVE_ALGORITHMS)})")
     if method in SPECULATIVE_ALGORITHMS:
         k = speculative_tokens(method, num_speculative_tokens)
         kwargs.update(speculative_algorithm=SPECULATIVE_ALGORITHMS[method], speculative_draft_model_path=str(draft_dir),
                       speculative_num_draft_tokens=k + 1)  # the verified block: k drafts after the anchor token
         if method != "dflash":  # DFLASH drafts its block in one step; the others draft a chain (top-1)
             kwargs.update(speculative_num_steps=k, speculative_eagle_topk=1)
+        kwargs.update(relaxed_arguments(verification))
+        if verification.relaxed:
+            notes = (RELAXED_NOTE,)
     elif method == "dllm":
         if dllm_config_path is None:
             raise InputError("sglang dllm: the dLLM settings need a file to be written to (dllm_config_path)")
         dllm = dllm_algorithm_config(policy, config)
         kwargs.update(dllm_algorithm="LowConfidence", dllm_algorithm_config=str(dllm_config_path))
         notes = (NO_RESIDUAL,)
-    sampling: dict[str, Any] = {"temperature": 0.0}
+    sampling: dict[str, Any] = {"temperature": RELAXED_TEMPERATURE if verification.relaxed else 0.0}
     sampling.update({"ignore_eos": True} if ignore_eos else {"stop_token_ids": [int(i) for i in eos_ids]})
     return ServingCall("sglang", method, "sglang.Engine", kwargs, sampling, "max_new_tokens", dllm, notes)
 
@@ -166,8 +196,10 @@ class SGLangEngine:
         if self.call.method == "dllm":
             policy = self.policy.to_record()
         elif self.call.method in SPECULATIVE_ALGORITHMS:
+            single = self.call.kwargs.get("speculative_accept_threshold_single")
+            rule = "greedy" if single is None else f"relaxed:{single:g}"
             policy = {"name": f"sglang-{self.call.method}", "params": {
-                "num_draft_tokens": self.call.kwargs["speculative_num_draft_tokens"], "verification": "greedy"}}
+                "num_draft_tokens": self.call.kwargs["speculative_num_draft_tokens"], "verification": rule}}
         else:
             policy = None
         settings = {"method": self.call.method, "sglang_version": package_version("sglang"),

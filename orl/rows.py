@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from orl.engines.serving import METHODS, SPECULATIVE_METHODS
+from orl.engines.serving import METHODS, SERVING_ENGINES, SPECULATIVE_METHODS, VLLM_NO_RELAXED
 
 TABLES = (1, 2, 3, 4, 5)
 
@@ -66,8 +66,15 @@ CHECKPOINTS = ("ar", "draft", "dlm", "orl", "orl-nvfp4", "orl-sdar", "eagle3", "
 NEEDS_VLLM = "needs CUDA and vllm"
 NEEDS_SGLANG = "needs CUDA and sglang"
 # The paper's relaxed verification accepts a drafted token the target ranks close to its own choice (the
-# page: accuracy within 0.5 points of ORL's); vLLM's rejection sampling is exact, and so is ours.
-NEEDS_RELAXED = "relaxed verification is implemented neither in vLLM nor here (every speculative row is strict)"
+# page: accuracy within 0.5 points of ORL's). Ours (orl/decoding/verify.py) runs in hf-assisted, dflash and,
+# through SGLang's own thresholds, the SGLang rows; vLLM has no such rule (engines/serving.py).
+NEEDS_RELAXED = VLLM_NO_RELAXED
+VERIFICATIONS = ("strict", "relaxed")
+RELAXED_ENGINES = ("hf-assisted", "dflash")  # our own speculative engines (engines/hf.py, engines/dflash.py)
+# A relaxed row's δ: the fastest point of this grid whose pass@1 matches RELAXED_REFERENCE's (ORL's own row)
+# within RELAXED_TOLERANCE (the page's relaxed comparison: 0.5 points); `orl spec-sweep --deltas`.
+RELAXED_DELTAS = (1.0, 0.9, 0.7, 0.5, 0.3, 0.1)
+RELAXED_TOLERANCE = 0.005
 CONTRIBUTED = "contributed with `orl submit` from that GPU"
 
 
@@ -116,7 +123,9 @@ class Row:
     entropy: bool = False  # its per-step entropy is drawn (figure entropy_per_step)
     dag: bool = True  # False: no DAG job writes its records (the tables expect them from elsewhere)
     needs: str = ""  # what it needs to run, said in its "not run" line ("needs CUDA and vllm")
-    verification: str = "strict"  # a drafting row: strict (the target's greedy tokens, lossless) or relaxed
+    # A drafting row: strict (the target's greedy tokens, lossless) or relaxed (orl/decoding/verify.py; its
+    # δ is the matched-accuracy choice of `orl spec-sweep --deltas`, evaluate.smk rule relaxed_sweep).
+    verification: str = "strict"
     lines: tuple[Line, ...] = field(default=())
 
     @property
@@ -177,8 +186,9 @@ ROWS: tuple[Row, ...] = (
     Row("ar_vllm", "AR (vLLM)", "vllm", ckpt="ar", method="ar", needs=NEEDS_VLLM,
         lines=(Line(2, role="ar_vllm", claims=("t2-ar-vllm-tokens-per-s",)),)),
     Row("ar_sglang", "AR (SGLang)", "sglang", ckpt="ar", method="ar", needs=NEEDS_SGLANG, lines=(Line(2),)),
-    Row("ar_hf_assisted", "AR + draft (hf assisted)", "hf-assisted", ckpt="ar", draft="draft",
-        lines=(Line(2),)),
+    Row("ar_hf_assisted", "AR + draft (hf assisted)", "hf-assisted", ckpt="ar", draft="draft", lines=(Line(2),)),
+    Row("ar_hf_assisted_relaxed", "AR + draft (hf assisted, relaxed)", "hf-assisted", ckpt="ar",
+        draft="draft", verification="relaxed", lines=(Line(2),)),
     Row("ar_vllm_draft", "AR + draft (vLLM)", "vllm", ckpt="ar", draft="draft", method="draft_model",
         needs=NEEDS_VLLM, lines=(Line(2),)),
     Row("ar_sglang_standalone", "AR + draft (SGLang STANDALONE)", "sglang", ckpt="ar", draft="draft",
@@ -190,19 +200,23 @@ ROWS: tuple[Row, ...] = (
         lines=(Line(2, claims=("t2-eagle3-vllm-tokens-per-s",)),)),
     Row("ar_sglang_eagle3", "AR + EAGLE3 (SGLang)", "sglang", ckpt="ar", draft="eagle3", method="eagle3",
         needs=NEEDS_SGLANG, lines=(Line(2),)),
-    # The public DFlash drafter (conditioned on the target's hidden states) on the servers: the paper's
-    # figure.
-    Row("ar_vllm_dflash", "AR + DFlash (vLLM)", "vllm", ckpt="ar", draft="dflash", method="dflash",
-        needs=NEEDS_VLLM, lines=(Line(2, claims=("t2-dflash-vllm-strict-tokens-per-s",), anchor=1),)),
-    Row("ar_vllm_dflash_relaxed", "AR + DFlash (vLLM, relaxed)", "vllm", ckpt="ar", draft="dflash",
-        method="dflash", needs=NEEDS_RELAXED, verification="relaxed", dag=False,
+    Row("ar_sglang_eagle3_relaxed", "AR + EAGLE3 (SGLang, relaxed)", "sglang", ckpt="ar", draft="eagle3",
+        method="eagle3", needs=NEEDS_SGLANG, verification="relaxed", lines=(Line(2),)),
+    # The public DFlash drafter (conditioned on the target's hidden states) on the servers: the paper's figure.
+    Row("ar_vllm_dflash", "AR + DFlash (vLLM)", "vllm", ckpt="ar", draft="dflash", method="dflash", needs=NEEDS_VLLM,
+        lines=(Line(2, claims=("t2-dflash-vllm-strict-tokens-per-s",), anchor=1),)),
+    Row("ar_vllm_dflash_relaxed", "AR + DFlash (vLLM, relaxed)", "vllm", ckpt="ar", draft="dflash", method="dflash",
+        needs=NEEDS_RELAXED, verification="relaxed", dag=False,
         lines=(Line(2, claims=("t2-dflash-vllm-tokens-per-s",)),)),
     Row("ar_sglang_dflash", "AR + DFlash (SGLang)", "sglang", ckpt="ar", draft="dflash", method="dflash",
         needs=NEEDS_SGLANG, lines=(Line(2),)),
-    # Our dLLM drafting a block without the target's features: a CPU baseline, never set against DFlash's
-    # figure.
+    Row("ar_sglang_dflash_relaxed", "AR + DFlash (SGLang, relaxed)", "sglang", ckpt="ar", draft="dflash",
+        method="dflash", needs=NEEDS_SGLANG, verification="relaxed", lines=(Line(2),)),
+    # Our dLLM drafting a block without the target's features: a CPU baseline, never set against DFlash's figure.
     Row("ar_dflash", "AR + block-diffusion drafter (ours, DFlash-style)", "dflash", ckpt="ar", draft="dlm",
         lines=(Line(2),)),
+    Row("ar_dflash_relaxed", "AR + block-diffusion drafter (ours, DFlash-style, relaxed)", "dflash",
+        ckpt="ar", draft="dlm", verification="relaxed", lines=(Line(2),)),
     Row("dlm", DLLM_BASE, "dlmrt", ckpt="dlm", point="dlm", sweep=True, entropy=True, lines=(
         _table1(TINY, "tinycode", "base"),
         _table1(TINY, "tinycode-long", "base"),
@@ -258,6 +272,7 @@ ROW: dict[str, Row] = {row.key: row for row in ROWS}
 # the AR target's greedy pass@1 (what speculative decoding reproduces exactly), as the paper does.
 MATCH_REFERENCE = "ar_hf"
 TRAINED = "orl"  # the ORL row itself: trained by `orl train-orl` (no ablation)
+RELAXED_REFERENCE = TRAINED  # relaxed rows match ORL's accuracy (docs/method.md §4), not the AR target's
 PACKING = "orl"  # the row whose replay train-step speed is benchmarked with and without packing (Table 5)
 ABLATIONS: dict[str, Row] = {row.ablation: row for row in ROWS if row.ablation}
 
@@ -322,6 +337,17 @@ def _check(rows: tuple[Row, ...]) -> None:
             raise ValueError(f"{where}: draft: method {row.method!r} {'needs' if row.draft is None else 'takes no'} draft")
         if row.point is not None and not (row.point in by_key and by_key[row.point].sweep):
             raise ValueError(f"{where}: point: {row.point!r} is not a swept row")
+        if row.verification not in VERIFICATIONS:
+            raise ValueError(f"{where}: verification: expected one of {VERIFICATIONS}, "
+                             f"got {row.verification!r}")
+        if row.verification == "relaxed" and row.draft is None:
+            raise ValueError(f"{where}: verification: a relaxed row verifies drafted tokens "
+                             "(it needs a draft)")
+        if row.verification == "relaxed" and row.dag and row.engine == "vllm":
+            raise ValueError(f"{where}: verification: {VLLM_NO_RELAXED}; the DAG cannot run it (dag=False)")
+        if row.verification == "relaxed" and row.engine not in (*SERVING_ENGINES, *RELAXED_ENGINES):
+            raise ValueError(f"{where}: verification: engine {row.engine!r} has no relaxed rule "
+                             f"(expected one of {RELAXED_ENGINES} or sglang)")
         if row.point and row.policy:
             raise ValueError(f"{where}: give a point or a policy, not both")
         if row.sweep and row.point != row.key:

@@ -194,6 +194,10 @@ class Plan:
                 return self.ckpt_missing(key)
         if row.point and row.point != row.key:
             return self.missing(ROW[row.point])
+        if row.verification == "relaxed" and self.missing(ROW[rows.RELAXED_REFERENCE]):
+            # Its δ is chosen at ORL's accuracy (rule relaxed_sweep, docs/metrics.md).
+            return (f"no relaxed operating point without ORL's pass@1 "
+                    f"({rows.RELAXED_REFERENCE}: {self.missing(ROW[rows.RELAXED_REFERENCE])})")
         reference = ROW[rows.MATCH_REFERENCE]
         if row.sweep and row is not reference and self.missing(reference):
             # The operating point is matched to the AR target's pass@1 (docs/method.md §4).
@@ -229,6 +233,10 @@ class Plan:
         point, point_seed = self.point_run(row, seed)
         return f"{self.results}/oppoint/{'strict/' if strict else ''}{suite}/{run_id(point, point_seed)}.json"
 
+    def relaxed_file(self, row: Row, suite: str) -> str:
+        """A relaxed row's δ: `orl spec-sweep --deltas`'s choice on `suite` (rule relaxed_sweep)."""
+        return f"{self.results}/oppoint/{suite}/relaxed_{row.key}.json"
+
     def train_file(self, row: Row, seed: Seed) -> str:
         return f"{self.results}/train/{row.ablation or row.key}{'' if seed is None else f'_seed{seed}'}.jsonl"
 
@@ -247,14 +255,18 @@ class Plan:
 
     # ---- what a run reads and how it is called
 
-    def row_inputs(self, row: Row, seed: Seed, suite: str, strict: bool = False) -> list[str]:
-        """The checkpoints a run decodes and the operating point it decodes at (of `suite`)."""
+    def row_inputs(self, row: Row, seed: Seed, suite: str, strict: bool = False,
+                   relaxed: bool = True) -> list[str]:
+        """The checkpoints a run decodes and the operating point it decodes at (of `suite`); a relaxed row's
+        δ file too, unless `relaxed` is False (the δ sweep itself)."""
         key, key_seed = self.ckpt_of(row, seed)
         inputs = [self.ckpt_done(key, key_seed)] + ([self.ckpt_done(row.draft)] if row.draft else [])
+        inputs += [self.relaxed_file(row, suite)] if relaxed and row.verification == "relaxed" else []
         return inputs + ([self.point_file(row, seed, suite, strict)] if row.point else [])
 
-    def row_flags(self, row: Row, seed: Seed, suite: str, strict: bool = False) -> str:
-        """The flags that say which system runs: engine, method, checkpoints, policy and display name."""
+    def row_flags(self, row: Row, seed: Seed, suite: str, strict: bool = False, relaxed: bool = True) -> str:
+        """The flags that say which system runs: engine, method, checkpoints, policy, verification (a relaxed
+        row's chosen δ, unless `relaxed` is False) and display name."""
         flags = [f"--engine {row.engine}", f"--ckpt {self.ckpt(*self.ckpt_of(row, seed))}",
                  f"--system '{row.system}'"]  # fmt: skip
         if row.method:
@@ -265,6 +277,8 @@ class Plan:
             flags.append(f"--policy @{self.point_file(row, seed, suite, strict)}")
         elif row.policy:
             flags.append(f"--policy {row.policy}")
+        if relaxed and row.verification == "relaxed":
+            flags.append(f"--verification @{self.relaxed_file(row, suite)}")
         return " ".join(flags)
 
     def sweep_suites(self, row: Row) -> list[str]:

@@ -3,7 +3,8 @@
     .venv/bin/python scripts/serving_check.py --venvs .venv-serving
 
 Writes small checkpoint folders (the config.json a server would read, and a tokenizer),
-runs `orl serving-args` for all 9 (engine, method) pairs of engines/serving.py METHODS,
+runs `orl serving-args` for all 9 (engine, method) pairs of engines/serving.py METHODS
+(and SGLang's speculative methods again with --verification relaxed: its acceptance thresholds),
 and hands each engine's calls to scripts/check_serving_args.py run by the python of
 <venvs>/<engine> (an environment with that package, built by the make target). Prints
 what each side printed; exits 1 if any call failed to construct.
@@ -37,6 +38,7 @@ CONFIGS = {
     "sdar": {"architectures": ["SDARForCausalLM"], "model_type": "sdar", **QWEN3, "block_size": 4,
              "mask_token_id": 151669},
 }
+RELAXED_EXAMPLE = "relaxed:0.7"
 DRAFTS = {"draft_model": "draft", "standalone": "draft", "eagle3": "eagle3", "dflash": "dflash"}
 
 
@@ -51,9 +53,9 @@ def write_folders(root: Path) -> dict[str, Path]:
     return folders
 
 
-def serving_args(engine: str, method: str, folders: dict[str, Path], root: Path) -> dict:
+def serving_args(engine: str, method: str, folders: dict[str, Path], root: Path, *extra: str) -> dict:
     argv = [sys.executable, "-m", "orl.cli", "serving-args", "--engine", engine, "--method", method,
-            "--target", str(folders["sdar" if method == "dllm" else "target"])]
+            "--target", str(folders["sdar" if method == "dllm" else "target"]), *extra]
     if method in SPECULATIVE_METHODS:
         argv += ["--draft", str(folders[DRAFTS[method]])]
     if method == "dllm":
@@ -74,6 +76,9 @@ def main() -> int:
         folders = write_folders(root)
         for engine, methods in METHODS.items():
             calls = [serving_args(engine, method, folders, root) for method in methods]
+            if engine == "sglang":  # the relaxed lines' arguments (engines/sglang.py relaxed_arguments)
+                calls += [serving_args(engine, method, folders, root, "--verification", RELAXED_EXAMPLE)
+                          for method in methods if method in SPECULATIVE_METHODS]
             calls_file = root / f"{engine}-calls.json"
             atomic_write_json(calls_file, calls)
             python = Path(args.venvs) / engine / "bin" / "python"

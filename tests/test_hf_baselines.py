@@ -139,17 +139,6 @@ def test_hf_rejects_diffusion_checkpoint_and_foreign_draft(smoke_models, ar_ckpt
 # --------------------------------------------------------------------------------------
 
 
-def test_accepted_prefix():
-    from orl.engines.dflash import accepted_prefix
-
-    assert accepted_prefix([5, 6, 7], [5, 6, 7, 8]) == 3
-    assert accepted_prefix([5, 6, 7], [5, 9, 7, 8]) == 1
-    assert accepted_prefix([5, 6, 7], [1, 6, 7, 8]) == 0
-    assert accepted_prefix([], [4]) == 0
-    with pytest.raises(ValueError):
-        accepted_prefix([1, 2], [1, 2])
-
-
 def test_dflash_is_lossless_and_tpf_above_one(smoke_models, prompts, reference_tokens):
     from orl.engines.dflash import DFlashEngine
 

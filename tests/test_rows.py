@@ -74,9 +74,11 @@ def test_ablations_are_the_trainers():
 
 def test_table_order_and_roles():
     assert [row.key for row, _ in rows.lines(2)] == [
-        "ar_compiled", "ar_hf", "ar_vllm", "ar_sglang", "ar_hf_assisted", "ar_vllm_draft",
-        "ar_sglang_standalone", "ar_vllm_eagle3", "ar_vllm_eagle3_relaxed", "ar_sglang_eagle3",
-        "ar_vllm_dflash", "ar_vllm_dflash_relaxed", "ar_sglang_dflash", "ar_dflash", "dlm", "trado",
+        "ar_compiled", "ar_hf", "ar_vllm", "ar_sglang", "ar_hf_assisted", "ar_hf_assisted_relaxed",
+        "ar_vllm_draft", "ar_sglang_standalone", "ar_vllm_eagle3", "ar_vllm_eagle3_relaxed",
+        "ar_sglang_eagle3",
+        "ar_sglang_eagle3_relaxed", "ar_vllm_dflash", "ar_vllm_dflash_relaxed", "ar_sglang_dflash",
+        "ar_sglang_dflash_relaxed", "ar_dflash", "ar_dflash_relaxed", "dlm", "trado",
         "orl", "orl_nvfp4"]  # fmt: skip
     assert [row.key for role in ("ar", "ar_hf", "ar_vllm") for row, _ in rows.with_role(2, role)] == [
         "ar_compiled", "ar_hf", "ar_vllm"]

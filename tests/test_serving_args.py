@@ -113,12 +113,38 @@ def test_serving_args_dllm_needs_the_strict_rule_and_an_sglang_architecture(caps
     assert not (tmp_path / "d.yaml").exists()
 
 
-@pytest.mark.parametrize(("engine", "method"), PAIRS)
-def test_the_real_package_constructs_the_call(capsys, targets, tmp_path, engine, method):
+@pytest.mark.parametrize("method", [m for m in METHODS["sglang"] if m in SPECULATIVE_METHODS])
+def test_sglang_relaxed_lines_pass_its_acceptance_thresholds(capsys, targets, tmp_path, method):
+    """SGLang applies its thresholds only in sampled verification: a relaxed line samples at temperature 1."""
+    code, call = serving_args(capsys, "sglang", method, targets, tmp_path, "--verification", "relaxed:0.7")
+    assert code == 0
+    assert call["kwargs"]["speculative_accept_threshold_single"] == 0.7
+    assert call["kwargs"]["speculative_accept_threshold_acc"] == 1.0
+    assert call["sampling_params"]["temperature"] == 1.0 and "temperature 1" in call["notes"][0]
+    code, strict = serving_args(capsys, "sglang", method, targets, tmp_path)
+    assert "speculative_accept_threshold_single" not in strict["kwargs"]
+
+
+@pytest.mark.parametrize(("engine", "method", "message"), [
+    ("vllm", "draft_model", "vLLM has no relaxed acceptance rule"),
+    ("sglang", "ar", "drafts nothing to verify"),
+])
+def test_relaxed_where_there_is_no_draft_or_no_rule_is_refused(capsys, targets, tmp_path, engine, method,
+                                                               message):
+    code, err = serving_args(capsys, engine, method, targets, tmp_path, "--verification", "relaxed:0.7")
+    assert code == 2 and message in err
+
+
+RELAXED_PAIRS = [("sglang", m, "relaxed:0.7") for m in METHODS["sglang"] if m in SPECULATIVE_METHODS]
+
+
+@pytest.mark.parametrize(("engine", "method", "verification"),
+                         [(*pair, "strict") for pair in PAIRS] + RELAXED_PAIRS)
+def test_the_real_package_constructs_the_call(capsys, targets, tmp_path, engine, method, verification):
     if importlib.util.find_spec(engine) is None:
         pytest.skip(f"{engine} is not installed here (it needs its own environment: `make serving-check` builds "
                     f"one and runs this check there)")
-    code, call = serving_args(capsys, engine, method, targets, tmp_path)
+    code, call = serving_args(capsys, engine, method, targets, tmp_path, "--verification", verification)
     assert code == 0
     done = check_serving_args.CHECKS[engine](call)
     assert done[0] in ("EngineArgs(**kwargs)", "ServerArgs(**kwargs)")

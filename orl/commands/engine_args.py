@@ -38,6 +38,12 @@ def add_engine_args(parser, default_engine: str | None, *, default_note: str | N
     parser.add_argument("--num-speculative-tokens", default=None, help="drafted tokens per verification of a "
                         "draft-model row (vllm / sglang speculative methods, hf-assisted): N, or @FILE.json from "
                         "`orl spec-sweep` (its chosen num_speculative_tokens); default: each engine's own (5)")
+    parser.add_argument("--verification", default="strict", help="how a speculative engine accepts "
+                        "drafted tokens (docs/metrics.md): strict (the target's greedy tokens) or "
+                        "relaxed:DELTA (also a token whose target probability is at least DELTA times "
+                        "the top one, DELTA in (0, 1]), or @FILE.json from `orl spec-sweep --deltas` (its "
+                        "chosen point); hf-assisted, dflash and sglang's speculative methods "
+                        "(default: %(default)s)")
     parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget (default: 64)")
     parser.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
     add_chat_flag(parser)
@@ -53,7 +59,32 @@ def build_from_args(args, log_steps: bool = False):
                         device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device),
                         residual=not args.no_residual,
                         log_steps=log_steps, ignore_eos=getattr(args, "ignore_eos", False), method=args.method,
-                        num_speculative_tokens=speculative_tokens_arg(getattr(args, "num_speculative_tokens", None)))
+                        num_speculative_tokens=speculative_tokens_arg(
+                            getattr(args, "num_speculative_tokens", None)),
+                        verification=verification_arg(getattr(args, "verification", "strict")))
+
+
+def verification_arg(text: str):
+    """A --verification value: strict, relaxed:DELTA, or @FILE.json naming a `orl spec-sweep --deltas` choice
+    (its `verification` spec)."""
+    import json
+
+    from orl.decoding.verify import Verification
+    from orl.errors import InputError
+
+    if not text.startswith("@"):
+        return Verification.parse(text)
+    path = Path(text[1:])
+    try:
+        spec = json.loads(path.read_text()).get("verification")
+    except FileNotFoundError:
+        raise InputError(f"--verification {text}: {path}: file not found") from None
+    except (json.JSONDecodeError, AttributeError):
+        raise InputError(f"--verification {text}: {path}: expected a JSON object") from None
+    if not isinstance(spec, str):
+        raise InputError(f"--verification {text}: {path}: verification: expected a spec such as "
+                         f"'relaxed:0.7', got {spec!r}")
+    return Verification.parse(spec, f"--verification {text}: {path}: verification")
 
 
 def speculative_tokens_arg(text: str | None) -> int | None:

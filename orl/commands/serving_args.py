@@ -35,6 +35,9 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", default="auto", choices=DTYPES, help="the servers' dtype argument (default: auto)")
     p.add_argument("--num-speculative-tokens", type=int, default=None, help="drafted tokens per verification "
                    "(default: 15 for dflash, 5 otherwise)")
+    p.add_argument("--verification", default="strict", help="strict, or relaxed:DELTA (sglang's speculative "
+                   "methods: its acceptance thresholds, engines/sglang.py; vLLM has none) "
+                   "(default: %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="budget shown in sampling_params (default: 64)")
     p.add_argument("--ignore-eos", action="store_true", help="speed-run sampling parameters (docs/metrics.md)")
     p.add_argument("--dllm-config", default=None, help="dllm only: where to write the LowConfidence YAML that "
@@ -44,6 +47,7 @@ def register(subparsers) -> None:
 
 def run_serving_args(args) -> int:
     from orl.commands.common import parse_policy
+    from orl.commands.engine_args import verification_arg
     from orl.engines.registry import serving_call
     from orl.engines.serving import write_dllm_config
     from orl.errors import InputError
@@ -58,7 +62,7 @@ def run_serving_args(args) -> int:
     call = serving_call(args.engine, args.method, args.target, eos_ids=load_tokenizer(args.target).eos_ids,
                         draft_dir=args.draft, policy=policy, dtype=args.dtype,
                         num_speculative_tokens=args.num_speculative_tokens, ignore_eos=args.ignore_eos,
-                        dllm_config_path=args.dllm_config)
+                        dllm_config_path=args.dllm_config, verification=verification_arg(args.verification))
     if call.dllm_config is not None:
         write_dllm_config(call)
     print(json.dumps(call.to_json(args.max_new_tokens), indent=2, sort_keys=True))

@@ -1,4 +1,5 @@
-"""`orl spec-sweep`: a draft-model row's num_speculative_tokens, chosen by measured tokens/s.
+"""`orl spec-sweep`: a draft-model row's num_speculative_tokens (chosen by measured tokens/s), or the δ of
+a relaxed row (--deltas: chosen at matched accuracy).
 
 Strict (greedy) speculative decoding is lossless, so every k decodes the same tokens and the
 only thing k changes is speed: the sweep times the row at each k over the same prompts
@@ -6,24 +7,41 @@ only thing k changes is speed: the sweep times the row at each k over the same p
 checks that the completions are identical at every k, and chooses the fastest. The choice
 is a JSON file (`num_speculative_tokens`, and every point), which `--num-speculative-tokens
 @FILE.json` reads; it is not a record, so the tables never show a sweep point as a row.
+
+With --deltas the row verifies relaxed (orl/decoding/verify.py), which is lossy: each δ is evaluated
+for pass@1 (sandboxed, per problem) and acceptance length, and the choice is the operating point of
+orl/eval/operating_point.py with the --reference system (ORL's quality record: the page's relaxed
+comparison, within 0.5 points of ORL's accuracy) and the acceptance length as the speed: the fastest
+matching δ, else the most accurate. `--verification @FILE.json` reads it.
 """
 
 from __future__ import annotations
 
-from orl.commands.common import add_progress_flag, add_split_flag, add_warmup_flag, chat_renderer
+from orl.commands.checks import sweep_values
+from orl.commands.common import (
+    add_progress_flag,
+    add_split_flag,
+    add_timeout_flag,
+    add_warmup_flag,
+    chat_renderer,
+)
 from orl.commands.engine_args import add_engine_args, build_from_args
+from orl.rows import RELAXED_TOLERANCE  # the page's relaxed comparison: within 0.5 points of ORL's accuracy
 from orl.tasks import SUITES
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "spec-sweep", help="time a draft-model row at several num_speculative_tokens and choose the fastest",
-        description="For each k of --tokens, build the engine with --num-speculative-tokens k, run the "
-                    "latency "
-        "protocol over the suite's first --limit prompts and keep tokens/s, latency and the acceptance "
-        "length; "
+        "spec-sweep", help="time a draft-model row at several num_speculative_tokens and choose the fastest, "
+        "or choose a relaxed row's delta at matched accuracy (--deltas)",
+        description="For each k of --tokens, build the engine with --num-speculative-tokens k, run the latency "
+        "protocol over the suite's first --limit prompts and keep tokens/s, latency and the acceptance length; "
         "check that every k decodes identical tokens (strict verification is lossless); write the fastest k "
-        "and every point as JSON (--out). Prints 'num_speculative_tokens=<k>' last.",
+        "and every point as JSON (--out). Prints 'num_speculative_tokens=<k>' last. With --deltas instead: "
+        "for each delta, --verification relaxed:delta, pass@1 and acceptance length on the first --limit "
+        "problems; the chosen delta is the fastest (acceptance length) whose pass@1 matches --reference "
+        "within --tolerance and is not shown worse by the paired test (else the most accurate); prints "
+        "'verification=relaxed:<delta>' last.",
     )
     add_engine_args(p, None)
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
@@ -31,7 +49,15 @@ def register(subparsers) -> None:
     p.add_argument("--difficulty", default="medium", help="TinyCode difficulty (default: medium)")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     add_warmup_flag(p, "requests per k")
-    p.add_argument("--tokens", required=True, help="the k to try, comma-separated (e.g. 2,3,4,5,6)")
+    grid = p.add_mutually_exclusive_group(required=True)
+    grid.add_argument("--tokens", help="the k to try, comma-separated (e.g. 2,3,4,5,6)")
+    grid.add_argument("--deltas", type=sweep_values, help="the relaxed deltas to try, comma-separated, each "
+                      "in (0, 1] (e.g. 1,0.9,0.7,0.5,0.3,0.1)")
+    p.add_argument("--reference", default=None,
+                   help="--deltas: quality record of the system to match (ORL's)")
+    p.add_argument("--tolerance", type=float, default=RELAXED_TOLERANCE, help="--deltas: pass@1 tolerance "
+                   "(default: %(default)s = half a point, the page's relaxed comparison)")
+    add_timeout_flag(p)
     p.add_argument("--system", default=None, help="the row's display name, stored in the output")
     p.add_argument("--out", required=True, help="JSON file to write")
     add_progress_flag(p)
@@ -60,6 +86,11 @@ def run_spec_sweep(args) -> int:
         raise InputError("--num-speculative-tokens: spec-sweep sets it from --tokens")
     if args.draft is None:
         raise InputError("--draft: spec-sweep times a draft-model row (hf-assisted, or a serving draft method)")
+    if args.deltas is not None:
+        return run_delta_sweep(args)
+    if args.reference is not None:
+        raise InputError("--reference: only a --deltas sweep is matched to a reference "
+                         "(strict k are lossless)")
     tokens = parse_tokens(args.tokens)
     problems = load_suite(args.suite, split=args.split, difficulty=args.difficulty, limit=args.limit)
     chat = chat_renderer(args)
@@ -84,4 +115,66 @@ def run_spec_sweep(args) -> int:
     if not identical:
         print("warning: the completions differ between k (strict verification should be lossless)")
     print(f"num_speculative_tokens={best['num_speculative_tokens']}")
+    return 0
+
+
+def _pass_on(record: dict, problems: list[dict]) -> float | None:
+    """pass@1 of a quality record over the problems it shares with `problems`."""
+    ids = {p["task_id"] for p in problems}
+    shared = [bool(e["passed"]) for e in record.get("per_problem") or [] if e["task_id"] in ids]
+    return sum(shared) / len(shared) if shared else None
+
+
+def run_delta_sweep(args) -> int:
+    """--deltas: pass@1 and acceptance length per relaxed δ, the δ chosen at matched accuracy (module
+    docstring)."""
+    from orl.decoding.verify import Verification
+    from orl.errors import InputError
+    from orl.eval.operating_point import edge_note
+    from orl.eval.speculative import choose_delta, delta_point
+    from orl.io import atomic_write_json
+    from orl.records import load_records
+    from orl.tasks import load_suite
+
+    if args.verification != "strict":
+        raise InputError("--verification: spec-sweep --deltas sets it from --deltas")
+    if args.reference is None:
+        raise InputError("--reference: a --deltas sweep matches pass@1 to a reference quality record (ORL's)")
+    if not 0 <= args.tolerance <= 1:
+        raise InputError(f"--tolerance: expected a pass@1 difference in [0, 1], got {args.tolerance}")
+    measured = [r for r in load_records(args.reference)
+                if r["kind"] == "quality" and r["status"] == "measured"]
+    if not measured:
+        raise InputError(f"{args.reference}: no measured quality record to match")
+    reference = max(measured, key=lambda r: r["created"])
+    # Every δ is checked before anything runs.
+    rules = [Verification.checked("relaxed", delta, "--deltas") for delta in args.deltas]
+    problems = load_suite(args.suite, split=args.split, difficulty=args.difficulty, limit=args.limit)
+    points = []
+    for rule in rules:
+        args.verification = str(rule)
+        point, info = delta_point(build_from_args(args), rule, problems, max_new_tokens=args.max_new_tokens,
+                                  progress=not args.no_progress, chat=chat_renderer(args),
+                                  timeout_s=args.timeout)
+        points.append(point)
+        print(f"delta={rule.delta:g}: pass@1={point['pass_at_1']:.4f} acceptance length "
+              f"{point['acceptance_length'] or float('nan'):.3f} {point['tokens_per_s'] or 0:.1f} tokens/s")
+    chosen = choose_delta(points, reference, args.reference, args.tolerance)
+    edge = edge_note(chosen.edge, chosen.grid, "δ")
+    atomic_write_json(args.out, {
+        "system": args.system, "engine": info.name, "method": args.method, "suite": args.suite,
+        "n_problems": len(problems), "max_new_tokens": args.max_new_tokens, "device": info.device,
+        "verification": chosen.policy, "delta": chosen.value,
+        "chosen_by": "acceptance_length at matched accuracy",
+        # The match is paired over the swept problems: the reference's pass@1 on them, and on all of its own.
+        "reference": {"file": str(args.reference), "system": reference["system"],
+                      "pass_at_1_on_swept_problems": _pass_on(reference, problems),
+                      "pass_at_1": chosen.reference_pass_at_1, "n_problems": reference.get("n_problems")},
+        "operating_point": chosen.to_dict(), "edge_note": edge,
+        "points": [{k: v for k, v in p.items() if k != "per_problem"} for p in points],
+        "split": args.split,  # δ is chosen on these problems: the dev split's, for a choice measured on test
+    })
+    status = "matched" if chosen.matched else "NOT matched (most accurate point used)"
+    print(f"{status}: {chosen.why}" + (f"; {edge}" if edge else ""))
+    print(f"verification={chosen.policy}")
     return 0

@@ -4,7 +4,8 @@ Read in this order: policy.py (commit rules), step.py (one denoising step), eos.
 rule), residual.py (ORL's residual context), layout.py (where blocks sit per checkpoint
 family), rule.py (all of it as one value), recompute.py (the full-recompute block decoder),
 rollout.py (ORL's rollout: the states a decoder saw, captured for training; below both
-orl.train, which trains on them, and engines/dlmrt, which can decode them).
+orl.train, which trains on them, and engines/dlmrt, which can decode them). verify.py is the AR
+side: which drafted tokens a speculative engine's target accepts (strict or relaxed δ).
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ _EXPORTS = {
     "cut_at_eos": "eos", "BlockPlan": "layout", "plan_blocks": "layout", "plan_request": "layout",
     "Policy": "policy", "commit_mask": "policy", "BlockDecode": "recompute", "StepView": "recompute",
     "decode_blocks": "recompute", "DecodeRule": "rule", "decode_rule": "rule", "StepOutput": "step",
-    "denoise_step": "step",
+    "denoise_step": "step", "Verification": "verify", "accept": "verify",
 }
 __all__ = [
     "BlockDecode", "BlockPlan", "DecodeRule", "Policy", "StepOutput", "StepView", "commit_mask", "cut_at_eos",
-    "decode_blocks", "decode_rule", "denoise_step", "plan_blocks", "plan_request",
+    "Verification", "accept", "decode_blocks", "decode_rule", "denoise_step", "plan_blocks", "plan_request",
 ]
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from orl.decoding.recompute import BlockDecode, StepView, decode_blocks
     from orl.decoding.rule import DecodeRule, decode_rule
     from orl.decoding.step import StepOutput, denoise_step
+    from orl.decoding.verify import Verification, accept
 
 
 def __getattr__(name: str):

@@ -11,7 +11,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from orl.decoding.verify import Verification
 from orl.engines.base import Engine, EngineInfo, Generation
+from orl.eval.operating_point import Candidate, OperatingPoint, choose_operating_point, outcomes
+from orl.eval.quality import evaluate_quality
 
 
 def acceptance_length(generations: Sequence[Generation]) -> float | None:
@@ -79,3 +82,34 @@ def spec_point(engine: Engine, prompts: Sequence[str], k: int, *, max_new_tokens
 def choose(points: list[dict]) -> dict:
     """The fastest point (tokens/s); ties go to the smaller k."""
     return max(points, key=lambda point: (point["tokens_per_s"], -point["num_speculative_tokens"]))
+
+
+def delta_point(engine: Engine, verification: Verification, problems: Sequence[dict], *, max_new_tokens: int,
+                progress: bool = True, chat=None, timeout_s: float = 5.0,
+                workers: int | None = None) -> tuple[dict, EngineInfo]:
+    """One point of `orl spec-sweep --deltas`: the engine, built at `verification` (one relaxed δ), evaluated
+    on `problems` (pass@1 in the sandbox, per problem), with its acceptance length and tokens/s over the
+    same run; the engine is closed after. (The point, with its `per_problem` outcomes; the engine's
+    description.)"""
+    try:
+        result = evaluate_quality(engine, list(problems), max_new_tokens, progress=progress, chat=chat,
+                                  timeout_s=timeout_s, workers=workers)
+        info = engine.describe()
+    finally:
+        engine.close()
+    return {"verification": str(verification), "delta": verification.delta, "pass_at_1": result.pass_at_1,
+            "acceptance_length": acceptance_length(result.generations),
+            "acceptance_rate": acceptance_rate(result.generations),
+            "tokens_per_s": result.tokens / result.wall_s if result.wall_s else None,
+            "per_problem": result.per_problem}, info
+
+
+def choose_delta(points: Sequence[dict], reference: dict, where: str, tolerance: float) -> OperatingPoint:
+    """The δ operating point of a sweep (docs/method.md §4, the page's relaxed comparison): the
+    matched-accuracy choice of orl/eval/operating_point.py, with ORL's quality record as the reference and
+    the acceptance length as the speed (the operating point's TPF: the fastest matching δ; none matching,
+    the most accurate). `where` names the reference's file in errors."""
+    candidates = [Candidate(Verification.parse(p["verification"]), p["pass_at_1"],
+                            p["acceptance_length"] or 0.0, outcomes(p, f"{where} (delta={p['delta']:g})"))
+                  for p in points]
+    return choose_operating_point(candidates, outcomes(reference, where), tolerance)

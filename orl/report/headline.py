@@ -25,10 +25,11 @@ class Column:
 
 def verification(row: dict) -> str:
     """How a Table 2 line's output is checked: strict for speculative rows (every drafted token verified
-    greedily against the AR target), none for AR decoding, parallel commits for the dLLM rows."""
+    greedily against the AR target) or relaxed with its δ, none for AR decoding, parallel commits for the
+    dLLM rows."""
     engine = row.get("engine")
     if isinstance(row.get("verification"), str):  # the line's row drafts (orl.rows Row.draft; table2.verification)
-        return "strict (greedy)"
+        return "strict (greedy)" if row["verification"] == "strict" else row["verification"]
     if engine in ("dlmrt", "dlmrt-eager", "reference"):
         return "none (dLLM commits)"
     return "none (AR)"

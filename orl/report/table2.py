@@ -16,6 +16,7 @@ from __future__ import annotations
 import pandas as pd
 
 from orl import rows
+from orl.decoding.verify import Verification
 from orl.report import stats
 from orl.report.attach import base_row, frame, with_claims
 from orl.report.claims import Claim
@@ -60,7 +61,7 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
                 if point and "grid" in point:
                     notes.append(point)
             value["note"] = "; ".join(filter(None, notes)) or None
-            value["verification"] = verification(row)
+            value["verification"] = verification(row, m.resolved.primary if m.measured else None)
             _acceptance_as_tpf(value, m.resolved.metric("acceptance_length"))
             block.append((line, want, m, value))
             measured_lines.append(m)
@@ -77,12 +78,16 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
     return frame(2, out, claims, notes)
 
 
-def verification(row) -> str | None:
+def verification(row, record: dict | None = None) -> str | None:
     """How a speculative row accepts drafted tokens: "strict" (greedy, lossless: the target's own argmax) or
-    "relaxed" (docs/method.md §4: within δ of the target's top probability); None for a row that drafts
-    nothing."""
+    "relaxed δ=<δ>" (orl/decoding/verify.py: within a factor δ of the target's top probability; δ as the
+    measured record's engine settings say, plain "relaxed" for a line without one); None for a row that
+    drafts nothing."""
     if row.draft is None:
         return None
+    block = ((record or {}).get("extra") or {}).get("verification")
+    if row.verification == "relaxed" and isinstance(block, dict):
+        return Verification.from_record(block, f"{row.key}: extra.verification").label()
     return row.verification
 
 
@@ -103,7 +108,7 @@ def _lossless(block, reference: dict | None) -> None:
     if reference is None or reference.get("pass_at_1") is None:
         return
     for _, _, _, value in block:
-        if value["verification"] != "strict" or value.get("pass_at_1") is None:
+        if value["verification"] != "strict" or value.get("pass_at_1") is None:  # relaxed: lossy by design
             continue
         if value["pass_at_1"] != reference["pass_at_1"]:
             value["note"] = "; ".join(

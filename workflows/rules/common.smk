@@ -165,6 +165,7 @@ SERVING_BENCH_ROWS = [row for row in RUN.values() if 3 in row.tables and row.eng
 TABLE5_ROWS = [row for row in RUN.values() if 5 in row.tables]
 ENGINE_MISSING = missing(ENGINE_ROW)  # Table 3's bench-engine and the length runs need its checkpoint
 TABLE1_SWEPT = [row for row in SWEEP_ROWS if 1 in row.tables]
+RELAXED_ROWS = [row for row in RUN.values() if row.verification == "relaxed" and not missing(row)]
 
 
 SWEEP_JOBS = [(row, seed, suite) for row, seed in runs_of(SWEEP_ROWS) for suite in sweep_suites(row)]

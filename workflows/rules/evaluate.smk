@@ -51,6 +51,40 @@ rule operating_point:
         "--tolerance {params.match_tolerance} --out {output.point} --quality-out {output.quality} > {log} 2>&1"
 
 
+RELAXED_REFERENCE = ROW[rows.RELAXED_REFERENCE]
+
+
+rule relaxed_sweep:
+    # Relaxed verification (docs/metrics.md): a relaxed row's δ, the fastest of orl.rows.RELAXED_DELTAS
+    # whose pass@1 is within RELAXED_TOLERANCE of ORL's (the page's relaxed comparison) and not shown worse.
+    # The suites have no dev split yet: δ is chosen on the prompts the row is then measured on (the file
+    # says so).
+    input:
+        lambda wc: row_inputs(ROW[wc.row], None, wc.suite, relaxed=False),
+        reference=lambda wc: quality_file(RELAXED_REFERENCE, seeds_of(RELAXED_REFERENCE)[0], wc.suite),
+    output:
+        f"{RESULTS}/oppoint/{{suite}}/relaxed_{{row}}.json",
+    wildcard_constraints:
+        suite=one_of(SUITES),
+        row=one_of(row.key for row in RELAXED_ROWS),
+    params:
+        **DECODE,
+        flags=lambda wc: row_flags(ROW[wc.row], None, wc.suite, relaxed=False),
+        deltas=",".join(str(d) for d in rows.RELAXED_DELTAS),
+        tolerance=rows.RELAXED_TOLERANCE,
+        limit=limit_flag(config["eval_limit"]),
+    log:
+        f"{LOGS}/relaxed_sweep_{{suite}}_{{row}}.log",
+    threads: THREADS
+    resources:
+        gpu=GPU,
+    shell:
+        "{ORL} spec-sweep {params.flags} --suite {wildcards.suite} {params.limit} --deltas {params.deltas} "
+        "--reference {input.reference} --tolerance {params.tolerance} "
+        "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
+        "{params.chat} --out {output} --no-progress > {log} 2>&1"
+
+
 rule quality_row:
     # pass@1 of a Table 2 row that is not swept: the AR rows (the AR target among them), the speculative
     # rows, and the quantized model at the +ORL operating point.
@@ -72,8 +106,8 @@ rule quality_row:
         gpu=GPU,
     shell:
         "{ORL} eval-quality {params.flags} --suite {wildcards.suite} {params.limit} "
-        "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} {params.chat} "
-        "--out {output} --no-progress > {log} 2>&1"
+        "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
+        "{params.chat} --out {output} --no-progress > {log} 2>&1"
 
 
 if EXTRA_SUITES:
