@@ -248,7 +248,7 @@ def test_spec_sweep_deltas_writes_a_choice_the_engines_read(tmp_path, capsys):
     write_records(reference, [make_record(
         "quality", system="dLLM + ORL", engine="dlmrt", model={"name": "x", "ckpt": None, "ckpt_sha256": None,
                                                                  "precision": "float32"},
-        metrics={"pass_at_1": 0.0}, suite="tinycode", n_problems=1,
+        metrics={"pass_at_1": 0.0}, suite="tinycode", split="test", n_problems=1,
         per_problem=[{"task_id": p["task_id"], "passed": False, "result": "failed", "completion": "",
                       "nfe": 1, "tokens": 1} for p in problems])])
     out = tmp_path / "delta.json"
@@ -259,7 +259,7 @@ def test_spec_sweep_deltas_writes_a_choice_the_engines_read(tmp_path, capsys):
     printed = capsys.readouterr().out
     written = json.loads(out.read_text())
     assert [p["delta"] for p in written["points"]] == [1.0, 0.5]
-    assert written["verification"] in ("relaxed:1", "relaxed:0.5") and "no dev split" in written["split"]
+    assert written["verification"] in ("relaxed:1", "relaxed:0.5") and written["split"] == "test"
     assert printed.strip().splitlines()[-1] == f"verification={written['verification']}"
     assert verification_arg(f"@{out}") == Verification.parse(written["verification"])
     assert main([*base, "--deltas", "1,0"]) == 2  # no reference, and a bad δ: refused before any run

@@ -127,3 +127,13 @@ def check_engine_args(args) -> None:
     if not is_diffusion_arch(architecture(config, path)):
         raise InputError(f"--policy {policy}: {args.ckpt} is an AR checkpoint ({config['architectures'][0]}), "
                          f"decoded one token per forward; a commit policy applies to block-diffusion checkpoints")
+
+
+def parse_tokens(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values) or len(set(values)) != len(values):
+        raise InputError(f"--tokens: expected distinct positive integers separated by commas, got {text!r}")
+    return values

@@ -17,7 +17,7 @@ matching δ, else the most accurate. `--verification @FILE.json` reads it.
 
 from __future__ import annotations
 
-from orl.commands.checks import sweep_values
+from orl.commands.checks import parse_tokens, sweep_values
 from orl.commands.common import (
     add_progress_flag,
     add_split_flag,
@@ -64,18 +64,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_spec_sweep)
 
 
-def parse_tokens(text: str) -> list[int]:
-    from orl.errors import InputError
-
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        values = []
-    if not values or any(v < 1 for v in values) or len(set(values)) != len(values):
-        raise InputError(f"--tokens: expected distinct positive integers separated by commas, got {text!r}")
-    return values
-
-
 def run_spec_sweep(args) -> int:
     from orl.errors import InputError
     from orl.eval.speculative import choose, spec_point
@@ -118,20 +106,12 @@ def run_spec_sweep(args) -> int:
     return 0
 
 
-def _pass_on(record: dict, problems: list[dict]) -> float | None:
-    """pass@1 of a quality record over the problems it shares with `problems`."""
-    ids = {p["task_id"] for p in problems}
-    shared = [bool(e["passed"]) for e in record.get("per_problem") or [] if e["task_id"] in ids]
-    return sum(shared) / len(shared) if shared else None
-
-
 def run_delta_sweep(args) -> int:
     """--deltas: pass@1 and acceptance length per relaxed δ, the δ chosen at matched accuracy (module
     docstring)."""
     from orl.decoding.verify import Verification
     from orl.errors import InputError
-    from orl.eval.operating_point import edge_note
-    from orl.eval.speculative import choose_delta, delta_point
+    from orl.eval.speculative import delta_sweep
     from orl.io import atomic_write_json
     from orl.records import load_records
     from orl.tasks import load_suite
@@ -142,39 +122,24 @@ def run_delta_sweep(args) -> int:
         raise InputError("--reference: a --deltas sweep matches pass@1 to a reference quality record (ORL's)")
     if not 0 <= args.tolerance <= 1:
         raise InputError(f"--tolerance: expected a pass@1 difference in [0, 1], got {args.tolerance}")
-    measured = [r for r in load_records(args.reference)
-                if r["kind"] == "quality" and r["status"] == "measured"]
+    measured = [r for r in load_records(args.reference) if r["kind"] == "quality" and r["status"] == "measured"]
     if not measured:
         raise InputError(f"{args.reference}: no measured quality record to match")
-    reference = max(measured, key=lambda r: r["created"])
-    # Every δ is checked before anything runs.
-    rules = [Verification.checked("relaxed", delta, "--deltas") for delta in args.deltas]
+    rules = [Verification.checked("relaxed", delta, "--deltas") for delta in args.deltas]  # all checked first
     problems = load_suite(args.suite, split=args.split, difficulty=args.difficulty, limit=args.limit)
-    points = []
-    for rule in rules:
+
+    def build(rule):
         args.verification = str(rule)
-        point, info = delta_point(build_from_args(args), rule, problems, max_new_tokens=args.max_new_tokens,
-                                  progress=not args.no_progress, chat=chat_renderer(args),
-                                  timeout_s=args.timeout)
-        points.append(point)
-        print(f"delta={rule.delta:g}: pass@1={point['pass_at_1']:.4f} acceptance length "
-              f"{point['acceptance_length'] or float('nan'):.3f} {point['tokens_per_s'] or 0:.1f} tokens/s")
-    chosen = choose_delta(points, reference, args.reference, args.tolerance)
-    edge = edge_note(chosen.edge, chosen.grid, "δ")
-    atomic_write_json(args.out, {
-        "system": args.system, "engine": info.name, "method": args.method, "suite": args.suite,
-        "n_problems": len(problems), "max_new_tokens": args.max_new_tokens, "device": info.device,
-        "verification": chosen.policy, "delta": chosen.value,
-        "chosen_by": "acceptance_length at matched accuracy",
-        # The match is paired over the swept problems: the reference's pass@1 on them, and on all of its own.
-        "reference": {"file": str(args.reference), "system": reference["system"],
-                      "pass_at_1_on_swept_problems": _pass_on(reference, problems),
-                      "pass_at_1": chosen.reference_pass_at_1, "n_problems": reference.get("n_problems")},
-        "operating_point": chosen.to_dict(), "edge_note": edge,
-        "points": [{k: v for k, v in p.items() if k != "per_problem"} for p in points],
-        "split": args.split,  # δ is chosen on these problems: the dev split's, for a choice measured on test
-    })
-    status = "matched" if chosen.matched else "NOT matched (most accurate point used)"
-    print(f"{status}: {chosen.why}" + (f"; {edge}" if edge else ""))
-    print(f"verification={chosen.policy}")
+        return build_from_args(args)
+
+    sweep = delta_sweep(build, rules, problems, max(measured, key=lambda r: r["created"]), args.reference,
+                        args.tolerance, max_new_tokens=args.max_new_tokens, progress=not args.no_progress,
+                        chat=chat_renderer(args), timeout_s=args.timeout)
+    matched, why = sweep.pop("matched"), sweep.pop("why")
+    # δ is chosen on these problems: the dev split's, for a choice measured on test.
+    atomic_write_json(args.out, {"system": args.system, "method": args.method, "suite": args.suite,
+                                 "max_new_tokens": args.max_new_tokens, **sweep, "split": args.split})
+    status = "matched" if matched else "NOT matched (most accurate point used)"
+    print(f"{status}: {why}" + (f"; {sweep['edge_note']}" if sweep["edge_note"] else ""))
+    print(f"verification={sweep['verification']}")
     return 0

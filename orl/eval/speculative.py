@@ -9,11 +9,17 @@ decides it here; a generation that reports verifying forwards is speculative wha
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from orl.decoding.verify import Verification
 from orl.engines.base import Engine, EngineInfo, Generation
-from orl.eval.operating_point import Candidate, OperatingPoint, choose_operating_point, outcomes
+from orl.eval.operating_point import (
+    Candidate,
+    OperatingPoint,
+    choose_operating_point,
+    edge_note,
+    outcomes,
+)
 from orl.eval.quality import evaluate_quality
 
 
@@ -113,3 +119,38 @@ def choose_delta(points: Sequence[dict], reference: dict, where: str, tolerance:
                             p["acceptance_length"] or 0.0, outcomes(p, f"{where} (delta={p['delta']:g})"))
                   for p in points]
     return choose_operating_point(candidates, outcomes(reference, where), tolerance)
+
+
+def pass_on(record: dict, problems: Sequence[dict]) -> float | None:
+    """pass@1 of a quality record over the problems it shares with `problems`."""
+    ids = {p["task_id"] for p in problems}
+    shared = [bool(e["passed"]) for e in record.get("per_problem") or [] if e["task_id"] in ids]
+    return sum(shared) / len(shared) if shared else None
+
+
+def delta_sweep(build: Callable[[Verification], Engine], rules: Sequence[Verification], problems: Sequence[dict],
+                reference: dict, reference_file: str, tolerance: float, *, max_new_tokens: int,
+                progress: bool = True, chat=None, timeout_s: float = 5.0) -> dict:
+    """`orl spec-sweep --deltas`: every relaxed δ of `rules` evaluated on `problems` (an engine built per δ
+    by `build`), and the δ chosen at matched accuracy against `reference` (ORL's quality record, read from
+    `reference_file`); the choice document `--verification @FILE.json` reads, with every point."""
+    points, info = [], None
+    for rule in rules:
+        point, info = delta_point(build(rule), rule, problems, max_new_tokens=max_new_tokens, progress=progress,
+                                  chat=chat, timeout_s=timeout_s)
+        points.append(point)
+        print(f"delta={rule.delta:g}: pass@1={point['pass_at_1']:.4f} acceptance length "
+              f"{point['acceptance_length'] or float('nan'):.3f} {point['tokens_per_s'] or 0:.1f} tokens/s")
+    chosen = choose_delta(points, reference, reference_file, tolerance)
+    return {
+        "engine": info.name, "n_problems": len(problems), "device": info.device,
+        "verification": chosen.policy, "delta": chosen.value,
+        "chosen_by": "acceptance_length at matched accuracy",
+        # The match is paired over the swept problems: the reference's pass@1 on them, and on all of its own.
+        "reference": {"file": str(reference_file), "system": reference["system"],
+                      "pass_at_1_on_swept_problems": pass_on(reference, problems),
+                      "pass_at_1": chosen.reference_pass_at_1, "n_problems": reference.get("n_problems")},
+        "operating_point": chosen.to_dict(), "edge_note": edge_note(chosen.edge, chosen.grid, "δ"),
+        "matched": chosen.matched, "why": chosen.why,
+        "points": [{k: v for k, v in p.items() if k != "per_problem"} for p in points],
+    }
