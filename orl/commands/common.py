@@ -144,3 +144,34 @@ def chat_renderer(args):
     from orl.tokenizer import load_tokenizer
 
     return load_tokenizer(args.ckpt).apply_chat_template
+
+
+def add_suite_file_flag(parser) -> None:
+    """--suite-file: the local JSONL of a suite read from a file (gsm8k, math500, mbpp;
+    docs/benchmarks.md)."""
+    parser.add_argument("--suite-file", default=None, metavar="PATH",
+                        help="the local JSONL file of --suite gsm8k, math500 or mbpp (never downloaded; "
+                        "docs/benchmarks.md); absent: the record says 'not run: <file> not found'")
+
+
+def suite_problems(args, **kwargs) -> list[dict] | str:
+    """The problems of args.suite (load_suite with args.suite_file and `kwargs`), or the reason they cannot
+    be evaluated here: a suite file that is absent ("<file> not found"), for the caller's "not run" record."""
+    from orl.tasks import load_suite
+    from orl.tasks.files import SuiteFileMissing
+
+    try:
+        return load_suite(args.suite, path=getattr(args, "suite_file", None), **kwargs)
+    except SuiteFileMissing as exc:
+        return str(exc)
+
+
+def suite_not_run(args, kind: str, reason: str, **fields) -> dict:
+    """The "not run" record of a command whose suite cannot be evaluated here, its model named as a loaded
+    checkpoint would be (its folder's name), so that the table line matching that model finds it."""
+    from orl.records import not_run
+
+    name = Path(args.ckpt).name if getattr(args, "ckpt", None) else "unknown"
+    system = args.system or f"{name} ({args.engine})"
+    return not_run(kind, system=system, engine=args.engine, reason=reason, suite=args.suite,
+                   model={"name": name, "precision": "unknown"}, **fields)

@@ -1,0 +1,247 @@
+"""The paper profile's benchmarks read from local JSONL files (GSM8K, MATH-500, MBPP): the loaders, their
+errors, the final-answer checkers, MBPP's asserts in the sandbox, and the dispatch by suite."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import pytest
+
+from orl.cli import main
+from orl.errors import InputError
+from orl.eval.answers import check_gsm8k, check_math, gsm8k_final, last_boxed, math_equal, normalize_math
+from orl.eval.quality import CHECKERS, CheckOptions, check_outputs
+from orl.records import load_records
+from orl.sandbox import runner
+from orl.tasks import SUITES, load_suite
+from orl.tasks.files import SuiteFileMissing
+from orl.tasks.mbpp import load_mbpp
+
+BWRAP_PROBLEM = runner.bwrap_problem()
+needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"bwrap unusable here: {BWRAP_PROBLEM}")
+MODES = [pytest.param("bwrap", marks=needs_bwrap), "fallback"]
+
+
+def write_jsonl(path, rows) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+GSM8K = [
+    {"question": "Ann has 3 apples and buys 4 more. How many apples does she have?",
+     "answer": "She has 3 + 4 = <<3+4=7>>7 apples.\n#### 7"},
+    {"question": "A shirt costs $1,200 and is 25% off. What does it cost now?",
+     "answer": "The discount is 1200 * 0.25 = 300.\nSo it costs 1200 - 300 = 900.\n#### 900"},
+]
+MATH = [
+    {"problem": "What is $\\frac{1}{2} + \\frac{1}{4}$?", "solution": "... $\\boxed{\\frac{3}{4}}$.",
+     "answer": "\\frac{3}{4}", "subject": "Prealgebra", "level": 1, "unique_id": "test/prealgebra/1.json"},
+    {"problem": "Find the point where $y = x$ meets $y = 2$.", "answer": "(2, 2)", "subject": "Algebra",
+     "level": 2, "unique_id": "test/algebra/2.json"},
+]
+MBPP = [
+    {"task_id": 11, "text": "Write a function to add two numbers.", "code": "def add_two(a, b):\r\n  return a + b",
+     "test_list": ["assert add_two(1, 2) == 3", "assert add_two(-1, 1) == 0", "assert add_two(0, 0) == 0"],
+     "test_setup_code": "", "challenge_test_list": []},
+    {"task_id": 12, "text": "Write a function to find the shared elements of two lists.",
+     "code": "def _as_set(xs):\n    return set(xs)\n\ndef shared(a, b):\n    return tuple(sorted(_as_set(a) & _as_set(b)))",
+     "test_list": ["assert set(shared([1, 2, 3], [2, 3, 4])) == set((2, 3))",
+                   "assert shared([1], [2]) == ()"],
+     "test_setup_code": "import math", "challenge_test_list": []},
+]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loaders
+# ---------------------------------------------------------------------------------------------------
+
+def test_gsm8k_loads_the_final_number_and_a_prompt_asking_for_it(tmp_path):
+    problems = load_suite("gsm8k", path=write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K))
+    assert [p["task_id"] for p in problems] == ["GSM8K/0", "GSM8K/1"]
+    assert [p["answer"] for p in problems] == ["7", "900"]
+    assert problems[0]["prompt"].startswith(GSM8K[0]["question"]) and "####" in problems[0]["prompt"]
+    assert problems[1]["solution"] == GSM8K[1]["answer"]
+
+
+def test_math500_loads_answers_ids_and_the_optional_fields(tmp_path):
+    problems = load_suite("math500", path=write_jsonl(tmp_path / "math.jsonl", MATH), limit=1)
+    (p,) = problems
+    assert p["task_id"] == "test/prealgebra/1.json" and p["answer"] == "\\frac{3}{4}" and p["level"] == 1
+    assert "\\boxed{}" in p["prompt"] and p["prompt"].startswith(MATH[0]["problem"])
+    bare = load_suite("math500", path=write_jsonl(tmp_path / "bare.jsonl", [{"problem": "1+1?", "answer": "2"}]))
+    assert bare[0]["task_id"] == "MATH-500/0"
+
+
+def test_mbpp_loads_the_tested_function_the_first_test_in_the_prompt_and_the_setup(tmp_path):
+    problems = load_suite("mbpp", path=write_jsonl(tmp_path / "mbpp.jsonl", MBPP))
+    assert [p["task_id"] for p in problems] == ["MBPP/11", "MBPP/12"]
+    assert [p["entry_point"] for p in problems] == ["add_two", "shared"]  # not the helper _as_set
+    assert MBPP[0]["text"] in problems[0]["prompt"] and MBPP[0]["test_list"][0] in problems[0]["prompt"]
+    assert MBPP[0]["test_list"][1] not in problems[0]["prompt"]
+    assert problems[1]["setup"] == "import math"
+    assert problems[0]["test"].startswith("def check(candidate):\n    assert add_two(1, 2) == 3\n")
+
+
+def test_mbpp_keeps_the_test_split_of_the_full_release_and_reads_the_sanitized_spelling(tmp_path):
+    full = [dict(MBPP[0], task_id=task_id) for task_id in (3, 11, 510, 600)]
+    assert [p["task_id"] for p in load_mbpp(write_jsonl(tmp_path / "full.jsonl", full))] == ["MBPP/11", "MBPP/510"]
+    sanitized = {"task_id": 2, "prompt": MBPP[0]["text"], "code": MBPP[0]["code"],
+                 "test_list": MBPP[0]["test_list"], "test_imports": ["import math"]}
+    (p,) = load_mbpp(write_jsonl(tmp_path / "sanitized.jsonl", [sanitized]))
+    assert p["setup"] == "import math" and MBPP[0]["text"] in p["prompt"]
+
+
+@pytest.mark.parametrize("suite, rows, line, field", [
+    ("gsm8k", [GSM8K[0], {"question": "q"}], 2, "answer"),
+    ("gsm8k", [{"question": 3, "answer": "#### 1"}], 1, "question"),
+    ("math500", [MATH[0], MATH[1], {"answer": "1"}], 3, "problem"),
+    ("mbpp", [MBPP[0], {k: v for k, v in MBPP[1].items() if k != "test_list"}], 2, "test_list"),
+    ("mbpp", [dict(MBPP[0], task_id="11")], 1, "task_id"),
+    ("mbpp", [dict(MBPP[0], test_list=["assert other(1) == 2"])], 1, "test_list"),
+])
+def test_a_bad_record_is_an_error_naming_the_file_the_line_and_the_field(tmp_path, suite, rows, line, field):
+    path = write_jsonl(tmp_path / f"{suite}.jsonl", rows)
+    with pytest.raises(InputError) as info:
+        load_suite(suite, path=path)
+    assert f"{path} line {line}: {field}:" in str(info.value)
+
+
+def test_a_gsm8k_solution_without_a_final_number_is_an_error(tmp_path):
+    path = write_jsonl(tmp_path / "g.jsonl", [{"question": "q", "answer": "no final line"}])
+    with pytest.raises(InputError, match=r"line 1: answer: expected a solution ending in '#### <number>'"):
+        load_suite("gsm8k", path=path)
+
+
+def test_a_missing_file_is_the_not_run_reason_and_a_file_suite_needs_its_path(tmp_path):
+    missing = tmp_path / "absent" / "gsm8k.jsonl"
+    with pytest.raises(SuiteFileMissing) as info:
+        load_suite("gsm8k", path=missing)
+    assert str(info.value) == f"{missing} not found"
+    with pytest.raises(InputError, match="--suite-file"):
+        load_suite("mbpp")
+    with pytest.raises(InputError, match="not read from a file"):
+        load_suite("tinycode", path=missing)
+
+
+def test_eval_quality_writes_a_not_run_record_for_a_missing_suite_file(tmp_path, capsys):
+    out, missing = tmp_path / "q.jsonl", tmp_path / "math500.jsonl"
+    assert main(["eval-quality", "--ckpt", str(tmp_path / "SDAR-4B-Chat"), "--engine", "dlmrt", "--suite",
+                 "math500", "--suite-file", str(missing), "--system", "dLLM base", "--out", str(out),
+                 "--no-progress"]) == 0
+    (record,) = load_records(out)
+    assert record["status"] == f"not run: {missing} not found"
+    assert record["suite"] == "math500" and record["model"]["name"] == "SDAR-4B-Chat"
+
+
+# ---------------------------------------------------------------------------------------------------
+# GSM8K's final number
+# ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("completion, expected, source", [
+    ("3 + 4 = 7\n#### 7", Fraction(7), "####"),
+    ("Total: $1,234.\n#### $1,234", Fraction(1234), "####"),
+    ("#### 12\nthen #### 15", Fraction(15), "####"),  # the last #### line
+    ("So the answer is \\boxed{42}.", Fraction(42), "boxed"),
+    ("It takes 5 hours at 12 mph, so 60 miles.", Fraction(60), "last number"),
+    ("The loss is -3.50 dollars", Fraction(-7, 2), "last number"),
+    ("#### (nothing)\nwe got 8", Fraction(8), "last number"),  # an empty #### line does not count
+    ("I do not know.", None, "none"),
+])
+def test_gsm8k_reads_the_final_answer_in_its_order_of_preference(completion, expected, source):
+    assert gsm8k_final(completion) == (expected, source)
+
+
+def test_gsm8k_checker_on_right_wrong_and_malformed_answers():
+    assert check_gsm8k("2 * 450 = 900\n#### 900", "900") == (True, "passed")
+    assert check_gsm8k("#### 900.00", "900")[0] and check_gsm8k("#### $900", "900")[0]
+    assert check_gsm8k("the answer is 900 dollars.", "900")[0]
+    assert check_gsm8k("#### 899", "900") == (False, "failed: final answer 899 (####), expected 900")
+    assert check_gsm8k("#### 900\nWait, it is 899.", "900")[0]  # #### is preferred to the last number
+    assert check_gsm8k("no digits at all", "900") == (False, "failed: no number in the completion")
+    assert not check_gsm8k("9 0 0", "900")[0]
+    with pytest.raises(ValueError):
+        check_gsm8k("#### 1", "seven")
+
+
+# ---------------------------------------------------------------------------------------------------
+# MATH's boxed answer
+# ---------------------------------------------------------------------------------------------------
+
+def test_the_last_boxed_answer_with_nested_braces():
+    assert last_boxed("so \\boxed{1} and finally \\boxed{\\frac{x^{2}}{2}}.") == "\\frac{x^{2}}{2}"
+    assert last_boxed("\\fbox{7}") == "7"
+    assert last_boxed("\\boxed{\\{1, 2\\}}") == "\\{1, 2\\}"  # escaped braces do not count
+    assert last_boxed("\\boxed{\\frac{1}{2}") is None  # cut off inside its answer
+    assert last_boxed("no box: 3") is None
+
+
+EQUAL = [
+    ("\\frac12", "0.5"), ("\\dfrac{1}{2}", "\\frac{1}{2}"), ("\\tfrac{3}{4}", "0.75"), ("\\frac34", "3/4"),
+    ("\\frac1{2}", "\\frac{1}{2}"), ("-\\frac{3}{4}", "-0.75"), (".5", "0.5"), ("3.0", "3"), ("5.", "5"),
+    ("1,000", "1000"), ("10\\text{ cm}", "10"), ("90^\\circ", "90"), ("90^{\\circ}", "90"), ("50\\%", "50"),
+    ("\\left( 3, 4 \\right)", "(3,4)"), ("\\left[ -1, 2 \\right)", "[-1,2)"), ("x = 7", "7"),
+    ("\\text{(C)}", "(C)"), ("\\text{Evelyn}", "Evelyn"), ("\\$18.90", "18.90"),
+    ("\\frac{\\sqrt{3}}{2}", "\\dfrac{\\sqrt3}{2}"), ("x^2 + 1", "x^{2}+1"), ("2\\sqrt{2}", "2 \\sqrt 2"),
+    ("\\displaystyle \\frac{1}{3}", "\\frac13"), ("\\frac{6}{3}", "2"), ("4/1", "4"), ("\\!1\\,000", "1000"),
+    ("\\{1, 2\\}", "\\{1,2\\}"), ("\\infty", "\\infty"), ("y = 2x + 3", "2x+3"),
+]
+DIFFERENT = [
+    ("\\frac12", "\\frac13"), ("0.5", "0.51"), ("(3,4)", "(4,3)"), ("\\sqrt{2}", "\\sqrt{3}"), ("10", "100"),
+    ("x^2", "x^3"), ("\\text{(A)}", "(B)"), ("-2", "2"), ("1,000", "1.000"),
+]
+
+
+@pytest.mark.parametrize("answer, reference", EQUAL)
+def test_math_answers_written_differently_are_equal(answer, reference):
+    assert math_equal(answer, reference), (normalize_math(answer), normalize_math(reference))
+
+
+@pytest.mark.parametrize("answer, reference", DIFFERENT)
+def test_different_math_answers_stay_different(answer, reference):
+    assert not math_equal(answer, reference), (normalize_math(answer), normalize_math(reference))
+
+
+def test_math_checker_on_right_wrong_and_malformed_answers():
+    assert check_math("We add: $\\frac12 + \\frac14 = \\boxed{\\dfrac34}$.", "\\frac{3}{4}") == (True, "passed")
+    assert check_math("\\boxed{0.75}", "\\frac{3}{4}")[0]
+    ok, why = check_math("\\boxed{\\frac{2}{3}}", "\\frac{3}{4}")
+    assert not ok and why.startswith("failed: boxed answer '\\\\frac{2}{3}'")
+    assert check_math("The answer is 3/4.", "\\frac{3}{4}") == (False, "failed: no \\boxed{...} answer in the "
+                                                                  "completion")
+    assert not check_math("\\boxed{\\frac{3}{4}", "\\frac{3}{4}")[0]  # unclosed: no answer
+
+
+# ---------------------------------------------------------------------------------------------------
+# Scoring by suite; MBPP in the sandbox
+# ---------------------------------------------------------------------------------------------------
+
+def test_every_suite_has_a_checker():
+    assert set(SUITES) <= set(CHECKERS)
+    with pytest.raises(InputError, match="no checker"):
+        check_outputs("nope", [], [])
+
+
+def test_answer_suites_are_checked_as_text_without_the_sandbox(tmp_path):
+    problems = load_suite("gsm8k", path=write_jsonl(tmp_path / "g.jsonl", GSM8K))
+    verdicts = check_outputs("gsm8k", problems, ["#### 7", "It costs 800.\n#### 800"])
+    assert [v.passed for v in verdicts] == [True, False] and {v.isolation for v in verdicts} == {"none"}
+    math = load_suite("math500", path=write_jsonl(tmp_path / "m.jsonl", MATH))
+    assert [v.passed for v in check_outputs("math500", math, ["\\boxed{0.75}", "\\boxed{(2,3)}"])] == [True, False]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mbpp_canonical_code_passes_and_wrong_code_fails_in_the_sandbox(tmp_path, mode):
+    problems = load_suite("mbpp", path=write_jsonl(tmp_path / "mbpp.jsonl", MBPP))
+    options = CheckOptions(progress=False, workers=2, isolation=mode)
+    right = check_outputs("mbpp", problems, [p["canonical_solution"] for p in problems], options)
+    assert [(v.passed, v.result) for v in right] == [(True, "passed")] * 2
+    assert {v.isolation for v in right} <= ({"bwrap"} if mode == "bwrap" else {"fallback", "fallback+ns"})
+    wrong = ["def add_two(a, b):\n    return a - b\n", "def shared(a, b):\n    return (2, 3)\n"]
+    verdicts = check_outputs("mbpp", problems, wrong, options)
+    assert [v.passed for v in verdicts] == [False, False]
+    assert "AssertionError" in verdicts[0].result or "failed" in verdicts[0].result
+    # A chat response: the code of its first fenced block is the program.
+    fenced = [f"Here it is:\n```python\n{p['canonical_solution']}\n```\nDone." for p in problems]
+    chat = check_outputs("mbpp", problems, fenced, CheckOptions(chat=True, progress=False, isolation=mode))
+    assert [v.passed for v in chat] == [True, True]
