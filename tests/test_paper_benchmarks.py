@@ -41,11 +41,13 @@ MATH = [
      "level": 2, "unique_id": "test/algebra/2.json"},
 ]
 MBPP = [
-    {"task_id": 11, "text": "Write a function to add two numbers.", "code": "def add_two(a, b):\r\n  return a + b",
+    {"task_id": 11, "text": "Write a function to add two numbers.",
+     "code": "def add_two(a, b):\r\n  return a + b",
      "test_list": ["assert add_two(1, 2) == 3", "assert add_two(-1, 1) == 0", "assert add_two(0, 0) == 0"],
      "test_setup_code": "", "challenge_test_list": []},
     {"task_id": 12, "text": "Write a function to find the shared elements of two lists.",
-     "code": "def _as_set(xs):\n    return set(xs)\n\ndef shared(a, b):\n    return tuple(sorted(_as_set(a) & _as_set(b)))",
+     "code": "def _as_set(xs):\n    return set(xs)\n\n"
+             "def shared(a, b):\n    return tuple(sorted(_as_set(a) & _as_set(b)))",
      "test_list": ["assert set(shared([1, 2, 3], [2, 3, 4])) == set((2, 3))",
                    "assert shared([1], [2]) == ()"],
      "test_setup_code": "import math", "challenge_test_list": []},
@@ -69,7 +71,8 @@ def test_math500_loads_answers_ids_and_the_optional_fields(tmp_path):
     (p,) = problems
     assert p["task_id"] == "test/prealgebra/1.json" and p["answer"] == "\\frac{3}{4}" and p["level"] == 1
     assert "\\boxed{}" in p["prompt"] and p["prompt"].startswith(MATH[0]["problem"])
-    bare = load_suite("math500", path=write_jsonl(tmp_path / "bare.jsonl", [{"problem": "1+1?", "answer": "2"}]))
+    bare_file = write_jsonl(tmp_path / "bare.jsonl", [{"problem": "1+1?", "answer": "2"}])
+    bare = load_suite("math500", path=bare_file)
     assert bare[0]["task_id"] == "MATH-500/0"
 
 
@@ -85,7 +88,8 @@ def test_mbpp_loads_the_tested_function_the_first_test_in_the_prompt_and_the_set
 
 def test_mbpp_keeps_the_test_split_of_the_full_release_and_reads_the_sanitized_spelling(tmp_path):
     full = [dict(MBPP[0], task_id=task_id) for task_id in (3, 11, 510, 600)]
-    assert [p["task_id"] for p in load_mbpp(write_jsonl(tmp_path / "full.jsonl", full))] == ["MBPP/11", "MBPP/510"]
+    kept = load_mbpp(write_jsonl(tmp_path / "full.jsonl", full))
+    assert [p["task_id"] for p in kept] == ["MBPP/11", "MBPP/510"]
     sanitized = {"task_id": 2, "prompt": MBPP[0]["text"], "code": MBPP[0]["code"],
                  "test_list": MBPP[0]["test_list"], "test_imports": ["import math"]}
     (p,) = load_mbpp(write_jsonl(tmp_path / "sanitized.jsonl", [sanitized]))
@@ -203,12 +207,13 @@ def test_different_math_answers_stay_different(answer, reference):
 
 
 def test_math_checker_on_right_wrong_and_malformed_answers():
-    assert check_math("We add: $\\frac12 + \\frac14 = \\boxed{\\dfrac34}$.", "\\frac{3}{4}") == (True, "passed")
+    right = "We add: $\\frac12 + \\frac14 = \\boxed{\\dfrac34}$."
+    assert check_math(right, "\\frac{3}{4}") == (True, "passed")
     assert check_math("\\boxed{0.75}", "\\frac{3}{4}")[0]
     ok, why = check_math("\\boxed{\\frac{2}{3}}", "\\frac{3}{4}")
     assert not ok and why.startswith("failed: boxed answer '\\\\frac{2}{3}'")
-    assert check_math("The answer is 3/4.", "\\frac{3}{4}") == (False, "failed: no \\boxed{...} answer in the "
-                                                                  "completion")
+    unboxed = check_math("The answer is 3/4.", "\\frac{3}{4}")
+    assert unboxed == (False, "failed: no \\boxed{...} answer in the completion")
     assert not check_math("\\boxed{\\frac{3}{4}", "\\frac{3}{4}")[0]  # unclosed: no answer
 
 
@@ -227,7 +232,8 @@ def test_answer_suites_are_checked_as_text_without_the_sandbox(tmp_path):
     verdicts = check_outputs("gsm8k", problems, ["#### 7", "It costs 800.\n#### 800"])
     assert [v.passed for v in verdicts] == [True, False] and {v.isolation for v in verdicts} == {"none"}
     math = load_suite("math500", path=write_jsonl(tmp_path / "m.jsonl", MATH))
-    assert [v.passed for v in check_outputs("math500", math, ["\\boxed{0.75}", "\\boxed{(2,3)}"])] == [True, False]
+    verdicts = check_outputs("math500", math, ["\\boxed{0.75}", "\\boxed{(2,3)}"])
+    assert [v.passed for v in verdicts] == [True, False]
 
 
 @pytest.mark.parametrize("mode", MODES)
