@@ -6,13 +6,18 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 
+import pandas as pd
 import pytest
 
 from orl.cli import main
 from orl.errors import InputError
 from orl.eval.answers import check_gsm8k, check_math, gsm8k_final, last_boxed, math_equal, normalize_math
 from orl.eval.quality import CHECKERS, CheckOptions, check_outputs
-from orl.records import load_records
+from orl.records import load_records, make_record, not_run
+from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
+from orl.report.headline import table1_grid
+from orl.report.render import table_paths, write_table
+from orl.report.tables import build_table1
 from orl.sandbox import runner
 from orl.tasks import SUITES, load_suite
 from orl.tasks.files import SuiteFileMissing
@@ -251,3 +256,44 @@ def test_mbpp_canonical_code_passes_and_wrong_code_fails_in_the_sandbox(tmp_path
     fenced = [f"Here it is:\n```python\n{p['canonical_solution']}\n```\nDone." for p in problems]
     chat = check_outputs("mbpp", problems, fenced, CheckOptions(chat=True, progress=False, isolation=mode))
     assert [v.passed for v in chat] == [True, True]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Table 1 as the page's grid
+# ---------------------------------------------------------------------------------------------------
+
+def quality(system, suite, pass_at_1, tpf, model="SDAR-4B-Chat"):
+    return make_record("quality", system=system, engine="dlmrt", suite=suite,
+                       model={"name": model, "precision": "bfloat16"},
+                       metrics={"pass_at_1": pass_at_1, "tpf": tpf})
+
+
+def test_table1_grid_has_accuracy_and_tpf_per_benchmark_for_base_and_orl(tmp_path):
+    missing = "not run: /data/mbpp/mbpp.jsonl not found"
+    records = [
+        quality("dLLM base", "gsm8k", 0.90, 2.4), quality("dLLM + ORL", "gsm8k", 0.92, 5.9),
+        quality("dLLM base", "humaneval", 0.83, 1.8), quality("dLLM + ORL", "humaneval", 0.896, 11.1),
+        *(not_run("quality", system=system, engine="dlmrt", reason=missing.removeprefix("not run: "),
+                  suite="mbpp", model={"name": "SDAR-4B-Chat", "precision": "unknown"})
+          for system in ("dLLM base", "dLLM + ORL")),
+    ]
+    claims = load_claims(DEFAULT_CLAIMS_PATH)
+    frame = build_table1(records, claims)
+    grid = table1_grid(frame)
+    # The page's benchmarks in its order; MATH-500 has no record here, so no column; MBPP's lines did not run.
+    suites = ("gsm8k", "humaneval", "mbpp")
+    values = [f"{suite}_{name}{suffix}" for suite in suites for name in ("accuracy", "tpf")
+              for suffix in ("", "_lo", "_hi")]
+    assert list(grid.columns) == ["model", "variant", *values, *(f"{suite}_status" for suite in suites)]
+    rows_shown = list(zip(grid["model"], grid["variant"], strict=True))
+    assert rows_shown == [("SDAR-4B-Chat", "base"), ("SDAR-4B-Chat", "+ORL")]
+    orl = grid[grid["variant"] == "+ORL"].iloc[0]
+    assert orl["gsm8k_accuracy"] == pytest.approx(92.0) and orl["gsm8k_tpf"] == 5.9
+    assert orl["humaneval_tpf"] == 11.1 and pd.isna(orl["mbpp_accuracy"]) and orl["mbpp_status"] == missing
+    write_table(frame, tmp_path, claims)
+    md = table_paths(tmp_path, 1)["md"].read_text()
+    assert "the page's Table 1 grid" in md
+    assert ("| model | variant | GSM8K acc. (%) | GSM8K TPF | HumanEval acc. (%) | HumanEval TPF | "
+            "MBPP acc. (%) | MBPP TPF |") in md
+    assert "| SDAR-4B-Chat | +ORL | 92 | 5.9 | 89.6 | 11.1 | not run | not run |" in md
+    assert "/data/mbpp/mbpp.jsonl not found (mbpp)" in md  # the reason, in the list of lines that did not run
