@@ -297,3 +297,31 @@ def test_table1_grid_has_accuracy_and_tpf_per_benchmark_for_base_and_orl(tmp_pat
             "MBPP acc. (%) | MBPP TPF |") in md
     assert "| SDAR-4B-Chat | +ORL | 92 | 5.9 | 89.6 | 11.1 | not run | not run |" in md
     assert "/data/mbpp/mbpp.jsonl not found (mbpp)" in md  # the reason, in the list of lines that did not run
+
+
+# ---------------------------------------------------------------------------------------------------
+# The DAG: the paper profile's benchmark files
+# ---------------------------------------------------------------------------------------------------
+
+def test_the_paper_dag_passes_each_benchmark_file_to_its_table1_jobs(tmp_path):
+    from tests.test_dag import paper_config, planned_jobs, snakemake
+
+    files = {suite: tmp_path / "data" / f"{suite}.jsonl" for suite in ("gsm8k", "math500", "mbpp")}
+    files["gsm8k"].parent.mkdir()
+    write_jsonl(files["gsm8k"], GSM8K)  # the others are absent: their jobs write "not run" records
+    mapping = ", ".join(f"{suite}: {path}" for suite, path in files.items())
+    config = paper_config(tmp_path, benchmarks=f"{{{mapping}}}")
+    run = snakemake("-n", "-p", "reproduce_table1", "--configfile", str(config), cwd=tmp_path)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    extra = [job["command"] for job in planned_jobs(run.stdout) if job["rule"] == "quality_extra_suite"]
+    for suite, path in files.items():
+        commands = [c for c in extra if f"--suite {suite} " in c]
+        assert commands and all(f"--suite-file {path} " in c for c in commands), (suite, extra)
+
+
+def test_a_file_suite_without_its_file_in_the_config_is_a_config_error(tmp_path):
+    from tests.test_dag import snakemake
+
+    run = snakemake("-n", "reproduce_table1", "--config", "profile=tiny", "extra_suites=[humaneval,mbpp]",
+                    cwd=tmp_path)
+    assert run.returncode != 0 and "benchmarks.mbpp: missing" in run.stdout + run.stderr
