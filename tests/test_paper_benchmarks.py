@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 
 from orl.cli import main
+from orl.engines.base import Generation
 from orl.errors import InputError
 from orl.eval.answers import check_gsm8k, check_math, gsm8k_final, last_boxed, math_equal, normalize_math
-from orl.eval.quality import CHECKERS, CheckOptions, check_outputs
+from orl.eval.quality import CHECKERS, CheckOptions, check_outputs, evaluate_quality
 from orl.records import load_records, make_record, not_run
 from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
 from orl.report.headline import table1_grid
@@ -325,3 +326,31 @@ def test_a_file_suite_without_its_file_in_the_config_is_a_config_error(tmp_path)
     run = snakemake("-n", "reproduce_table1", "--config", "profile=tiny", "extra_suites=[humaneval,mbpp]",
                     cwd=tmp_path)
     assert run.returncode != 0 and "benchmarks.mbpp: missing" in run.stdout + run.stderr
+
+
+class ScriptedEngine:
+    """An engine that answers each prompt with a given text (what the model would have generated)."""
+
+    name = "scripted"
+
+    def __init__(self, answers: dict[str, str]) -> None:
+        self.answers = answers
+
+    def generate(self, prompt: str, max_new_tokens: int) -> Generation:
+        text = self.answers[prompt]
+        return Generation(token_ids=[0] * 8, text=text, nfe=4, prefill_forwards=1, wall_time_s=0.01)
+
+
+def test_evaluate_quality_scores_each_suite_by_its_checker(tmp_path):
+    gsm8k = load_suite("gsm8k", path=write_jsonl(tmp_path / "g.jsonl", GSM8K))
+    engine = ScriptedEngine({gsm8k[0]["prompt"]: "3 + 4 = 7\n#### 7", gsm8k[1]["prompt"]: "#### 1,000"})
+    result = evaluate_quality(engine, gsm8k, 64, progress=False, suite="gsm8k")
+    assert result.pass_at_1 == 0.5 and result.isolation == "none" and result.tpf == 2.0
+    assert result.per_problem[1]["result"] == "failed: final answer 1000 (####), expected 900"
+    mbpp = load_suite("mbpp", path=write_jsonl(tmp_path / "m.jsonl", MBPP))
+    engine = ScriptedEngine({mbpp[0]["prompt"]: f"```python\n{MBPP[0]['code']}\n```",
+                             mbpp[1]["prompt"]: "def shared(a, b):\n    return ()\n"})
+    result = evaluate_quality(engine, mbpp, 64, progress=False, suite="mbpp", isolation="fallback",
+                              chat=lambda prompt: prompt)
+    assert [row["passed"] for row in result.per_problem] == [True, False]
+    assert result.per_problem[0]["response"].startswith("```python")

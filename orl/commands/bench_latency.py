@@ -36,7 +36,7 @@ def register(subparsers) -> None:
     add_engine_args(p, None)
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
     add_split_flag(p)
-    add_suite_file_flag(p)
+    add_suite_file_flag(p, records_absence=True)
     p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES,
                    help="TinyCode difficulty (default: medium)")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N prompts (default: all)")

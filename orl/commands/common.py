@@ -146,12 +146,13 @@ def chat_renderer(args):
     return load_tokenizer(args.ckpt).apply_chat_template
 
 
-def add_suite_file_flag(parser) -> None:
-    """--suite-file: the local JSONL of a suite read from a file (gsm8k, math500, mbpp;
-    docs/benchmarks.md)."""
+def add_suite_file_flag(parser, records_absence: bool = False) -> None:
+    """--suite-file: the local JSONL of a suite read from a file (gsm8k, math500, mbpp; docs/benchmarks.md).
+    `records_absence`: the command writes a "not run" record when the file is absent (else an error)."""
+    absent = "the record says 'not run: <file> not found'" if records_absence else "an error"
     parser.add_argument("--suite-file", default=None, metavar="PATH",
                         help="the local JSONL file of --suite gsm8k, math500 or mbpp (never downloaded; "
-                        "docs/benchmarks.md); absent: the record says 'not run: <file> not found'")
+                        f"docs/benchmarks.md); a file that is absent: {absent}")
 
 
 def suite_problems(args, **kwargs) -> list[dict] | str:

@@ -30,7 +30,7 @@ def register(subparsers) -> None:
     add_engine_args(p, "reference")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
     add_split_flag(p)
-    add_suite_file_flag(p)
+    add_suite_file_flag(p, records_absence=True)
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
     p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES,
                    help="TinyCode difficulty (default: medium)")

@@ -36,7 +36,7 @@ def register(subparsers) -> None:
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
     add_split_flag(p)
-    add_suite_file_flag(p)
+    add_suite_file_flag(p, records_absence=True)
     p.add_argument("--policy", default="threshold", metavar="NAME",
                    help="the commit policy (a name of orl/decoding/policy.py's RULES) whose parameter the sweep "
                    "varies (default: %(default)s)")
