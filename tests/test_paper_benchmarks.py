@@ -57,6 +57,11 @@ MBPP = [
      "test_list": ["assert set(shared([1, 2, 3], [2, 3, 4])) == set((2, 3))",
                    "assert shared([1], [2]) == ()"],
      "test_setup_code": "import math", "challenge_test_list": []},
+    # A function named like the sandbox's check(candidate) (MBPP 56 and 349 are).
+    {"task_id": 13, "text": "Write a function to check whether a number is even.",
+     "code": "def check(n):\n    return n % 2 == 0",
+     "test_list": ["assert check(4) == True", "assert not check(3)"],
+     "test_setup_code": "", "challenge_test_list": []},
 ]
 
 
@@ -84,12 +89,13 @@ def test_math500_loads_answers_ids_and_the_optional_fields(tmp_path):
 
 def test_mbpp_loads_the_tested_function_the_first_test_in_the_prompt_and_the_setup(tmp_path):
     problems = load_suite("mbpp", path=write_jsonl(tmp_path / "mbpp.jsonl", MBPP))
-    assert [p["task_id"] for p in problems] == ["MBPP/11", "MBPP/12"]
-    assert [p["entry_point"] for p in problems] == ["add_two", "shared"]  # not the helper _as_set
+    assert [p["task_id"] for p in problems] == ["MBPP/11", "MBPP/12", "MBPP/13"]
+    assert [p["entry_point"] for p in problems] == ["add_two", "shared", "check"]  # not the helper _as_set
     assert MBPP[0]["text"] in problems[0]["prompt"] and MBPP[0]["test_list"][0] in problems[0]["prompt"]
     assert MBPP[0]["test_list"][1] not in problems[0]["prompt"]
     assert problems[1]["setup"] == "import math"
-    assert problems[0]["test"].startswith("def check(candidate):\n    assert add_two(1, 2) == 3\n")
+    assert problems[0]["test"].startswith("def check(candidate):\n    add_two = candidate\n"
+                                          "    assert add_two(1, 2) == 3\n")
 
 
 def test_mbpp_keeps_the_test_split_of_the_full_release_and_reads_the_sanitized_spelling(tmp_path):
@@ -247,16 +253,17 @@ def test_mbpp_canonical_code_passes_and_wrong_code_fails_in_the_sandbox(tmp_path
     problems = load_suite("mbpp", path=write_jsonl(tmp_path / "mbpp.jsonl", MBPP))
     options = CheckOptions(progress=False, workers=2, isolation=mode)
     right = check_outputs("mbpp", problems, [p["canonical_solution"] for p in problems], options)
-    assert [(v.passed, v.result) for v in right] == [(True, "passed")] * 2
+    assert [(v.passed, v.result) for v in right] == [(True, "passed")] * 3
     assert {v.isolation for v in right} <= ({"bwrap"} if mode == "bwrap" else {"fallback", "fallback+ns"})
-    wrong = ["def add_two(a, b):\n    return a - b\n", "def shared(a, b):\n    return (2, 3)\n"]
+    wrong = ["def add_two(a, b):\n    return a - b\n", "def shared(a, b):\n    return (2, 3)\n",
+             "def check(n):\n    return True\n"]
     verdicts = check_outputs("mbpp", problems, wrong, options)
-    assert [v.passed for v in verdicts] == [False, False]
+    assert [v.passed for v in verdicts] == [False, False, False]
     assert "AssertionError" in verdicts[0].result or "failed" in verdicts[0].result
     # A chat response: the code of its first fenced block is the program.
     fenced = [f"Here it is:\n```python\n{p['canonical_solution']}\n```\nDone." for p in problems]
     chat = check_outputs("mbpp", problems, fenced, CheckOptions(chat=True, progress=False, isolation=mode))
-    assert [v.passed for v in chat] == [True, True]
+    assert [v.passed for v in chat] == [True, True, True]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -349,8 +356,9 @@ def test_evaluate_quality_scores_each_suite_by_its_checker(tmp_path):
     assert result.per_problem[1]["result"] == "failed: final answer 1000 (####), expected 900"
     mbpp = load_suite("mbpp", path=write_jsonl(tmp_path / "m.jsonl", MBPP))
     engine = ScriptedEngine({mbpp[0]["prompt"]: f"```python\n{MBPP[0]['code']}\n```",
-                             mbpp[1]["prompt"]: "def shared(a, b):\n    return ()\n"})
+                             mbpp[1]["prompt"]: "def shared(a, b):\n    return ()\n",
+                             mbpp[2]["prompt"]: MBPP[2]["code"]})
     result = evaluate_quality(engine, mbpp, 64, progress=False, suite="mbpp", isolation="fallback",
                               chat=lambda prompt: prompt)
-    assert [row["passed"] for row in result.per_problem] == [True, False]
+    assert [row["passed"] for row in result.per_problem] == [True, False, True]
     assert result.per_problem[0]["response"].startswith("```python")

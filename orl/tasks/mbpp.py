@@ -37,9 +37,12 @@ def _called_names(tests: list[str]) -> set[str]:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
 
 
-def check_source(tests: list[str]) -> str:
-    """The check(candidate) function the sandbox's test process runs: the asserts, in order."""
-    return "def check(candidate):\n" + "".join(f"    {test.strip()}\n" for test in tests)
+def check_source(entry: str, tests: list[str]) -> str:
+    """The check(candidate) function the sandbox's test process runs: the entry point's name bound to the
+    candidate inside it (a task whose function is itself called `check`, as MBPP 56 and 349 are, then calls
+    the candidate, not this function), then the asserts, in order."""
+    asserts = "".join(f"    {test.strip()}\n" for test in tests)
+    return f"def check(candidate):\n    {entry} = candidate\n{asserts}"
 
 
 def load_mbpp(path: str | Path) -> list[dict]:
@@ -76,6 +79,6 @@ def load_mbpp(path: str | Path) -> list[dict]:
                          "prompt": PROMPT.format(text=text.strip(), test=row["test_list"][0].strip()),
                          "text": text, "test_list": row["test_list"], "setup": setup,
                          "canonical_solution": row["code"], "entry_point": entry,
-                         "test": check_source(row["test_list"])})
+                         "test": check_source(entry, row["test_list"])})
     test_split = [p for p in problems if p["id"] in TEST_SPLIT]
     return test_split if test_split and len(test_split) < len(problems) else problems
