@@ -22,7 +22,8 @@ PROMPT = "{question}\nPlease reason step by step, and put your final answer afte
 def load_gsm8k(path: str | Path) -> list[dict]:
     """The problems of a local GSM8K JSONL file, each with the final number of its solution."""
     problems = []
-    for index, (number, row) in enumerate(benchmark_rows(path, {"question": str, "answer": str}, "GSM8K")):
+    rows = benchmark_rows(path, {"question": str, "answer": str}, "GSM8K problem")
+    for index, (number, row) in enumerate(rows):
         final = gsm8k_reference(row["answer"])
         if parse_number(final) is None:
             raise InputError(f"{path} line {number}: answer: expected a solution ending in '#### <number>', "

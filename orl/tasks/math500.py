@@ -22,7 +22,8 @@ OPTIONAL = ("solution", "subject", "level", "unique_id")
 def load_math500(path: str | Path) -> list[dict]:
     """The problems of a local MATH-500 JSONL file."""
     problems = []
-    for index, (number, row) in enumerate(benchmark_rows(path, {"problem": str, "answer": str}, "MATH-500")):
+    rows = benchmark_rows(path, {"problem": str, "answer": str}, "MATH-500 problem")
+    for index, (number, row) in enumerate(rows):
         if not row["answer"].strip():
             raise InputError(f"{path} line {number}: answer: expected the final answer, got an empty string")
         task_id = row.get("unique_id") or f"MATH-500/{index}"

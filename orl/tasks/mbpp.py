@@ -47,7 +47,7 @@ def check_source(entry: str, tests: list[str]) -> str:
 
 def load_mbpp(path: str | Path) -> list[dict]:
     """The problems of a local MBPP JSONL file (the test split where the file holds it)."""
-    rows = benchmark_rows(path, {"task_id": int, "code": str, "test_list": list}, "MBPP")
+    rows = benchmark_rows(path, {"task_id": int, "code": str, "test_list": list}, "MBPP task")
     problems, seen = [], set()
     for number, row in rows:
         where = f"{path} line {number}"
