@@ -148,6 +148,7 @@ def test_eval_quality_writes_a_not_run_record_for_a_missing_suite_file(tmp_path,
     (record,) = load_records(out)
     assert record["status"] == f"not run: {missing} not found"
     assert record["suite"] == "math500" and record["model"]["name"] == "SDAR-4B-Chat"
+    assert record["split"] == "test"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -271,7 +272,7 @@ def test_mbpp_canonical_code_passes_and_wrong_code_fails_in_the_sandbox(tmp_path
 # ---------------------------------------------------------------------------------------------------
 
 def quality(system, suite, pass_at_1, tpf, model="SDAR-4B-Chat"):
-    return make_record("quality", system=system, engine="dlmrt", suite=suite,
+    return make_record("quality", system=system, engine="dlmrt", suite=suite, split="test",
                        model={"name": model, "precision": "bfloat16"},
                        metrics={"pass_at_1": pass_at_1, "tpf": tpf})
 

@@ -171,8 +171,11 @@ def suite_not_run(args, kind: str, reason: str, **fields) -> dict:
     """The "not run" record of a command whose suite cannot be evaluated here, its model named as a loaded
     checkpoint would be (its folder's name), so that the table line matching that model finds it."""
     from orl.records import not_run
+    from orl.records.schema import SPLIT_KINDS
 
     name = Path(args.ckpt).name if getattr(args, "ckpt", None) else "unknown"
     system = args.system or f"{name} ({args.engine})"
+    if getattr(args, "split", None) and kind in SPLIT_KINDS:
+        fields.setdefault("split", args.split)
     return not_run(kind, system=system, engine=args.engine, reason=reason, suite=args.suite,
                    model={"name": name, "precision": "unknown"}, **fields)
