@@ -152,7 +152,8 @@ def run_delta_sweep(args) -> int:
     reference = max(measured, key=lambda r: r["created"])
     # Every δ is checked before anything runs.
     rules = [Verification.checked("relaxed", delta, "--deltas") for delta in args.deltas]
-    problems = load_suite(args.suite, split=args.split, difficulty=args.difficulty, limit=args.limit)
+    problems = load_suite(args.suite, split=args.split, path=args.suite_file, difficulty=args.difficulty,
+                          limit=args.limit)
     points = []
     for rule in rules:
         args.verification = str(rule)
