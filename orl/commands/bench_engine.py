@@ -14,6 +14,7 @@ from orl.commands.common import (
     add_policy_flag,
     add_progress_flag,
     add_split_flag,
+    add_suite_file_flag,
     add_warmup_flag,
     chat_renderer,
     compile_notice,
@@ -40,6 +41,7 @@ def register(subparsers) -> None:
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
     add_split_flag(p)
+    add_suite_file_flag(p)
     p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES, help="TinyCode difficulty")
     p.add_argument("--limit", type=positive_int, default=32, help="first N problems of the suite")
     add_policy_flag(p, "threshold:0.9")
@@ -114,7 +116,8 @@ def run_bench_engine(args) -> int:
     _check(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    problems = load_suite(args.suite, split=args.split, difficulty=args.difficulty, limit=args.limit)
+    problems = load_suite(args.suite, split=args.split, path=args.suite_file, difficulty=args.difficulty,
+                          limit=args.limit)
     chat = chat_renderer(args)
     prompts = [chat(p["prompt"]) if chat else p["prompt"] for p in problems]
     ckpt, engines = _build(args)

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from orl.commands.checks import out_file, positive_int
-from orl.commands.common import add_progress_flag, add_split_flag, add_warmup_flag, chat_renderer
+from orl.commands.common import (
+    add_progress_flag,
+    add_split_flag,
+    add_suite_file_flag,
+    add_warmup_flag,
+    chat_renderer,
+    suite_not_run,
+    suite_problems,
+)
 from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.commands.eval_quality import SHORT_DIFFICULTIES
 from orl.tasks import SUITES
@@ -28,6 +36,7 @@ def register(subparsers) -> None:
     add_engine_args(p, None)
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
     add_split_flag(p)
+    add_suite_file_flag(p, records_absence=True)
     p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES,
                    help="TinyCode difficulty (default: medium)")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N prompts (default: all)")
@@ -48,9 +57,12 @@ def run_bench_latency(args) -> int:
     from orl.eval.latency_record import latency_lines, latency_record, not_run_latency_record
     from orl.model.checkpoint import checkpoint_digest
     from orl.records import write_records
-    from orl.tasks import load_suite
 
-    problems = load_suite(args.suite, split=args.split, difficulty=args.difficulty, limit=args.limit)
+    problems = suite_problems(args, split=args.split, difficulty=args.difficulty, limit=args.limit)
+    if isinstance(problems, str):  # a suite file that is absent: the table line says why
+        write_records(args.out, [suite_not_run(args, args.kind, problems)])
+        print(f"{args.suite}: not run: {problems}")
+        return 0
     prompts = [problem["prompt"] for problem in problems]
     extra = {"max_new_tokens": args.max_new_tokens, "device": args.device, "draft": args.draft,
              "draft_sha256": checkpoint_digest(args.draft) if args.draft else None, "ignore_eos": args.ignore_eos,

@@ -144,3 +144,38 @@ def chat_renderer(args):
     from orl.tokenizer import load_tokenizer
 
     return load_tokenizer(args.ckpt).apply_chat_template
+
+
+def add_suite_file_flag(parser, records_absence: bool = False) -> None:
+    """--suite-file: the local JSONL of a suite read from a file (gsm8k, math500, mbpp; docs/benchmarks.md).
+    `records_absence`: the command writes a "not run" record when the file is absent (else an error)."""
+    absent = "the record says 'not run: <file> not found'" if records_absence else "an error"
+    parser.add_argument("--suite-file", default=None, metavar="PATH",
+                        help="the local JSONL file of --suite gsm8k, math500 or mbpp (never downloaded; "
+                        f"docs/benchmarks.md); a file that is absent: {absent}")
+
+
+def suite_problems(args, **kwargs) -> list[dict] | str:
+    """The problems of args.suite (load_suite with args.suite_file and `kwargs`), or the reason they cannot
+    be evaluated here: a suite file that is absent ("<file> not found"), for the caller's "not run" record."""
+    from orl.tasks import load_suite
+    from orl.tasks.files import SuiteFileMissing
+
+    try:
+        return load_suite(args.suite, path=getattr(args, "suite_file", None), **kwargs)
+    except SuiteFileMissing as exc:
+        return str(exc)
+
+
+def suite_not_run(args, kind: str, reason: str, **fields) -> dict:
+    """The "not run" record of a command whose suite cannot be evaluated here, its model named as a loaded
+    checkpoint would be (its folder's name), so that the table line matching that model finds it."""
+    from orl.records import not_run
+    from orl.records.schema import SPLIT_KINDS
+
+    name = Path(args.ckpt).name if getattr(args, "ckpt", None) else "unknown"
+    system = args.system or f"{name} ({args.engine})"
+    if getattr(args, "split", None) and kind in SPLIT_KINDS:
+        fields.setdefault("split", args.split)
+    return not_run(kind, system=system, engine=args.engine, reason=reason, suite=args.suite,
+                   model={"name": name, "precision": "unknown"}, **fields)

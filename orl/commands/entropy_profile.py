@@ -9,6 +9,7 @@ from orl.commands.common import (
     add_policy_flag,
     add_progress_flag,
     add_split_flag,
+    add_suite_file_flag,
     chat_renderer,
     parse_device,
     parse_policy,
@@ -27,6 +28,7 @@ def register(subparsers) -> None:
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
     add_split_flag(p)
+    add_suite_file_flag(p)
     add_policy_flag(p, "fixed:1")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget")
@@ -45,7 +47,7 @@ def run_entropy_profile(args) -> int:
     from orl.records import make_record, write_records
     from orl.tasks import load_suite
 
-    problems = load_suite(args.suite, split=args.split, limit=args.limit)
+    problems = load_suite(args.suite, split=args.split, path=args.suite_file, limit=args.limit)
     engine = build_engine("reference", args.ckpt, policy=parse_policy(args.policy), log_steps=True,
                           device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
     per_step, counts = entropy_per_step(generate_all(engine, problems, args.max_new_tokens,

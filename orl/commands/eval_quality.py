@@ -6,9 +6,12 @@ from orl.commands.checks import out_file, positive_int
 from orl.commands.common import (
     add_progress_flag,
     add_split_flag,
+    add_suite_file_flag,
     add_timeout_flag,
     chat_renderer,
     compile_notice,
+    suite_not_run,
+    suite_problems,
 )
 from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.tasks import SUITES
@@ -27,6 +30,7 @@ def register(subparsers) -> None:
     add_engine_args(p, "reference")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
     add_split_flag(p)
+    add_suite_file_flag(p, records_absence=True)
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
     p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES,
                    help="TinyCode difficulty (default: medium)")
@@ -44,9 +48,12 @@ def run_eval_quality(args) -> int:
     from orl.engines.base import EngineUnavailable
     from orl.eval.quality import evaluate_quality
     from orl.records import make_record, not_run, write_records
-    from orl.tasks import load_suite
 
-    problems = load_suite(args.suite, split=args.split, difficulty=args.difficulty, limit=args.limit)
+    problems = suite_problems(args, split=args.split, difficulty=args.difficulty, limit=args.limit)
+    if isinstance(problems, str):  # a suite file that is absent: the table line says why
+        write_records(args.out, [suite_not_run(args, "quality", problems)])
+        print(f"{args.suite}: not run: {problems}")
+        return 0
     try:
         engine = build_from_args(args)
     except EngineUnavailable as exc:  # a GPU row on a CPU machine: the table says why
@@ -58,8 +65,8 @@ def run_eval_quality(args) -> int:
     compile_notice(args.engine, args.device, "eval-quality")
     try:
         result = evaluate_quality(engine, problems, args.max_new_tokens, timeout_s=args.timeout,
-                                  progress=not args.no_progress, workers=args.workers, chat=chat_renderer(args),
-                                  isolation=args.isolation)
+                                  progress=not args.no_progress, workers=args.workers,
+                                  chat=chat_renderer(args), isolation=args.isolation, suite=args.suite)
         info = engine.describe()
     finally:
         engine.close()  # a server's processes (vLLM's engine core)

@@ -4,7 +4,14 @@
 from __future__ import annotations
 
 from orl.commands.checks import positive_int
-from orl.commands.common import add_model_args, add_split_flag, parse_device, parse_policy, torch_dtype
+from orl.commands.common import (
+    add_model_args,
+    add_split_flag,
+    add_suite_file_flag,
+    parse_device,
+    parse_policy,
+    torch_dtype,
+)
 from orl.commands.eval_quality import SHORT_DIFFICULTIES
 from orl.engines.capture import MODES
 from orl.tasks import SUITES
@@ -26,6 +33,7 @@ def register(subparsers) -> None:
                    "the CPU, compile-graph on CUDA)")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
     add_split_flag(p)
+    add_suite_file_flag(p)
     p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES, help="TinyCode difficulty")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget")
@@ -55,7 +63,8 @@ def run_parity(args) -> int:
     if args.alpha is not None:
         ckpt.model.config.residual_alpha = args.alpha
     residual = not args.no_residual
-    problems = load_suite(args.suite, split=args.split, difficulty=args.difficulty, limit=args.limit)
+    problems = load_suite(args.suite, split=args.split, path=args.suite_file, difficulty=args.difficulty,
+                          limit=args.limit)
     common = {"residual": residual, "ignore_eos": args.ignore_eos}
     ref = diffusion_engine("reference", ckpt, policy=policy, **common)
     dl = diffusion_engine("dlmrt", ckpt, policy=policy, dlmrt_config=DlmrtConfig(sync_every=args.sync_every,

@@ -21,6 +21,7 @@ from orl.commands.checks import parse_tokens, sweep_values
 from orl.commands.common import (
     add_progress_flag,
     add_split_flag,
+    add_suite_file_flag,
     add_timeout_flag,
     add_warmup_flag,
     chat_renderer,
@@ -46,6 +47,7 @@ def register(subparsers) -> None:
     add_engine_args(p, None)
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
     add_split_flag(p)
+    add_suite_file_flag(p)
     p.add_argument("--difficulty", default="medium", help="TinyCode difficulty (default: medium)")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     add_warmup_flag(p, "requests per k")
@@ -80,7 +82,8 @@ def run_spec_sweep(args) -> int:
         raise InputError("--reference: only a --deltas sweep is matched to a reference "
                          "(strict k are lossless)")
     tokens = parse_tokens(args.tokens)
-    problems = load_suite(args.suite, split=args.split, difficulty=args.difficulty, limit=args.limit)
+    problems = load_suite(args.suite, split=args.split, path=args.suite_file, difficulty=args.difficulty,
+                          limit=args.limit)
     chat = chat_renderer(args)
     prompts = [chat(p["prompt"]) if chat else p["prompt"] for p in problems]
     points = []
@@ -126,7 +129,8 @@ def run_delta_sweep(args) -> int:
     if not measured:
         raise InputError(f"{args.reference}: no measured quality record to match")
     rules = [Verification.checked("relaxed", delta, "--deltas") for delta in args.deltas]  # all checked first
-    problems = load_suite(args.suite, split=args.split, difficulty=args.difficulty, limit=args.limit)
+    problems = load_suite(args.suite, split=args.split, path=args.suite_file, difficulty=args.difficulty,
+                          limit=args.limit)
 
     def build(rule):
         args.verification = str(rule)

@@ -9,10 +9,13 @@ from orl.commands.common import (
     add_model_args,
     add_progress_flag,
     add_split_flag,
+    add_suite_file_flag,
     chat_renderer,
     compile_notice,
     model_field,
     parse_device,
+    suite_not_run,
+    suite_problems,
     torch_dtype,
 )
 from orl.tasks import SUITES
@@ -33,6 +36,7 @@ def register(subparsers) -> None:
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
     add_split_flag(p)
+    add_suite_file_flag(p, records_absence=True)
     p.add_argument("--policy", default="threshold", metavar="NAME",
                    help="the commit policy (a name of orl/decoding/policy.py's RULES) whose parameter the sweep "
                    "varies (default: %(default)s)")
@@ -57,16 +61,20 @@ def run_sweep(args) -> int:
     from orl.eval.sweep import aup_line, aup_record, point_line, run_sweep, sweep_policies, sweep_record
     from orl.model.checkpoint import load_checkpoint
     from orl.records import write_records
-    from orl.tasks import load_suite
 
     # Every value is checked against the policy before the checkpoint loads.
     policies = sweep_policies(Policy.checked(args.policy, args.values[0], "--thresholds"), args.values, "--thresholds")
+    problems = suite_problems(args, split=args.split, limit=args.limit)
+    if isinstance(problems, str):  # a suite file that is absent: the table line says why
+        write_records(args.out, [suite_not_run(args, "sweep", problems)])
+        print(f"{args.suite}: not run: {problems}")
+        return 0
     ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
-    problems = load_suite(args.suite, split=args.split, limit=args.limit)
     compile_notice(args.engine, args.device, "sweep")
     points = run_sweep(lambda policy: engine_for_checkpoint(args.engine, ckpt, policy=policy), problems, policies,
                        args.max_new_tokens, progress=not args.no_progress,
-                       report=lambda point: print(point_line(point), flush=True), chat=chat_renderer(args))
+                       report=lambda point: print(point_line(point), flush=True), chat=chat_renderer(args),
+                       suite=args.suite)
     model = model_field(ckpt)
     row = {"system": args.system or model["name"], "engine": args.engine, "model": model, "suite": args.suite,
            "split": args.split, "n_problems": len(problems)}

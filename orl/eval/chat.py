@@ -6,6 +6,11 @@ back as a chat response, usually a fenced code block holding the whole function;
 the sandbox runs is then the task's prompt (its imports and helpers, the trusted part) followed
 by that code, which redefines the entry point. A response that is not a full definition is
 taken as the continuation of the prompt, as for base models.
+
+The other suites read a response the same way, whatever the template: MBPP's program is the code of
+the response's first fenced block (or the response itself), and GSM8K's and MATH-500's answers are read
+from the whole response text (orl/eval/answers.py). Their prompts are the PROMPT templates of
+orl/tasks/gsm8k.py, math500.py and mbpp.py (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -37,14 +37,16 @@ def sweep_policies(policy: Policy, values: Sequence[float], where: str = "sweep"
 def run_sweep(make_engine: Callable[[Policy], Engine], problems: Sequence[dict], policies: Sequence[Policy],
               max_new_tokens: int, *, progress: bool = True,
               report: Callable[[SweepPoint], None] | None = None,
-              chat: Callable[[str], str] | None = None) -> list[SweepPoint]:
+              chat: Callable[[str], str] | None = None, suite: str | None = None) -> list[SweepPoint]:
     """One quality evaluation per policy (`sweep_policies`; prompts through `chat`, the chat template,
-    where given); each engine is warmed up on the first prompt so compilation is not timed."""
+    where given; `suite` chooses the checker, orl.eval.quality.CHECKERS); each engine is warmed up on the
+    first prompt so compilation is not timed."""
     points = []
     for policy in policies:
         engine = make_engine(policy)
         engine.generate(chat(problems[0]["prompt"]) if chat else problems[0]["prompt"], max_new_tokens)
-        result = evaluate_quality(engine, list(problems), max_new_tokens, progress=progress, chat=chat)
+        result = evaluate_quality(engine, list(problems), max_new_tokens, progress=progress, chat=chat,
+                                  suite=suite)
         point = SweepPoint(policy, result, engine)
         points.append(point)
         if report is not None:

@@ -62,6 +62,7 @@ HEADLINES: dict[int, tuple[Column, ...]] = {
 }
 HEADLINE_TABLES = tuple(HEADLINES)
 NOT_RUN_PREFIX = "not run: "
+NO_RECORD = "not run: no record"  # a line no record was found for (orl/report/select.py)
 
 
 def _missing(value) -> bool:
@@ -99,16 +100,87 @@ def cell(row: dict, column: Column) -> str:
 class Headline:
     suite: str | None
     frame: pd.DataFrame  # display strings, measured lines only
+    title: str | None = None  # shown above it; default: the suite
+
+    @property
+    def heading(self) -> str | None:
+        return self.title or self.suite
+
+
+# ------------------------------------------------------------------------------------------
+# Table 1 as the page's grid
+# ------------------------------------------------------------------------------------------
+
+# The page's benchmarks, in its order, and their names there; other suites (the tiny profile's) follow
+# in the frame's order under their own names.
+BENCHMARK_NAMES = {"gsm8k": "GSM8K", "math500": "MATH-500", "humaneval": "HumanEval", "mbpp": "MBPP"}
+GRID_TITLE = "Per benchmark: accuracy (%) and TPF, base and +ORL (the page's Table 1 grid)"
+
+
+def _recorded(row: dict) -> bool:
+    """A line with a record: measured, or a "not run" record saying why (not the mere absence of one)."""
+    status = str(row.get("status") or "")
+    return status == "measured" or (status.startswith(NOT_RUN_PREFIX) and not status.startswith(NO_RECORD))
+
+
+def _grid_lines(frame: pd.DataFrame) -> tuple[list[dict], list[tuple], list[str]]:
+    """The recorded lines of the grid's rows (model and variant with a measured line) and its suites (those
+    with a recorded line in those rows), the page's benchmarks first, then the others in the frame's order."""
+    records = frame.to_dict("records")
+    keys = list(dict.fromkeys((r["model"], r["variant"]) for r in records if r.get("status") == "measured"))
+    lines = [r for r in records if (r["model"], r["variant"]) in keys and _recorded(r)]
+    found = [s for s in dict.fromkeys(r.get("suite") for r in lines) if not _missing(s)]
+    suites = [s for s in BENCHMARK_NAMES if s in found] + [s for s in found if s not in BENCHMARK_NAMES]
+    return lines, keys, suites
+
+
+def table1_grid(frame: pd.DataFrame) -> pd.DataFrame:
+    """Table 1 laid out as the page's grid: one row per model and variant that has a measured line, and per
+    suite its accuracy (pass@1 in percent) and TPF with their 95% intervals, as columns `<suite>_accuracy`,
+    `<suite>_tpf` and their `_lo` / `_hi`, and `<suite>_status` (the line's status; None: no line). The
+    suites: those with a measured line or a "not run" record in these rows, the page's benchmarks first."""
+    lines, keys, suites = _grid_lines(frame)
+    rows = []
+    for model, variant in keys:
+        row: dict = {"model": model, "variant": variant}
+        for suite in suites:
+            line = next((r for r in lines
+                         if (r["model"], r["variant"], r.get("suite")) == (model, variant, suite)), {})
+            for name, source, scale in (("accuracy", "pass_at_1", 100.0), ("tpf", "tpf", 1.0)):
+                for suffix in ("", "_lo", "_hi"):
+                    value = line.get(source + suffix) if line.get("status") == "measured" else None
+                    row[f"{suite}_{name}{suffix}"] = None if _missing(value) else value * scale
+            row[f"{suite}_status"] = line.get("status")
+        rows.append(row)
+    columns = ["model", "variant"] + [f"{s}_{n}{x}" for s in suites for n in ("accuracy", "tpf")
+                                      for x in ("", "_lo", "_hi")] + [f"{s}_status" for s in suites]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def grid_headline(frame: pd.DataFrame) -> Headline:
+    """The grid's display: each cell "value [95% interval]"; "not run" where the line's record says it did
+    not run (the reason is in the list under the tables), "—" where there is no record."""
+    grid = table1_grid(frame)
+    suites = _grid_lines(frame)[2]
+    columns = [(None, Column("model", "model", False)), (None, Column("variant", "variant", False))]
+    for suite in suites:
+        name = BENCHMARK_NAMES.get(suite, suite)
+        columns += [(suite, Column(f"{name} acc. (%)", f"{suite}_accuracy")),
+                    (suite, Column(f"{name} TPF", f"{suite}_tpf"))]
+    cells = [tuple("not run" if suite and str(r[f"{suite}_status"] or "").startswith(NOT_RUN_PREFIX)
+                   else cell(r, column) for suite, column in columns)
+             for r in grid.to_dict("records")]
+    return Headline(None, pd.DataFrame(cells, columns=[c.header for _, c in columns]), GRID_TITLE)
 
 
 def headlines(frame: pd.DataFrame) -> list[Headline]:
     """One compact table per suite (in the frame's order) of the measured lines; repeated lines (one per
-    claim they are compared with) shown once."""
+    claim they are compared with) shown once. Table 1 starts with its grid (grid_headline)."""
     table = frame.attrs["table"]
     columns = HEADLINES[table]
     records = frame.to_dict("records")
     suites = list(dict.fromkeys(r.get("suite") for r in records if r.get("status") == "measured"))
-    out = []
+    out = [grid_headline(frame)] if table == 1 and suites else []
     for suite in suites:
         cells = [tuple(cell(r, c) for c in columns) for r in records
                  if r.get("status") == "measured" and r.get("suite") == suite]

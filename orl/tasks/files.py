@@ -20,6 +20,34 @@ from orl.sandbox.answer import ANSWER_FIELD, is_answer_problem
 
 MAX_INPUT_BYTES = 256 << 20  # of a samples or problems file, after decompression
 PROBLEM_FIELDS = ("task_id", "prompt", "test", "entry_point")
+_TYPE_NAMES = {str: "a string", int: "an integer", list: "a list"}
+
+
+class SuiteFileMissing(InputError):
+    """A file-backed suite's local file is absent; its message is the reason a "not run" row gives."""
+
+
+def benchmark_rows(path: str | Path, fields: dict[str, type], what: str) -> list[tuple[int, dict]]:
+    """(line number, object) of a benchmark's local JSONL file whose objects carry `fields` of the given
+    types (a list field: a list of strings). SuiteFileMissing ("<file> not found") when the file is absent;
+    InputError naming the file, the line and the field for anything else wrong."""
+    path = Path(path)
+    if not path.exists():
+        raise SuiteFileMissing(f"{path} not found")
+    rows = read_jsonl_rows(path, (), what)
+    for number, row in rows:
+        for name, kind in fields.items():
+            if name not in row:
+                raise InputError(f"{path} line {number}: {name}: missing field (a {what} record has "
+                                 f"{', '.join(fields)})")
+            value = row[name]
+            ok = isinstance(value, kind) and not isinstance(value, bool)
+            if ok and kind is list:
+                ok = all(isinstance(item, str) for item in value)
+            if not ok:
+                raise InputError(f"{path} line {number}: {name}: expected {_TYPE_NAMES[kind]}"
+                                 f"{' of strings' if kind is list else ''}, got {value!r:.60}")
+    return rows
 
 
 def read_jsonl_rows(path: Path, required: tuple[str, ...], what: str) -> list[tuple[int, dict]]:

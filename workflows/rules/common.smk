@@ -10,6 +10,7 @@
 # show each suite; the first is the main one, that of Tables 4-5, the entropy figure and the
 # speed-vs-length runs), so one prompt set (`eval_limit` problems) serves every job of a suite.
 import os
+import shlex
 import sys
 from functools import partial
 from pathlib import Path
@@ -21,6 +22,7 @@ from orl.engines.serving import SERVING_ENGINES
 from orl.eval.operating_point import write_strict_point
 from orl.report.gate import write_gate
 from orl.rows import ROW
+from orl.tasks import FILE_SUITES
 from orl.train.config import load_preset
 from orl.workflow_config import config_problem
 from orl.workflow_dag import limit_flag, one_of, run_id
@@ -89,6 +91,26 @@ EXTRA_SUITES = list(config["extra_suites"])
 for _suite in EXTRA_SUITES:
     if _suite in SUITES:
         raise ValueError(f"{CONFIG_FILES}: extra_suites: {_suite!r} is already in suites (each suite once)")
+
+# GSM8K, MATH-500 and MBPP are read from local files (config `benchmarks`, docs/benchmarks.md), passed as
+# --suite-file. An absent file is no error here: `orl eval-quality` writes "not run: <file> not found".
+BENCHMARK_FILES = dict(config.get("benchmarks") or {})
+for _suite in EXTRA_SUITES:
+    if _suite in FILE_SUITES and _suite not in BENCHMARK_FILES:
+        raise ValueError(f"{CONFIG_FILES}: benchmarks.{_suite}: missing; extra suite {_suite!r} is read from a "
+                         "local JSONL file (docs/benchmarks.md)")
+
+
+def suite_file_flag(suite):
+    """--suite-file of a suite read from a file (nothing for the others)."""
+    return f"--suite-file {shlex.quote(BENCHMARK_FILES[suite])}" if suite in FILE_SUITES else ""
+
+
+def suite_file_input(suite):
+    """The suite's file as an input where it exists, so that a changed or newly placed file reruns the jobs."""
+    path = BENCHMARK_FILES.get(suite) if suite in FILE_SUITES else None
+    return [path] if path and os.path.isfile(path) else []
+
 
 ABLATIONS = config.get("ablations", list(rows.ABLATIONS))  # default: every ablation row
 for _name in ABLATIONS:

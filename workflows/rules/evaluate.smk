@@ -113,9 +113,10 @@ rule quality_row:
 if EXTRA_SUITES:
 
     rule quality_extra_suite:
-        # Table 1 on other suites (HumanEval): pass@1 of its rows at their main-suite operating points.
+        # Table 1 on other suites (HumanEval; the paper's GSM8K, MATH-500 and MBPP from their local files):
+        # pass@1 of its rows at their main-suite operating points.
         input:
-            lambda wc: row_inputs(*RUNS[wc.run], MAIN),
+            lambda wc: row_inputs(*RUNS[wc.run], MAIN) + suite_file_input(wc.suite),
         output:
             f"{RESULTS}/quality/{{suite}}/row_{{run}}.jsonl",
         wildcard_constraints:
@@ -124,13 +125,15 @@ if EXTRA_SUITES:
         params:
             **DECODE,
             flags=lambda wc: row_flags(*RUNS[wc.run], MAIN),
+            suite_file=lambda wc: suite_file_flag(wc.suite),
         log:
             f"{LOGS}/quality_{{suite}}_{{run}}.log",
         threads: THREADS
         resources:
             gpu=GPU,
         shell:
-            "{ORL} eval-quality {params.flags} --suite {wildcards.suite} --max-new-tokens {params.max_new_tokens} "
+            "{ORL} eval-quality {params.flags} --suite {wildcards.suite} {params.suite_file} "
+            "--max-new-tokens {params.max_new_tokens} "
             "--device {params.device} --dtype {params.dtype} {params.chat} --out {output} --no-progress > {log} 2>&1"
 
 
