@@ -11,6 +11,7 @@ import pytest
 from orl.cli import main
 from orl.errors import InputError
 from orl.records import load_record_tree, make_record, not_run, validate_record, write_records
+from orl.records.schema import SPLIT_KINDS
 from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
 from orl.report.figures import figure_paths, write_figures
 from orl.report.measure import y_max_of
@@ -40,7 +41,8 @@ def rec(
 ):
     record = make_record(kind, system=system, engine=engine, model={"name": model, "precision": precision,
                          "ckpt_sha256": sha}, metrics=metrics, suite=suite, policy=policy, extra=extra,
-                         per_problem=per_problem, n_problems=n_problems)  # fmt: skip
+                         per_problem=per_problem, n_problems=n_problems,
+                         split="test" if kind in SPLIT_KINDS else None)  # fmt: skip
     record["env"]["gpu_name"] = gpu
     if created:
         record["created"] = created

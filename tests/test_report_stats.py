@@ -11,6 +11,7 @@ import pytest
 
 from orl.cli import main
 from orl.records import make_record, write_records
+from orl.records.schema import SPLIT_KINDS
 from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
 from orl.report.render import table_paths, write_table
 from orl.report.tables import build_table1, build_table2, build_table3b, build_table5
@@ -46,6 +47,7 @@ def record(kind, system, engine, *, sha=None, suite="tinycode", tau=None, metric
         suite=suite,
         policy=policy,
         n_problems=None if kind == "train" else N,
+        split="test" if kind in SPLIT_KINDS else None,
         **fields,
     )
 
