@@ -225,8 +225,9 @@ class DlmrtEngine:
         extra = {"mode": self.mode, "cache_len": state.cache_len, "sync_every": S, "prompt_len": plan.prompt_len,
                  "first_block": plan.first, "block_nfe": block_nfe, "steps_run": steps_run, "host_reads": host_reads}
         return Generation(token_ids=generated, text=tok.decode_completion(generated), nfe=sum(block_nfe),
-                          prefill_forwards=int(plan.first > 0), wall_time_s=wall, steps=_step_logs(logs) if self.log_steps else None,
-                          extra=extra)
+                          nfe_prefill=int(plan.first > 0), wall_time_s=wall,
+                          steps=_step_logs(logs) if self.log_steps else None, extra=extra,
+                          blocks=len(block_nfe), block_size=B)
 
 
 def _step_logs(logs: list[tuple[int, int, torch.Tensor]]) -> list[StepLog]:
