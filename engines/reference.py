@@ -36,13 +36,15 @@ class ReferenceDiffusion:
     name = "reference"
 
     def __init__(self, ckpt: Checkpoint, policy: Policy, residual: bool = True, log_steps: bool = False,
-                 *, ignore_eos: bool = False, observer: Callable[[StepView], None] | None = None):
+                 *, ignore_eos: bool = False, observer: Callable[[StepView], None] | None = None,
+                 block_size: int | None = None):
         if not ckpt.is_diffusion:
             raise CheckpointError(f"{ckpt.path / 'config.json'}: architectures: the reference diffusion decoder "
                                   "needs a block-diffusion checkpoint (with a mask token)")
         self.ckpt, self.log_steps, self.observer = ckpt, log_steps, observer
         self.rule: DecodeRule = decode_rule(ckpt.model.config, ckpt.tokenizer.eos_ids, policy, residual=residual,
-                                            ignore_eos=ignore_eos, where=str(ckpt.path / "config.json"))
+                                            ignore_eos=ignore_eos, where=str(ckpt.path / "config.json"),
+                                            block_size=block_size)
         self.device = next(ckpt.model.parameters()).device
         avoid_per_length_attention_plans(self.device)
 

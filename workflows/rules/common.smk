@@ -148,6 +148,33 @@ TRAINED_KEYS = {ROW[rows.TRAINED].ckpt, *(f"orl-{a}" for a in ABLATIONS)} if TRA
 DERIVED = {"orl-nvfp4", "orl-sdar"}
 BUILT_HERE = DERIVED | TRAINED_KEYS | (set() if PAPER else {"ar", "draft", "dlm"})
 
+# The dLLM's block size per suite (config `block_size`, docs/metrics.md "TPF"): the canvas against the
+# completion length sets the TPF ceiling, tokens / blocks. A suite it does not name decodes at the
+# preset's block size, which is the checkpoint's own; so does a suite it names with that size, and the
+# command then carries no --block-size at all (a profile naming its preset's sizes runs what one naming
+# none runs). Only the profile's own dLLM family takes it: the base dLLM, ORL, its ablations and what
+# is derived from ORL, on our in-process decoders.
+BLOCK_SIZE = dict(config.get("block_size") or {})
+PRESET_BLOCK = TRAIN_PRESET.diffusion.block_size if TRAIN_PRESET is not None else None
+DLLM_FAMILY = {"dlm", ROW[rows.TRAINED].ckpt} | TRAINED_KEYS | DERIVED
+for _suite in BLOCK_SIZE:
+    if _suite not in SUITES + EXTRA_SUITES:
+        raise ValueError(f"{CONFIG_FILES}: block_size: {_suite!r} is not a suite of this profile "
+                         f"(expected some of {', '.join(SUITES + EXTRA_SUITES)})")
+
+
+def block_flag(row, suite):
+    """`--block-size N` where `row` decodes the profile's dLLM on `suite` at a block size other than the
+    preset's; "" otherwise."""
+    from orl.engines.registry import DIFFUSION_ENGINES
+
+    size = BLOCK_SIZE.get(suite)
+    if size is None or size == PRESET_BLOCK:
+        return ""
+    if row.ckpt not in DLLM_FAMILY or row.engine not in DIFFUSION_ENGINES:
+        return ""
+    return f"--block-size {size}"
+
 
 def is_checkpoint(path):
     return bool(path) and os.path.isfile(os.path.join(path, "config.json"))
@@ -290,6 +317,8 @@ def row_flags(row, seed, suite, strict=False):
         flags.append(f"--policy @{point_file(row, seed, suite, strict)}")
     elif row.policy:
         flags.append(f"--policy {row.policy}")
+    if block_flag(row, suite):
+        flags.append(block_flag(row, suite))
     return " ".join(flags)
 
 
