@@ -10,9 +10,9 @@ One request:
     until <eos> or the budget: run a chunk of S decode steps (each feeds the last token at its
     slot, writes its keys/values there and appends the argmax), then read the new tokens (the
     one host read per chunk).
-Steps a chunk runs after <eos> are wasted compute, not counted: NFE counts the forwards that
-produced a kept token, the prefill included (it yields the first token), so TPF is 1, as
-ReferenceAR and the hf engine count it.
+Steps a chunk runs after <eos> are wasted compute, not counted. Of the forwards that produced a
+kept token the prefill (it yields the first token) is `nfe_prefill` = 1 and the others are NFE
+(engines/forwards.py): n tokens cost n - 1 decode forwards, as ReferenceAR and the hf engine count them.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import torch
 from orl.decoding import cut_at_eos, plan_request
 from orl.engines.base import EngineInfo, Generation, checkpoint_info
 from orl.engines.capture import cache_bucket, default_mode, make_prefill_runner, make_runner
+from orl.engines.forwards import decode_forwards
 from orl.errors import CheckpointError, InputError
 from orl.model.checkpoint import Checkpoint
 from orl.model.transformer import KVCache, Transformer, avoid_per_length_attention_plans
@@ -158,7 +159,8 @@ class CompiledAR:
         generated = generated[:max_new_tokens]
         if not self.ignore_eos:
             generated = cut_at_eos(generated, tok.eos_ids)
-        return Generation(token_ids=generated, text=tok.decode_completion(generated), nfe=len(generated),
-                          prefill_forwards=1, wall_time_s=wall,
+        return Generation(token_ids=generated, text=tok.decode_completion(generated),
+                          nfe=decode_forwards(len(generated), 1),
+                          nfe_prefill=1, wall_time_s=wall,
                           extra={"mode": self.mode, "cache_len": state.cache_len, "sync_every": self.steps,
                                  "host_reads": host_reads, "steps_run": (host_reads - 1) * self.steps})

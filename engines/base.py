@@ -7,12 +7,14 @@ never new code (shared/design/ARCHITECTURE.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import torch
+
+from orl.engines import forwards
 
 
 @dataclass
@@ -31,18 +33,21 @@ class StepLog:
 class Generation:
     """What one request produced, and what it cost.
 
-    nfe counts model forwards during generation with prompt prefill excluded
-    (docs/method.md §4); for speculative decoding it counts target-model forwards.
+    `nfe` counts the decode forwards (every forward after the prompt's prefill), `nfe_prefill` the
+    prefill forwards (engines/forwards.py, docs/metrics.md); for speculative decoding both count
+    target-model forwards. A block decoder also says how many blocks it decoded, and of what size.
     """
 
     token_ids: list[int]  # generated tokens, up to and including <eos> when one was produced
     text: str  # decoded completion, <eos> and what follows removed
-    nfe: int
-    prefill_forwards: int
+    nfe: int  # decode forwards
+    nfe_prefill: int  # prefill forwards (usually 1; 0 for a decoder without a cache)
     wall_time_s: float
     steps: list[StepLog] | None = None
     draft_forwards: int = 0  # forwards of a draft model (speculative baselines)
     extra: dict = field(default_factory=dict)
+    blocks: int | None = None  # blocks decoded (block decoders only)
+    block_size: int | None = None  # their size B (block decoders only)
 
     @property
     def num_tokens(self) -> int:
@@ -50,8 +55,16 @@ class Generation:
 
     @property
     def tpf(self) -> float:
-        """Tokens per forward: generated tokens / NFE (docs/method.md §4)."""
-        return self.num_tokens / self.nfe if self.nfe else 0.0
+        """Tokens per decode forward: generated tokens / NFE (0 where no decode forward ran)."""
+        return forwards.tpf(self.num_tokens, self.nfe) or 0.0
+
+    def counts(self) -> dict[str, int]:
+        """The request's entry in a record's per_problem / per_request list (forwards.COUNT_FIELDS):
+        tokens, nfe, nfe_prefill, and blocks for a block decoder."""
+        out = {"tokens": self.num_tokens, "nfe": self.nfe, "nfe_prefill": self.nfe_prefill}
+        if self.blocks is not None:
+            out["blocks"] = self.blocks
+        return out
 
 
 def within_budget(gen: Generation, max_new_tokens: int, decode: Callable[[list[int]], str]) -> Generation:
@@ -132,3 +145,13 @@ def synchronizer(device) -> Callable[[], None] | None:
     if device.type != "cuda":
         return None
     return lambda: torch.cuda.synchronize(device)
+
+
+def forward_metrics(generations: Sequence[Generation]) -> dict[str, float | int]:
+    """A suite's forward metrics (engines/forwards.py suite_metrics: tpf, tpf_prefill, nfe_mean, ...), and
+    for a block decoder its tpf_commit, tpf_ceiling, blocks_mean and block_size: what every record states."""
+    metrics = forwards.suite_metrics([g.counts() for g in generations])
+    sizes = {g.block_size for g in generations if g.block_size is not None}
+    if len(sizes) == 1:
+        metrics["block_size"] = sizes.pop()
+    return metrics

@@ -11,11 +11,11 @@ rejected position, or the "bonus" after a fully accepted draft). Repeat until
 <eos> or the budget. Under strict verification the output is exactly the target's
 greedy decoding; only the number of target forwards changes.
 
-Costs, counted (docs/method.md §4, the same convention as engines/hf.py):
-- `nfe` = target forwards. There is no separate prefill: the first target forward
-  carries the prompt and verifies the first draft, so `prefill_forwards` = 1
-  marks that one; TPF = generated tokens / target forwards = mean acceptance
-  length including the bonus token.
+Costs, counted (engines/forwards.py, the same for every engine):
+- There is no separate prefill: the first target forward carries the prompt and
+  verifies the first draft; it is the prefill forward (`nfe_prefill` = 1) and `nfe`
+  counts the later target forwards. The acceptance length (tokens per target forward,
+  bonus token included) is orl/eval/speculative.py's.
 - `draft_forwards` = drafter forwards (one per verification that had room for a draft).
 
 Both models are our Transformer with static KV caches (orl.model.transformer.KVCache):
@@ -43,6 +43,7 @@ import torch
 from orl.decoding import cut_at_eos, plan_request
 from orl.decoding.verify import STRICT, Verification, accept
 from orl.engines.base import EngineInfo, Generation, checkpoint_info
+from orl.engines.forwards import decode_forwards
 from orl.errors import CheckpointError, InputError
 from orl.model.checkpoint import CONFIG, TOKENIZER, Checkpoint, load_checkpoint
 from orl.model.masks import block_causal_limits, causal_limits, mask_from_limits
@@ -160,7 +161,8 @@ class DFlashEngine:
         if not self.ignore_eos:
             generated = cut_at_eos(generated, tok.eos_ids)
         return Generation(
-            token_ids=generated, text=tok.decode_completion(generated), nfe=nfe, prefill_forwards=1,
+            token_ids=generated, text=tok.decode_completion(generated), nfe=decode_forwards(nfe, 1),
+            nfe_prefill=1,
             wall_time_s=time.perf_counter() - start, draft_forwards=draft_forwards,
             extra={"block_size": B, "drafted_tokens": drafted, "accepted_tokens": accepted},
         )

@@ -9,14 +9,12 @@ draft-model speculative row of Table 2.
 TPF is counted, never estimated: a forward pre-hook on the target module and
 another on the draft module count every forward call `generate` makes.
 
-How forwards are counted (the same convention as engines/reference.py's ReferenceAR):
-- `nfe` is every target forward of the request, the first one included. That
-  first forward processes the prompt and already yields the first new token (plain
-  greedy), or verifies the first drafted tokens (assisted), so it is a generating
-  forward; `prefill_forwards` = 1 records that it also carried the prompt.
-  Plain greedy therefore has nfe == generated tokens, TPF exactly 1, and
-  assisted generation's TPF is tokens per target forward = mean acceptance
-  length including the target's bonus token (docs/method.md §4).
+How forwards are counted (engines/forwards.py, the same for every engine):
+- the first target forward carries the prompt (`nfe_prefill` = 1); it already yields
+  the first new token (plain greedy) or verifies the first drafted tokens (assisted).
+- `nfe` is every later target forward. Plain greedy therefore has nfe == generated
+  tokens - 1; assisted generation's acceptance length (tokens per target forward,
+  bonus token included) is orl/eval/speculative.py's.
 - `draft_forwards` counts the draft model's forward calls.
 
 Verification (orl/decoding/verify.py). Strict verification runs transformers' own assisted
@@ -43,6 +41,7 @@ import torch
 from orl.decoding import cut_at_eos, plan_request
 from orl.decoding.verify import STRICT, Verification, accept
 from orl.engines.base import EngineInfo, Generation
+from orl.engines.forwards import decode_forwards
 from orl.errors import CheckpointError, InputError
 
 
@@ -236,9 +235,10 @@ class HFEngine:
         generated = output[0, len(ids):].tolist()
         if not self.ignore_eos:
             generated = cut_at_eos(generated, tok.eos_ids)
-        nfe = self.target_forwards.count
+        prefill = 1 if self.target_forwards.count else 0
         return Generation(
-            token_ids=generated, text=tok.decode_completion(generated), nfe=nfe, prefill_forwards=1 if nfe else 0,
+            token_ids=generated, text=tok.decode_completion(generated),
+            nfe=decode_forwards(self.target_forwards.count, prefill), nfe_prefill=prefill,
             wall_time_s=wall, draft_forwards=self.draft_forwards.count if self.draft is not None else 0,
         )
 
@@ -299,7 +299,7 @@ class HFEngine:
         generated = generated[:max_new_tokens]
         return Generation(
             token_ids=generated, text=self.tokenizer.decode_completion(generated),
-            nfe=self.target_forwards.count, prefill_forwards=1, wall_time_s=wall,
+            nfe=decode_forwards(self.target_forwards.count, 1), nfe_prefill=1, wall_time_s=wall,
             draft_forwards=self.draft_forwards.count,
             extra={"drafted_tokens": drafted, "accepted_tokens": accepted},
         )

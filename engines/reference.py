@@ -15,6 +15,7 @@ import torch
 
 from orl.decoding import DecodeRule, Policy, StepView, cut_at_eos, decode_blocks, decode_rule, plan_request
 from orl.engines.base import EngineInfo, Generation, StepLog, checkpoint_info, within_budget
+from orl.engines.forwards import decode_forwards
 from orl.errors import CheckpointError
 from orl.model.checkpoint import Checkpoint
 from orl.model.transformer import avoid_per_length_attention_plans
@@ -35,13 +36,15 @@ class ReferenceDiffusion:
     name = "reference"
 
     def __init__(self, ckpt: Checkpoint, policy: Policy, residual: bool = True, log_steps: bool = False,
-                 *, ignore_eos: bool = False, observer: Callable[[StepView], None] | None = None):
+                 *, ignore_eos: bool = False, observer: Callable[[StepView], None] | None = None,
+                 block_size: int | None = None):
         if not ckpt.is_diffusion:
             raise CheckpointError(f"{ckpt.path / 'config.json'}: architectures: the reference diffusion decoder "
                                   "needs a block-diffusion checkpoint (with a mask token)")
         self.ckpt, self.log_steps, self.observer = ckpt, log_steps, observer
         self.rule: DecodeRule = decode_rule(ckpt.model.config, ckpt.tokenizer.eos_ids, policy, residual=residual,
-                                            ignore_eos=ignore_eos, where=str(ckpt.path / "config.json"))
+                                            ignore_eos=ignore_eos, where=str(ckpt.path / "config.json"),
+                                            block_size=block_size)
         self.device = next(ckpt.model.parameters()).device
         avoid_per_length_attention_plans(self.device)
 
@@ -73,8 +76,9 @@ class ReferenceDiffusion:
                                pad_id=tok.pad_id, observer=observe)
         generated = result.completions[0]
         gen = Generation(token_ids=generated, text=tok.decode_completion(generated), nfe=result.nfe[0],
-                         prefill_forwards=0, wall_time_s=time.perf_counter() - start,
-                         steps=steps if self.log_steps else None)
+                         nfe_prefill=0, wall_time_s=time.perf_counter() - start,  # no cache, no prefill
+                         steps=steps if self.log_steps else None, blocks=result.blocks[0],
+                         block_size=self.rule.block)
         return within_budget(gen, max_new_tokens, tok.decode_completion)
 
 
@@ -113,6 +117,7 @@ class ReferenceAR:
             seq = torch.cat([seq, seq.new_tensor([[next_id]])], dim=1)
         if not self.ignore_eos:
             generated = cut_at_eos(generated, tok.eos_ids)
-        # The prompt pass also yields the first token: every generated token costs one forward (TPF 1).
-        return Generation(token_ids=generated, text=tok.decode_completion(generated), nfe=len(generated),
-                          prefill_forwards=1, wall_time_s=time.perf_counter() - start)
+        # Every generated token costs one forward; the first is the prompt pass (the prefill).
+        return Generation(token_ids=generated, text=tok.decode_completion(generated),
+                          nfe=decode_forwards(len(generated), 1), nfe_prefill=1,
+                          wall_time_s=time.perf_counter() - start)

@@ -58,8 +58,11 @@ def build_engine(
     device: str = "cpu", dtype: torch.dtype | None = None, residual: bool = True, log_steps: bool = False,
     ignore_eos: bool = False, method: str | None = None, num_speculative_tokens: int | None = None,
     verification: Verification = STRICT,
+    block_size: int | None = None,
 ) -> Engine:
     """Load the checkpoint and wrap it in the named engine; dtype None keeps the checkpoint's own.
+
+    `block_size`: a block-diffusion decoder's block size, if not the checkpoint's own (dLLM engines only).
 
     `ignore_eos` (speed runs only, docs/method.md §4) makes every engine generate to the budget.
     `method` is a serving row's method (vllm / sglang only; engines/serving.py METHODS).
@@ -82,6 +85,9 @@ def build_engine(
     if method is not None:
         raise InputError(f"--method: {method!r} applies to the serving engines ({', '.join(SERVING_ENGINES)}) only")
     policy = policy or Policy("fixed", 1)
+    if block_size is not None and name not in DIFFUSION_ENGINES:
+        raise InputError(f"--block-size applies to the block-diffusion decoders "
+                         f"({', '.join(DIFFUSION_ENGINES)}), not to {name}")
     if num_speculative_tokens is not None and name != "hf-assisted":
         raise InputError(f"--num-speculative-tokens applies to hf-assisted and the serving engines' draft "
                          f"methods, not to {name}")
@@ -98,17 +104,22 @@ def build_engine(
         return DFlashEngine(target_dir=ckpt_dir, drafter_dir=draft_dir, device=device, dtype=dtype,
                             ignore_eos=ignore_eos, verification=verification)
     return engine_for_checkpoint(name, load_checkpoint(ckpt_dir, device=device, dtype=dtype), policy=policy,
-                                 residual=residual, log_steps=log_steps, ignore_eos=ignore_eos)
+                                 residual=residual, log_steps=log_steps, ignore_eos=ignore_eos,
+                                 block_size=block_size)
 
 
 def engine_for_checkpoint(
     name: str, ckpt, *, policy: Policy, residual: bool = True, log_steps: bool = False, ignore_eos: bool = False,
+    block_size: int | None = None,
 ) -> Engine:
     """One of the engines that run our own model code (reference, ar-compiled, dlmrt, dlmrt-eager) on a
     loaded checkpoint.
 
     A sweep builds one per policy on the same checkpoint, loaded once.
     """
+    if block_size is not None and not ckpt.is_diffusion:
+        raise InputError(f"--block-size: {ckpt.path}: an AR checkpoint decodes one token per forward; "
+                         "block sizes apply to block-diffusion checkpoints")
     if name == "reference" and not ckpt.is_diffusion:
         from orl.engines.reference import ReferenceAR
 
@@ -120,7 +131,8 @@ def engine_for_checkpoint(
     if name not in DIFFUSION_ENGINES:
         raise InputError(f"--engine: {name!r} does not run on a loaded checkpoint; expected reference, ar-compiled, "
                          "dlmrt or dlmrt-eager")
-    return diffusion_engine(name, ckpt, policy=policy, residual=residual, log_steps=log_steps, ignore_eos=ignore_eos)
+    return diffusion_engine(name, ckpt, policy=policy, residual=residual, log_steps=log_steps,
+                            ignore_eos=ignore_eos, block_size=block_size)
 
 
 def hf_engine_for_model(model, tokenizer, *, model_name: str, ignore_eos: bool = False) -> Engine:
@@ -136,13 +148,14 @@ DIFFUSION_ENGINES = ("dlmrt", "dlmrt-eager", "reference")  # the in-process bloc
 
 def diffusion_engine(
     name: str, ckpt, *, policy: Policy, residual: bool = True, log_steps: bool = False, ignore_eos: bool = False,
-    dlmrt_config=None, observer=None,
+    dlmrt_config=None, observer=None, block_size: int | None = None,
 ) -> Engine:
     """A block-diffusion decoder on a loaded dLLM checkpoint: the reference decoder or dlmrt (compiled or
     eager); what the engine benchmarks and the parity check compare.
 
     `dlmrt_config`: dlmrt's DlmrtConfig (chunk mode, sync_every, CPU linears, a step observer);
     `observer`: the reference decoder's StepView observer. Each applies to its own engine only.
+    `block_size`: blocks of that size instead of the checkpoint's own (orl.decoding.decode_rule).
     """
     if name not in DIFFUSION_ENGINES:
         raise InputError(f"--engines: {name!r} is not a block-diffusion decoder; expected one of "
@@ -151,11 +164,11 @@ def diffusion_engine(
         from orl.engines.reference import ReferenceDiffusion
 
         return ReferenceDiffusion(ckpt, policy, residual=residual, log_steps=log_steps, ignore_eos=ignore_eos,
-                                  observer=observer)
+                                  observer=observer, block_size=block_size)
     from orl.engines.dlmrt import DlmrtEngine
 
     return DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, log_steps=log_steps,
-                       ignore_eos=ignore_eos, config=dlmrt_config)
+                       ignore_eos=ignore_eos, config=dlmrt_config, block_size=block_size)
 
 
 # --------------------------------------------------------------------------------------

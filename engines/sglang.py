@@ -26,9 +26,10 @@ ignores them. A relaxed SGLang line therefore samples at temperature 1 (RELAXED_
 notes say so.
 
 How forwards are counted. The prefill forward samples the first token; each later forward of
-a speculative run verifies one draft (`meta_info["spec_verify_ct"]`), so nfe = 1 + verify
-steps. SGLang's `spec_accept_length` is completion tokens / verify steps, which counts the
-prefill's token; the acceptance length of engines/serving.py leaves it out. The dLLM
+a speculative run verifies one draft (`meta_info["spec_verify_ct"]`), so nfe_prefill = 1 and
+nfe = verify steps (an AR row's n tokens: n - 1; engines/forwards.py). SGLang's
+`spec_accept_length` is completion tokens / verify steps, which counts the prefill's token; the
+acceptance length of engines/serving.py leaves it out. The dLLM
 backend reports no per-request forward count: nfe stays 0 and `extra["nfe_unavailable"]`
 says why, so no TPF is printed rather than a made-up one.
 """
@@ -45,6 +46,7 @@ import torch
 from orl.decoding import Policy, plan_request
 from orl.decoding.verify import STRICT, Verification
 from orl.engines.base import EngineInfo, EngineUnavailable, Generation
+from orl.engines.forwards import decode_forwards
 from orl.engines.serving import (
     ServingCall,
     cut_at_eos,
@@ -142,20 +144,22 @@ def generation_from_sglang(output: dict, *, method: str, eos_ids, decode, wall_s
     stopped = isinstance(finish, dict) and finish.get("type") == "stop" and finish.get("matched") in eos_ids
     tokens = cut_at_eos(output["output_ids"], eos_ids, stopped)
     extra: dict[str, Any] = {"finish_reason": finish, "server_latency_s": meta.get("e2e_latency")}
-    nfe = len(tokens)
+    forwards = len(tokens)  # the prefill's token, then one per decode forward
+    prefill = 1 if tokens else 0
     if method == "dllm":
-        nfe = 0
+        forwards = prefill  # nfe 0: unknown
         extra["nfe_unavailable"] = "sglang's dLLM backend reports no per-request forward count"
     elif method in SPECULATIVE_ALGORITHMS:
         # SGLang writes the spec_* keys only once a verify step ran: none after a prefill-only request.
         verify = meta.get("spec_verify_ct", 0 if len(tokens) <= 1 else None)
         if not isinstance(verify, int) or verify < 0:
             raise InputError(f"sglang output: meta_info.spec_verify_ct: expected a non-negative integer, got {verify!r}")
-        nfe = 1 + verify if tokens else 0
+        forwards = 1 + verify if tokens else 0
         extra.update(speculative_extra(verify_forwards=verify, drafted=meta.get("spec_num_proposed_drafts", 0),
                                        accepted=meta.get("spec_num_correct_drafts", 0),
                                        server_acceptance_length=meta.get("spec_accept_length")))
-    return Generation(token_ids=tokens, text=decode(tokens), nfe=nfe, prefill_forwards=1 if tokens else 0,
+    return Generation(token_ids=tokens, text=decode(tokens), nfe=decode_forwards(forwards, prefill),
+                      nfe_prefill=prefill,
                       wall_time_s=wall_s, extra=extra)
 
 

@@ -19,11 +19,11 @@ Prompts go in as token ids from our tokenizer and come back as token ids
 How forwards are counted. vLLM's prefill forward samples the first token and proposes no
 draft; each later forward verifies one draft (`per_request_spec_decode_metrics="summary"`
 gives the request's verify steps and accepted drafts, `CompletionOutput.spec_decode_metrics`).
-So nfe = 1 + verify steps, plus any decode step that carried no draft (vLLM skips drafting
-near the end of the context): those are recovered from the token count, each yielding one
-token (`undrafted_forwards`). The acceptance length is then the one definition of
-engines/serving.py; vLLM's own mean acceptance length (1 + accepted / verify steps) is kept
-beside it.
+So nfe_prefill = 1 and nfe = verify steps, plus any decode step that carried no draft (vLLM skips
+drafting near the end of the context): those are recovered from the token count, each yielding one
+token (`undrafted_forwards`); an AR row's n tokens cost n - 1 decode forwards (engines/forwards.py).
+The acceptance length is then the one definition of engines/serving.py; vLLM's own mean
+acceptance length (1 + accepted / verify steps) is kept beside it.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import torch
 
 from orl.decoding import plan_request
 from orl.engines.base import EngineInfo, EngineUnavailable, Generation
+from orl.engines.forwards import decode_forwards
 from orl.engines.serving import (
     ServingCall,
     cut_at_eos,
@@ -122,19 +123,21 @@ def generation_from_vllm(
     stopped = finish_reason == "stop" and (stop_reason is None or stop_reason in eos_ids)
     tokens = cut_at_eos(token_ids, eos_ids, stopped)
     extra: dict[str, Any] = {"finish_reason": finish_reason}
-    nfe = len(tokens)
+    forwards = len(tokens)  # the prefill's token, then one per decode forward
     if speculative:
         if spec_metrics is None:
             raise InputError("vllm output: spec_decode_metrics is missing (the call sets "
                              "per_request_spec_decode_metrics='summary'; a vllm without it cannot count forwards)")
         counts = parse_spec_metrics(spec_metrics)
         undrafted = undrafted_forwards(len(tokens), counts["steps"], counts["accepted"])
-        nfe = 1 + counts["steps"] + undrafted if tokens else 0
+        forwards = 1 + counts["steps"] + undrafted if tokens else 0
         extra.update(speculative_extra(verify_forwards=counts["steps"], drafted=counts["drafted"],
                                        accepted=counts["accepted"],
                                        server_acceptance_length=counts["mean_acceptance_length"]),
                      undrafted_forwards=undrafted)
-    return Generation(token_ids=tokens, text=decode(tokens), nfe=nfe, prefill_forwards=1 if tokens else 0,
+    prefill = 1 if tokens else 0
+    return Generation(token_ids=tokens, text=decode(tokens), nfe=decode_forwards(forwards, prefill),
+                      nfe_prefill=prefill,
                       wall_time_s=wall_s, extra=extra)
 
 

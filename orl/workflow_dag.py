@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orl import rows
-from orl.engines.registry import ENGINE_NAMES
+from orl.engines.registry import DIFFUSION_ENGINES, ENGINE_NAMES
 from orl.engines.serving import SERVING_ENGINES, VLLM_ENV_MISSING
 from orl.records import not_run, write_records
 from orl.rows import ROW, Row
@@ -138,6 +138,11 @@ class Plan:
     trained_keys: frozenset[str]  # checkpoints trained here from the base dLLM (once per seed)
     derived: frozenset[str]  # checkpoints built from orl (quantized, exported)
     built_here: frozenset[str]  # every checkpoint the DAG builds (derived and trained included)
+    # The dLLM's block size per suite (config `block_size`): a suite it does not name, or names with the
+    # preset's size, decodes at the checkpoint's own and its commands carry no --block-size.
+    block_size: Mapping[str, int] = field(default_factory=dict)
+    preset_block: int | None = None
+    dllm_family: frozenset[str] = frozenset()  # the profile's own dLLM checkpoints (base, ORL, derived)
 
     # ---- checkpoints
 
@@ -279,7 +284,19 @@ class Plan:
             flags.append(f"--policy {row.policy}")
         if relaxed and row.verification == "relaxed":
             flags.append(f"--verification @{self.relaxed_file(row, suite)}")
+        if self.block_flag(row, suite):
+            flags.append(self.block_flag(row, suite))
         return " ".join(flags)
+
+    def block_flag(self, row: Row, suite: str) -> str:
+        """`--block-size N` where `row` decodes the profile's dLLM on `suite` at a block size other than the
+        preset's; "" otherwise. Only the profile's own dLLM family on our in-process decoders takes it."""
+        size = self.block_size.get(suite)
+        if size is None or size == self.preset_block:
+            return ""
+        if row.ckpt not in self.dllm_family or row.engine not in DIFFUSION_ENGINES:
+            return ""
+        return f"--block-size {size}"
 
     def sweep_suites(self, row: Row) -> list[str]:
         """Rows of Tables 1 and 2 are swept on every suite; the others (Table 5) on the main one."""

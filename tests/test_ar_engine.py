@@ -44,7 +44,8 @@ def test_greedy_tokens_and_nfe_equal_the_reference_and_hf(ar, prompts, steps):
     engine = CompiledAR(ar, mode="eager", sync_every=steps)
     gens = [engine.generate(p, MAX_NEW) for p in prompts]
     assert [(g.token_ids, g.nfe) for g in gens] == expected
-    assert all(g.tpf == 1.0 and g.prefill_forwards == 1 for g in gens)
+    # The prefill yields the first token: n tokens cost one prefill and n - 1 decode forwards.
+    assert all(g.nfe == g.num_tokens - 1 and g.nfe_prefill == 1 for g in gens)
     hf = load_hf_engine(ar.path)
     assert [g.token_ids for g in gens] == [t for t, _ in _outputs(hf, prompts)]
 
@@ -85,7 +86,7 @@ def test_end_token_mid_chunk_stops_and_cuts_like_the_reference(ar, prompts):
 def test_ignore_eos_generates_exactly_the_budget(ar, prompts):
     for steps in (1, 4):
         gen = CompiledAR(ar, mode="eager", sync_every=steps, ignore_eos=True).generate(prompts[1], 10)
-        assert len(gen.token_ids) == gen.nfe == 10
+        assert len(gen.token_ids) == gen.nfe + gen.nfe_prefill == 10
         assert gen.token_ids == ReferenceAR(ar, ignore_eos=True).generate(prompts[1], 10).token_ids
 
 

@@ -87,11 +87,11 @@ def test_absolute_layout_prefills_whole_blocks_and_commits_the_prompt_tail(sdar,
     gen = engine.generate(prompt, 16)
     state = next(iter(engine._slots.values())).state
     assert state.seq[0, :13].tolist() == ids  # the prompt stays as it was
-    assert gen.extra["first_block"] == 8 and gen.prefill_forwards == 1
+    assert gen.extra["first_block"] == 8 and gen.nfe_prefill == 1
     # First block: 3 masked positions (one step each with fixed:1), then a whole block of 8.
     assert gen.extra["block_nfe"][0] == 3 and gen.nfe == 3 + 8 * (len(gen.extra["block_nfe"]) - 1)
     (short,) = prompts_of_lengths(tokenizer, [3])
-    assert engine.generate(short, 8).prefill_forwards == 0  # no whole prompt block: nothing to prefill
+    assert engine.generate(short, 8).nfe_prefill == 0  # no whole prompt block: nothing to prefill
 
 
 def test_an_end_token_in_the_prompt_tail_ends_nothing():

@@ -104,8 +104,8 @@ def test_hf_greedy_equals_reference_ar_with_tpf_one(smoke_models, prompts, refer
     for prompt, expected in zip(prompts, reference_tokens, strict=True):
         gen = engine.generate(prompt, MAX_NEW)
         assert gen.token_ids == expected
-        assert gen.nfe == gen.num_tokens and gen.tpf == 1.0  # counted: one target forward per token
-        assert gen.prefill_forwards == 1 and gen.draft_forwards == 0
+        # counted: one target forward per token, the first of them the prefill
+        assert gen.nfe == gen.num_tokens - 1 and gen.nfe_prefill == 1 and gen.draft_forwards == 0
 
 
 def test_hf_assisted_is_lossless_and_counts_forwards(smoke_models, smoke_draft, prompts, reference_tokens):
@@ -118,11 +118,11 @@ def test_hf_assisted_is_lossless_and_counts_forwards(smoke_models, smoke_draft, 
     for prompt, expected in zip(prompts, reference_tokens, strict=True):
         gen = engine.generate(prompt, MAX_NEW)
         assert gen.token_ids == expected
-        assert 1 <= gen.nfe <= gen.num_tokens and gen.draft_forwards >= 1
+        assert gen.nfe_prefill == 1 and 0 <= gen.nfe < gen.num_tokens and gen.draft_forwards >= 1
         tokens, nfe, drafts = tokens + gen.num_tokens, nfe + gen.nfe, drafts + gen.draft_forwards
-    # Each target forward commits at least one token; the drafts are not free.
-    assert tokens / nfe >= 1.0
-    assert drafts >= nfe - PROMPTS_N
+    # Each target forward (the prefill one too) commits at least one token; the drafts are not free.
+    assert tokens / (nfe + PROMPTS_N) >= 1.0
+    assert drafts >= nfe
 
 
 def test_hf_rejects_diffusion_checkpoint_and_foreign_draft(smoke_models, ar_ckpt_dir):
@@ -147,12 +147,12 @@ def test_dflash_is_lossless_and_tpf_above_one(smoke_models, prompts, reference_t
     for prompt, expected in zip(prompts, reference_tokens, strict=True):
         gen = engine.generate(prompt, MAX_NEW)
         assert gen.token_ids == expected
-        assert gen.draft_forwards >= 1 and gen.prefill_forwards == 1
+        assert gen.draft_forwards >= 1 and gen.nfe_prefill == 1
         assert gen.extra["accepted_tokens"] <= gen.extra["drafted_tokens"]
         # every verification commits its accepted drafts plus one bonus token
-        assert gen.num_tokens <= gen.nfe + gen.extra["accepted_tokens"]
-        tokens, nfe = tokens + gen.num_tokens, nfe + gen.nfe
-    assert tokens / nfe > 1.0  # the dLLM converted from the target agrees with it often
+        assert gen.num_tokens <= gen.nfe + gen.nfe_prefill + gen.extra["accepted_tokens"]
+        tokens, nfe = tokens + gen.num_tokens, nfe + gen.nfe + gen.nfe_prefill
+    assert tokens / nfe > 1.0  # the dLLM converted from the target agrees with it often (every target forward)
 
 
 def test_dflash_respects_budget_and_random_drafter_stays_lossless(smoke_models, prompts, reference_tokens,

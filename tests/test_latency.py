@@ -40,7 +40,7 @@ class FakeEngine:
         tokens = min(len(prompt), max_new_tokens)
         nfe = -(-tokens // self.tpf)
         self.clock[0] += nfe * self.spf
-        return Generation(token_ids=list(range(tokens)), text="x" * tokens, nfe=nfe, prefill_forwards=1,
+        return Generation(token_ids=list(range(tokens)), text="x" * tokens, nfe=nfe, nfe_prefill=1,
                           wall_time_s=nfe * self.spf)  # fmt: skip
 
 

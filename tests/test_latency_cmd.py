@@ -20,7 +20,7 @@ def _run(capsys, *argv) -> tuple[int, list[str]]:
 
 
 def _gen(tokens: int, nfe: int, draft: int = 0, extra: dict | None = None) -> Generation:
-    return Generation(token_ids=[7] * tokens, text="", nfe=nfe, prefill_forwards=1, wall_time_s=0.1,
+    return Generation(token_ids=[7] * tokens, text="", nfe=nfe, nfe_prefill=1, wall_time_s=0.1,
                       draft_forwards=draft, extra=extra or {})
 
 
@@ -30,16 +30,17 @@ def _info(name: str, **what) -> EngineInfo:
 
 
 def test_speculative_metrics_one_definition():
-    assert speculative_metrics(_info("hf"), [_gen(4, 4)]) == {}
-    # hf-assisted / dflash: every target forward verifies a draft (the first carries the prompt too).
-    spec = speculative_metrics(_info("dflash", speculative=True), [_gen(6, 2, draft=2), _gen(4, 2, draft=1)])
+    assert speculative_metrics(_info("hf"), [_gen(4, 3)]) == {}
+    # hf-assisted / dflash: every target forward verifies a draft (the prefill forward carries the prompt
+    # too): 2 target forwards each (1 decode + 1 prefill).
+    spec = speculative_metrics(_info("dflash", speculative=True), [_gen(6, 1, draft=2), _gen(4, 1, draft=1)])
     assert spec == {"draft_forwards_mean": 1.5, "acceptance_length": 2.5}
     # vLLM / SGLang: their prefill forward verified nothing and yielded one token; it is left out of
-    # both sides. 9 tokens in 4 forwards, 3 of them verifying: (9 - 1) / 3; then (5 - 1) / 2.
-    served = [_gen(9, 4, extra={"verify_forwards": 3, "server_acceptance_length": 3.0}),
-              _gen(5, 3, extra={"verify_forwards": 2, "server_acceptance_length": 2.5})]
+    # both sides. 9 tokens in 4 forwards (3 decode + 1 prefill), 3 verifying: (9 - 1) / 3; then (5 - 1) / 2.
+    served = [_gen(9, 3, extra={"verify_forwards": 3, "server_acceptance_length": 3.0}),
+              _gen(5, 2, extra={"verify_forwards": 2, "server_acceptance_length": 2.5})]
     assert speculative_metrics(_info("sglang", counts_draft_forwards=False), served) == {"acceptance_length": (8 + 4) / (3 + 2)}  # no draft forwards
-    assert acceptance_length([_gen(1, 1, extra={"verify_forwards": 0})]) is None
+    assert acceptance_length([_gen(1, 0, extra={"verify_forwards": 0})]) is None
     assert acceptance_rate([_gen(3, 1, extra={"drafted_tokens": 8, "accepted_tokens": 2}),
                             _gen(3, 1, extra={"drafted_tokens": 2, "accepted_tokens": 1})]) == 0.3
     assert acceptance_rate([_gen(3, 3)]) is None
@@ -56,7 +57,12 @@ def test_bench_latency_hf_writes_a_latency_record(ar_ckpt_dir, tmp_path, capsys)
     metrics = record["metrics"]
     assert record["kind"] == "latency" and record["status"] == "measured" and record["engine"] == "hf"
     assert record["n_problems"] == 3 and record["policy"] is None
-    assert metrics["tpf"] == 1.0 and float(match.group(4)) == 1.0  # counted, AR
+    # counted, AR: 3 prefill forwards yield a token each, every other token costs a decode forward
+    assert metrics["nfe_prefill_mean"] == 1 and metrics["tpf_prefill"] == 1.0
+    assert metrics["tpf"] == pytest.approx(metrics["tokens"] / (metrics["tokens"] - 3))
+    assert float(match.group(4)) == pytest.approx(metrics["tpf"], rel=1e-5)
+    assert all(r["nfe"] == r["tokens"] - 1 and r["nfe_prefill"] == 1 for r in record["extra"]["per_request"])
+    assert "tpf_commit" not in metrics and "tpf_ceiling" not in metrics  # no blocks
     assert metrics["latency_p90_s"] >= metrics["latency_median_s"] > 0
     assert metrics["tokens"] == sum(r["tokens"] for r in record["extra"]["per_request"])
     assert len(record["extra"]["per_request"]) == 3
@@ -74,7 +80,8 @@ def test_bench_latency_dflash_reports_acceptance(smoke_models, tmp_path, capsys)
     (record,) = load_records(out)
     metrics = record["metrics"]
     assert record["system"] == "AR + DFlash-style" and record["policy"]["name"] == "dflash-greedy"
-    assert metrics["acceptance_length"] == pytest.approx(metrics["tpf"])
+    # every target forward verifies a draft, the prefill one too: the acceptance length counts them all
+    assert metrics["acceptance_length"] == pytest.approx(metrics["tpf_prefill"])
     assert metrics["draft_forwards_mean"] >= 1 and 0.0 <= metrics["acceptance_rate"] <= 1.0
     assert record["extra"]["draft_sha256"] and len(record["extra"]["engine_extra"]) == 2
 

@@ -498,7 +498,7 @@ class _CannedEngine:
         from orl.engines.base import Generation
 
         text = self.answers[prompt]
-        return Generation(token_ids=[1] * 3, text=text, nfe=1, prefill_forwards=1, wall_time_s=0.0)
+        return Generation(token_ids=[1] * 3, text=text, nfe=1, nfe_prefill=1, wall_time_s=0.0)
 
 
 def test_evaluate_quality_records_its_sandbox_and_takes_the_fallback_only_by_name():

@@ -193,8 +193,8 @@ VLLM_DFLASH_CUT = {"mean_acceptance_length": 7.777777777777778, "draft_acceptanc
 SGLANG_EAGLE3 = {"completion_tokens": 54, "spec_verify_ct": 16, "spec_accept_length": 3.375,
                  "spec_accept_rate": 0.4625, "spec_num_correct_drafts": 37, "spec_num_proposed_drafts": 80,
                  "finish_reason": {"type": "stop", "matched": 1}, "e2e_latency": 0.41}
-# By hand: SGLang's 54 / 16 = 3.375 counts the prefill's token; nfe = 17; acceptance length = 53 / 16 =
-# 3.3125.
+# By hand: SGLang's 54 / 16 = 3.375 counts the prefill's token; nfe = 16 (+ 1 prefill); acceptance length
+# = 53 / 16 = 3.3125.
 
 
 def test_vllm_counters_convert_to_the_one_acceptance_length():
@@ -203,7 +203,7 @@ def test_vllm_counters_convert_to_the_one_acceptance_length():
     tokens = list(range(10, 63)) + [1]  # 54 tokens, <eos> last
     g = generation_from_vllm(tokens, finish_reason="stop", stop_reason=None, eos_ids=EOS, decode=_decode, wall_s=0.2,
                              speculative=True, spec_metrics=VLLM_EAGLE3)
-    assert g.num_tokens == 54 and g.nfe == 17 and g.prefill_forwards == 1
+    assert g.num_tokens == 54 and g.nfe == 16 and g.nfe_prefill == 1
     assert g.extra["verify_forwards"] == 16 and g.extra["undrafted_forwards"] == 0
     assert g.extra["drafted_tokens"] == 80 and g.extra["accepted_tokens"] == 37
     assert g.extra["server_acceptance_length"] == 3.3125
@@ -211,7 +211,7 @@ def test_vllm_counters_convert_to_the_one_acceptance_length():
 
     cut = generation_from_vllm(list(range(10, 75)) + [2], finish_reason="stop", stop_reason=2, eos_ids=EOS,
                                decode=_decode, wall_s=0.2, speculative=True, spec_metrics=VLLM_DFLASH_CUT)
-    assert cut.num_tokens == 66 and cut.nfe == 10
+    assert cut.num_tokens == 66 and cut.nfe == 9 and cut.nfe_prefill == 1
     assert acceptance_length([cut]) == pytest.approx(65 / 9)
     assert cut.extra["server_acceptance_length"] == pytest.approx(1 + 61 / 9)
     # Both requests together: one ratio over the suite, not a mean of ratios.
@@ -225,7 +225,7 @@ def test_vllm_decode_steps_without_a_draft_still_count():
     metrics = {"num_spec_steps": 3, "num_accepted_draft_tokens": 4, "num_draft_tokens": 15}
     g = generation_from_vllm(list(range(10, 20)), finish_reason="length", stop_reason=None, eos_ids=EOS,
                              decode=_decode, wall_s=0.1, speculative=True, spec_metrics=metrics)
-    assert g.nfe == 1 + 3 + 2 and g.extra["undrafted_forwards"] == 2
+    assert (g.nfe_prefill, g.nfe) == (1, 3 + 2) and g.extra["undrafted_forwards"] == 2
     with pytest.raises(InputError, match="num_spec_steps"):
         parse_spec_metrics({"num_spec_steps": -1, "num_accepted_draft_tokens": 0, "num_draft_tokens": 0})
     with pytest.raises(InputError, match="spec_decode_metrics is missing"):
@@ -241,14 +241,14 @@ def test_sglang_counters_convert_to_the_one_acceptance_length():
 
     out = {"output_ids": list(range(10, 63)) + [1], "meta_info": SGLANG_EAGLE3}
     g = generation_from_sglang(out, method="eagle3", eos_ids=EOS, decode=_decode, wall_s=0.5)
-    assert g.num_tokens == 54 and g.nfe == 17 and g.extra["verify_forwards"] == 16
+    assert g.num_tokens == 54 and (g.nfe_prefill, g.nfe) == (1, 16) and g.extra["verify_forwards"] == 16
     assert g.extra["server_acceptance_length"] == 3.375  # SGLang's own, prefill token included
     assert acceptance_length([g]) == pytest.approx(53 / 16)
     assert g.extra["drafted_tokens"] == 80 and g.extra["accepted_tokens"] == 37
     # A request that stopped after its prefill: SGLang writes no spec_* keys at all.
     short = generation_from_sglang({"output_ids": [1], "meta_info": {"completion_tokens": 1}}, method="dflash",
                                    eos_ids=EOS, decode=_decode, wall_s=0.1)
-    assert short.nfe == 1 and short.extra["verify_forwards"] == 0
+    assert (short.nfe_prefill, short.nfe) == (1, 0) and short.extra["verify_forwards"] == 0
     with pytest.raises(InputError, match="spec_verify_ct"):
         generation_from_sglang({"output_ids": [4, 5, 6], "meta_info": {}}, method="eagle3", eos_ids=EOS,
                                decode=_decode, wall_s=0.1)
@@ -257,7 +257,7 @@ def test_sglang_counters_convert_to_the_one_acceptance_length():
 def test_generations_cut_at_every_end_token():
     ar = generation_from_vllm([5, 6, 2, 7], finish_reason="stop", stop_reason=2, eos_ids=EOS, decode=_decode,
                               wall_s=0.5, speculative=False)
-    assert ar.token_ids == [5, 6, 2] and ar.nfe == 3 and ar.tpf == 1.0
+    assert ar.token_ids == [5, 6, 2] and (ar.nfe_prefill, ar.nfe) == (1, 2) and ar.tpf == 1.5
     dropped = generation_from_vllm([5, 6], finish_reason="stop", stop_reason=None, eos_ids=EOS, decode=_decode,
                                    wall_s=0.5, speculative=False)
     assert dropped.token_ids == [5, 6, 1]  # the stop token put back: token counts include <eos>
@@ -267,7 +267,7 @@ def test_generations_cut_at_every_end_token():
     meta = {"finish_reason": {"type": "stop", "matched": 1}, "e2e_latency": 0.2}
     sg = generation_from_sglang({"output_ids": [4, 5, 6], "meta_info": meta}, method="ar", eos_ids=EOS,
                                 decode=_decode, wall_s=0.3)
-    assert sg.token_ids == [4, 5, 6, 1] and sg.nfe == 4
+    assert sg.token_ids == [4, 5, 6, 1] and (sg.nfe_prefill, sg.nfe) == (1, 3)
     dllm = generation_from_sglang({"output_ids": [4, 1], "meta_info": {}}, method="dllm", eos_ids=EOS, decode=_decode,
                                   wall_s=0.3)
     assert dllm.nfe == 0 and "no per-request forward count" in dllm.extra["nfe_unavailable"]

@@ -73,13 +73,14 @@ class DlmrtEngine:
     def __init__(
         self, ckpt: Checkpoint, policy: Policy, *, compiled: bool = True, residual: bool = True,
         log_steps: bool = False, ignore_eos: bool = False, config: DlmrtConfig | None = None,
+        block_size: int | None = None,
     ):
         cfg = ckpt.model.config
         if not ckpt.is_diffusion or cfg.mask_token_id is None:
             raise CheckpointError(f"{ckpt.path / 'config.json'}: mask_token_id: dlmrt needs a block-diffusion "
                                   "checkpoint with a mask token")
         self.rule = decode_rule(cfg, ckpt.tokenizer.eos_ids, policy, residual=residual, ignore_eos=ignore_eos,
-                                where=str(ckpt.path / "config.json"))
+                                where=str(ckpt.path / "config.json"), block_size=block_size)
         self.config = config or DlmrtConfig()
         self.ckpt, self.log_steps = ckpt, log_steps  # the policy is the rule's: self.rule.policy
         self.model = ckpt.model
@@ -133,15 +134,15 @@ class DlmrtEngine:
         """The cache length (bucket) a request of this size runs in."""
         cfg = self.model.config
         needed = self.plan(prompt_len, max_new_tokens).end
-        return cache_bucket(needed, cfg.block_size, cfg.max_position_embeddings, self.config.min_cache_len)
+        return cache_bucket(needed, self.rule.block, cfg.max_position_embeddings, self.config.min_cache_len)
 
     def slot(self, needed: int) -> _Slot:
         """The state and runners for a request needing `needed` cache slots; built once per cache length."""
         cfg = self.model.config
-        length = cache_bucket(needed, cfg.block_size, cfg.max_position_embeddings, self.config.min_cache_len)
+        length = cache_bucket(needed, self.rule.block, cfg.max_position_embeddings, self.config.min_cache_len)
         if length not in self._slots:
             state = DecodeState.allocate(cfg, batch=1, cache_len=length, steps=self.spec.steps, device=self.device,
-                                         dtype=self.model.embedding.dtype)
+                                         dtype=self.model.embedding.dtype, block=self.rule.block)
             model, spec = self.model, self.spec
 
             def chunk(s: DecodeState) -> None:
@@ -226,8 +227,9 @@ class DlmrtEngine:
         extra = {"mode": self.mode, "cache_len": state.cache_len, "sync_every": S, "prompt_len": plan.prompt_len,
                  "first_block": plan.first, "block_nfe": block_nfe, "steps_run": steps_run, "host_reads": host_reads}
         return Generation(token_ids=generated, text=tok.decode_completion(generated), nfe=sum(block_nfe),
-                          prefill_forwards=int(plan.first > 0), wall_time_s=wall, steps=_step_logs(logs) if self.log_steps else None,
-                          extra=extra)
+                          nfe_prefill=int(plan.first > 0), wall_time_s=wall,
+                          steps=_step_logs(logs) if self.log_steps else None, extra=extra,
+                          blocks=len(block_nfe), block_size=B)
 
 
 def _step_logs(logs: list[tuple[int, int, torch.Tensor]]) -> list[StepLog]:

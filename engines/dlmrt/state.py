@@ -40,9 +40,11 @@ class DecodeState:
 
     @classmethod
     def allocate(
-        cls, config: ModelConfig, *, batch: int, cache_len: int, steps: int, device, dtype: torch.dtype
+        cls, config: ModelConfig, *, batch: int, cache_len: int, steps: int, device, dtype: torch.dtype,
+        block: int | None = None,
     ) -> DecodeState:
-        B, V = config.block_size, config.vocab_size
+        """Buffers for blocks of `block` tokens (default: the checkpoint's block size)."""
+        B, V = block or config.block_size, config.vocab_size
         long = dict(device=device, dtype=torch.long)
         return cls(
             cache=KVCache.allocate(config, batch, cache_len, device, dtype),

@@ -22,6 +22,7 @@ from orl.commands.common import (
     policy_arg,
     torch_dtype,
 )
+from orl.commands.engine_args import add_block_size_flag
 from orl.commands.eval_quality import SHORT_DIFFICULTIES
 from orl.tasks import SUITES
 
@@ -48,6 +49,7 @@ def register(subparsers) -> None:
     p.add_argument("--system", default=None, help="table row name stored in the records (default: model name)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generation budget per prompt")
     p.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
+    add_block_size_flag(p)
     p.add_argument("--ignore-eos", action="store_true", help="fixed-length speed runs: decode every prompt to "
                    "--max-new-tokens whatever the model emits (docs/metrics.md); TPF and NFE are counted the same way")
     p.add_argument("--engines", default=",".join(DIFFUSION_ENGINES), help="comma-separated subset of "
@@ -152,4 +154,6 @@ def _build(args):
     ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
     config = DlmrtConfig(sync_every=args.sync_every, compile_backend=args.compile_backend)
     return ckpt, {name: diffusion_engine(name, ckpt, policy=policy, residual=not args.no_residual,
-                                         ignore_eos=args.ignore_eos, dlmrt_config=config) for name in names}
+                                         ignore_eos=args.ignore_eos, dlmrt_config=config,
+                                         block_size=args.block_size)
+                  for name in names}

@@ -46,8 +46,16 @@ def add_engine_args(parser, default_engine: str | None, *, default_note: str | N
                         "(default: %(default)s)")
     parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget (default: 64)")
     parser.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
+    add_block_size_flag(parser)
     add_chat_flag(parser)
     add_model_args(parser)
+
+
+def add_block_size_flag(parser) -> None:
+    """--block-size: a dLLM's blocks at decode time (the profile's block size per suite)."""
+    parser.add_argument("--block-size", type=positive_int, default=None,
+                        help="block-diffusion decoders only: decode with blocks of N tokens (default: the "
+                        "checkpoint's own, config.json block_size); the TPF ceiling is tokens / blocks")
 
 
 def build_from_args(args, log_steps: bool = False):
@@ -61,7 +69,8 @@ def build_from_args(args, log_steps: bool = False):
                         log_steps=log_steps, ignore_eos=getattr(args, "ignore_eos", False), method=args.method,
                         num_speculative_tokens=speculative_tokens_arg(
                             getattr(args, "num_speculative_tokens", None)),
-                        verification=verification_arg(getattr(args, "verification", "strict")))
+                        verification=verification_arg(getattr(args, "verification", "strict")),
+                        block_size=getattr(args, "block_size", None))
 
 
 def verification_arg(text: str):

@@ -73,8 +73,8 @@ def run_eval_quality(args) -> int:
     model = info.model_block()
     record = make_record(
         "quality", system=args.system or f"{model['name']} ({args.engine})", engine=info.name, model=model,
-        metrics={"pass_at_1": result.pass_at_1, "tpf": result.tpf, "nfe_mean": result.nfe_mean,
-                 "tokens": result.tokens, "wall_s": result.wall_s},
+        metrics={**result.forwards, "pass_at_1": result.pass_at_1, "tpf": result.tpf,
+                 "nfe_mean": result.nfe_mean, "tokens": result.tokens, "wall_s": result.wall_s},
         policy=info.policy, suite=args.suite, split=args.split, n_problems=len(problems),
         per_problem=result.per_problem,
         extra={"isolation": result.isolation, "sandbox_memory_bound": result.memory_bound,

@@ -18,6 +18,7 @@ from orl.commands.common import (
     suite_problems,
     torch_dtype,
 )
+from orl.commands.engine_args import add_block_size_flag
 from orl.tasks import SUITES
 
 
@@ -49,6 +50,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget (default: 64)")
     p.add_argument("--system", default=None, help="table row name stored in the records")
     p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
+    add_block_size_flag(p)
     add_chat_flag(p)
     add_model_args(p)
     add_progress_flag(p)
@@ -71,7 +73,8 @@ def run_sweep(args) -> int:
         return 0
     ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
     compile_notice(args.engine, args.device, "sweep")
-    points = run_sweep(lambda policy: engine_for_checkpoint(args.engine, ckpt, policy=policy), problems, policies,
+    points = run_sweep(lambda policy: engine_for_checkpoint(args.engine, ckpt, policy=policy,
+                                                            block_size=args.block_size), problems, policies,
                        args.max_new_tokens, progress=not args.no_progress,
                        report=lambda point: print(point_line(point), flush=True), chat=chat_renderer(args),
                        suite=args.suite)

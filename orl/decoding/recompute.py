@@ -21,7 +21,7 @@ cannot change what the decoder does.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -59,6 +59,7 @@ class BlockDecode:
     completions: list[list[int]]  # per prompt, cut after the first <eos> (kept) when the rule stops at <eos>
     nfe: list[int]  # forwards each request needed: steps that began with a masked position of its own
     plans: list[BlockPlan]
+    blocks: list[int] = field(default_factory=list)  # blocks each request decoded (up to its <eos> block)
 
 
 @torch.inference_mode()
@@ -108,7 +109,9 @@ def decode_blocks(
     generators = [torch.Generator().manual_seed(int(s)) for s in seeds] if sampling else []
     done = torch.zeros(rows, dtype=torch.bool, device=device)
     nfe = torch.zeros(rows, dtype=torch.long, device=device)
+    decoded = torch.zeros(rows, dtype=torch.long, device=device)
     for j in range(n_blocks):
+        decoded += (~done).long()
         lo, hi = start + j * B, start + (j + 1) * B
         block_cols = cols[lo:hi]
         # Masked: completion positions of rows still decoding; the prompt's tail (absolute layout) is
@@ -156,4 +159,4 @@ def decode_blocks(
     for i, plan in enumerate(plans):
         ids = seq[i, pad[i] + plan.prompt_len: pad[i] + plan.end].tolist()
         completions.append(cut_at_eos(ids, rule.eos_ids) if rule.stop_at_eos else ids)
-    return BlockDecode(completions, nfe.tolist(), plans)
+    return BlockDecode(completions, nfe.tolist(), plans, decoded.tolist())

@@ -7,7 +7,8 @@
        synchronise the GPU (when the engine runs on CUDA) so the wall time covers all
        queued work, prefill included;
     3. summarise: median and p90 of the per-request wall times,
-       tokens/s = Σ generated tokens / Σ wall time, TPF = Σ tokens / Σ NFE.
+       tokens/s = Σ generated tokens / Σ wall time, TPF = Σ tokens / Σ NFE (NFE after prefill, and
+       the other forward counts: orl/engines/forwards.py).
 
 Tokens/s is a ratio of sums, not a mean of per-request rates, so a long request
 weighs by its length, as it does for a user. An optional `after_request` runs right
@@ -31,10 +32,11 @@ class RequestTiming:
 
     wall_s: float  # harness-side wall time of generate(), synchronised
     tokens: int  # generated tokens, <eos> included
-    nfe: int  # model forwards during generation, prefill excluded
-    prefill_forwards: int = 0
+    nfe: int  # decode forwards, prefill excluded (orl/engines/forwards.py)
+    nfe_prefill: int = 0  # prefill forwards
     draft_forwards: int = 0
     after_s: float | None = None  # what `after_request` returned (dlmrt: its bare forwards' time)
+    blocks: int | None = None  # blocks decoded (block decoders only)
 
 
 @dataclass(frozen=True)
@@ -166,12 +168,12 @@ def measure_latency(
         generation, wall = time_request(engine, prompt, max_new_tokens, sync)
         after = after_request(generation) if after_request is not None else None
         run.generations.append(generation)
-        run.timings.append(RequestTiming(wall, generation.num_tokens, generation.nfe, generation.prefill_forwards,
-                                         generation.draft_forwards, after))
+        run.timings.append(RequestTiming(wall, generation.num_tokens, generation.nfe, generation.nfe_prefill,
+                                         generation.draft_forwards, after, generation.blocks))
         bar.set_postfix(last_s=f"{wall:.3f}")
     return run
 
 
 def timings_as_dicts(timings: Sequence[RequestTiming]) -> list[dict]:
-    """Per-request rows for a record's `extra` field."""
-    return [asdict(t) for t in timings]
+    """Per-request rows for a record's `extra` field (`blocks` only where a block decoder counted them)."""
+    return [{k: v for k, v in asdict(t).items() if k != "blocks" or v is not None} for t in timings]

@@ -9,21 +9,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from orl.engines.base import Engine, EngineInfo
+from orl.engines.base import Engine, EngineInfo, forward_metrics
 from orl.eval.latency import SuiteRun, measure_latency, timings_as_dicts
 from orl.eval.speculative import acceptance_rate, speculative_metrics
 from orl.records import make_record, not_run
 
 
 def latency_metrics(run: SuiteRun, info: EngineInfo) -> dict:
-    """The protocol's metrics, prefill forwards, and a speculative row's acceptance figures."""
+    """The protocol's metrics, the forward counts (orl/engines/forwards.py), and a speculative row's
+    acceptance figures."""
     summary = run.summary
-    metrics = summary.metrics()
+    metrics = {**forward_metrics(run.generations), **summary.metrics()}
     if summary.nfe == 0:
         # The engine could not count its forwards (sglang's dLLM backend): no TPF rather than a wrong one.
-        metrics.pop("tpf")
-        metrics.pop("nfe_mean")
-    metrics["prefill_forwards_mean"] = sum(t.prefill_forwards for t in run.timings) / len(run.timings)
+        for name in ("tpf", "nfe_mean", "tpf_prefill", "tpf_commit"):
+            metrics.pop(name, None)
     metrics.update(speculative_metrics(info, run.generations))
     rate = acceptance_rate(run.generations)
     if rate is not None:

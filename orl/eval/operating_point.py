@@ -176,6 +176,11 @@ def write_strict_point(source: str | Path, target: str | Path) -> None:
     atomic_write_json(target, {**point, "policy": str(strict), "from": str(source)})
 
 
+# What a chosen sweep point's quality record keeps of its metrics (tokens/s belongs to the latency records).
+QUALITY_METRICS = ("pass_at_1", "tpf", "nfe_mean", "tpf_prefill", "tpf_commit", "tpf_ceiling",
+                   "nfe_prefill_mean", "blocks_mean", "block_size")
+
+
 def point_quality_record(point: OperatingPoint, chosen: dict, reference: dict, *, sweep_file: str,
                          reference_file: str) -> dict:
     """The chosen sweep point as a `quality` record: what the tables read as the row's pass@1 and TPF,
@@ -186,7 +191,7 @@ def point_quality_record(point: OperatingPoint, chosen: dict, reference: dict, *
         "quality", system=chosen["system"], engine=chosen["engine"], model=chosen["model"],
         policy=chosen["policy"], suite=chosen["suite"], split=record_split(chosen),
         n_problems=chosen["n_problems"],
-        metrics={k: v for k, v in chosen["metrics"].items() if k in ("pass_at_1", "tpf", "nfe_mean")},
+        metrics={k: v for k, v in chosen["metrics"].items() if k in QUALITY_METRICS},
         per_problem=chosen["per_problem"],
         extra={"source": f"{sweep_file}: sweep point {point.parameter}={point.value:g}", "matched": point.matched,
                "edge": point.edge, "grid": point.grid, "matching": point.matching, "why": point.why,

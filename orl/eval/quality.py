@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from orl.engines.base import Engine, Generation
+from orl.engines.base import Engine, Generation, forward_metrics
 from orl.errors import InputError
 from orl.eval.answers import check_gsm8k, check_math
 from orl.eval.chat import completion_from_response, response_code
@@ -21,8 +21,9 @@ from orl.eval.chat import completion_from_response, response_code
 @dataclass
 class QualityResult:
     pass_at_1: float
-    tpf: float  # Σ tokens / Σ NFE over the suite
+    tpf: float  # Σ tokens / Σ NFE over the suite (NFE after prefill: orl/engines/forwards.py)
     nfe_mean: float
+    forwards: dict  # the suite's forward metrics (engines/base.py forward_metrics): tpf, tpf_prefill, ...
     tokens: int
     wall_s: float
     per_problem: list[dict]
@@ -160,8 +161,7 @@ def evaluate_quality(
             r = next(checked)
             results.append(r)
             row = {"task_id": p["task_id"], "passed": r.passed, "result": r.result,
-                   "completion": r.completion,
-                   "tokens": g.num_tokens, "nfe": g.nfe}
+                   "completion": r.completion, **g.counts()}
             if chat:
                 row["response"] = g.text
             per_problem.append(row)
@@ -173,6 +173,7 @@ def evaluate_quality(
         pass_at_1=sum(row["passed"] for row in per_problem) / max(1, len(per_problem)),
         tpf=tokens / nfe if nfe else 0.0,
         nfe_mean=nfe / max(1, len(generations)),
+        forwards=forward_metrics(generations),
         tokens=tokens,
         wall_s=sum(g.wall_time_s for g in generations),
         per_problem=per_problem,

@@ -75,7 +75,7 @@ def scale_record(engine: Engine, prompts: Sequence[str], run: ScaleRun, machine:
     floor = machine.floor
     suite_run = measure_latency(engine, prompts, run.max_new_tokens, warmup=run.warmup, progress=run.progress)
     summary = suite_run.summary
-    forwards = sum(t.nfe + t.prefill_forwards for t in suite_run.timings)
+    forwards = sum(t.nfe + t.nfe_prefill for t in suite_run.timings)
     metrics = {**summary.metrics(), "time_per_forward_s": summary.total_s / forwards,
                "bandwidth_gb_per_s": machine.bandwidth / 1e9, "floor_s": floor.seconds,
                "weight_bytes_read": floor.weight_bytes, "kv_bytes_read": floor.kv_bytes}

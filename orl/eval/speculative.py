@@ -26,15 +26,17 @@ from orl.eval.quality import evaluate_quality
 def acceptance_length(generations: Sequence[Generation]) -> float | None:
     """Tokens per verifying target forward, the bonus token included, prefill excluded (docs/metrics.md).
 
-    A generation's `extra["verify_forwards"]` says how many of its `nfe` target forwards verified a
-    draft (vLLM, SGLang: engines/serving.py); the others (their prefill) yielded one token each and
-    are left out of both sides. Without the key every target forward verified a draft (hf-assisted,
-    dflash: the first one carries the prompt and the first draft). None when no forward verified anything.
+    A generation's target forwards are its `nfe` + `nfe_prefill` (orl/engines/forwards.py).
+    `extra["verify_forwards"]` says how many of them verified a draft (vLLM, SGLang: engines/serving.py);
+    the others (their prefill) yielded one token each and are left out of both sides. Without the key
+    every target forward verified a draft (hf-assisted, dflash: the prefill forward carries the prompt
+    and the first draft). None when no forward verified anything.
     """
     tokens = verify = 0
     for g in generations:
-        verified = (g.extra or {}).get("verify_forwards", g.nfe)
-        tokens += g.num_tokens - (g.nfe - verified)
+        target = g.nfe + g.nfe_prefill
+        verified = (g.extra or {}).get("verify_forwards", target)
+        tokens += g.num_tokens - (target - verified)
         verify += verified
     return tokens / verify if verify else None
 

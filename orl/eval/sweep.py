@@ -62,7 +62,8 @@ def sweep_record(point: SweepPoint, *, system: str, engine: str, model: dict, su
     return make_record(
         "sweep", system=system, engine=engine, model=model, policy=point.policy.to_record(), suite=suite,
         split=split, n_problems=n_problems, per_problem=r.per_problem,
-        metrics={"pass_at_1": r.pass_at_1, "tpf": r.tpf, "tokens_per_s": point.tokens_per_s, "nfe_mean": r.nfe_mean},
+        metrics={**r.forwards, "pass_at_1": r.pass_at_1, "tpf": r.tpf, "tokens_per_s": point.tokens_per_s,
+                 "nfe_mean": r.nfe_mean},
         extra={"device": info.device, "chat_template": chat_template, **info.settings})
 
 

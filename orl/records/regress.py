@@ -41,6 +41,8 @@ REFERENCE_METRICS = ("wall_s", "latency_median_s", "step_time_s", "forward_time_
 DETERMINISTIC = {
     "tpf": 1, "tpf_gain": 1, "acceptance_length": 1, "acceptance_rate": 1, "pass_at_1": 1, "pass_rate": 1,
     "n_passed": 1, "aup": 1, "nfe_mean": -1, "nfe_total": -1, "prefill_forwards_mean": 0,
+    "nfe_prefill_mean": 0, "blocks_mean": 0, "block_size": 0, "tpf_prefill": 1, "tpf_commit": 1,
+    "tpf_ceiling": 0,
     "draft_forwards_mean": 0, "tokens": 0, "tokens_mean": 0, "n_samples": 0, "self_generated_tokens": 0,
     "train_steps": 0, "train_tokens": 0, "weight_bytes": -1, "weight_bytes_ratio": -1,
 }  # fmt: skip

@@ -1,7 +1,8 @@
 """Rules on record values that the schema's types cannot say, shared by `orl records validate` and
 `orl submit` so that the two never disagree about one record (docs/metrics.md, "TPF").
 
-TPF is the tokens a request returns over the denoising forwards it spent (prefill excluded). A forward
+TPF is the tokens a request returns over the decode forwards it spent (prefill excluded,
+orl/engines/forwards.py). A forward
 commits at least one position, but not every committed position is returned: positions after <eos>
 in its block, and positions past the token budget in the last block, cost forwards and return nothing.
 So a measured TPF may lie below 1 (the harness's own dLLM records do, e.g. 0.959), and the rule is

@@ -29,11 +29,14 @@ TESTED = ("_lo", "_hi", "_p", "_test")
 
 _COLUMNS: dict[int, list] = {
     1: ["model", "variant", "system", "engine", "suite", "seeds", "n_problems", "operating_point",
-        ("tpf", SEEDED), ("tokens_per_s", SEEDED), ("pass_at_1", SEEDED), ("aup", SEEDED), "aup_dropped",
+        ("tpf", SEEDED), ("tpf_prefill", INTERVAL), ("tpf_commit", INTERVAL), ("tpf_ceiling", INTERVAL),
+        ("tokens_per_s", SEEDED), ("pass_at_1", SEEDED), ("aup", SEEDED), "aup_dropped",
         ("tpf_gain", TESTED), ("throughput_gain", TESTED), ("pass_at_1_diff", TESTED)],
-    2: ["system", "engine", "verification", "suite", "n_problems", ("tpf", INTERVAL), "latency_median_s",
-        "latency_p90_s", ("tokens_per_s", INTERVAL), ("pass_at_1", INTERVAL), ("pass_at_1_diff", TESTED),
-        "matched", ("aup", INTERVAL), "aup_dropped", ("speedup_vs_ar", TESTED), ("speedup_vs_ar_hf", TESTED),
+    2: ["system", "engine", "verification", "suite", "n_problems", ("tpf", INTERVAL),
+        ("tpf_prefill", INTERVAL), ("tpf_commit", INTERVAL), ("tpf_ceiling", INTERVAL), "latency_median_s",
+        "latency_p90_s",
+        ("tokens_per_s", INTERVAL), ("pass_at_1", INTERVAL), ("pass_at_1_diff", TESTED), "matched",
+        ("aup", INTERVAL), "aup_dropped", ("speedup_vs_ar", TESTED), ("speedup_vs_ar_hf", TESTED),
         ("speedup_vs_ar_vllm", TESTED)],
     3: ["setup", "system", "engine", "suite", "n_problems", ("tokens_per_s", INTERVAL), "latency_median_s",
         "latency_p90_s", ("tpf", INTERVAL), "same_tpf", ("speedup_vs_reference", TESTED),
@@ -41,11 +44,10 @@ _COLUMNS: dict[int, list] = {
     4: ["gpu", "gpu_count", "model", "precision", "system", "engine", "suite", "tokens_per_s", "tpf",
         "pass_at_1", "latency_median_s", "submissions", "driver", "cuda", "torch", "git_sha", "date"],
     5: ["system", "engine", "suite", "seeds", "n_problems", "operating_point", ("tpf", SEEDED),
-        ("pass_at_1", SEEDED), ("aup", SEEDED), "aup_dropped", ("tpf_diff", TESTED),
-        ("pass_at_1_diff", TESTED), ("aup_diff", TESTED), "gated_share", "aec_active_share",
-        "retained_fraction", "self_generated_tokens", "train_wall_s", "world_size", "device_hours",
-        "train_gpu_hours", "train_tokens_per_s", "peak_memory_gb", "step_tokens_per_s_packed",
-        "step_tokens_per_s_unpacked", "train_step_speedup"],
+        ("tpf_prefill", INTERVAL), ("tpf_commit", INTERVAL), ("tpf_ceiling", INTERVAL),
+        ("pass_at_1", SEEDED), ("aup", SEEDED), "aup_dropped", ("tpf_diff", TESTED), ("pass_at_1_diff", TESTED),
+        ("aup_diff", TESTED), "gated_share", "aec_active_share", "retained_fraction", "self_generated_tokens", "train_wall_s", "world_size", "device_hours",
+        "train_gpu_hours", "train_tokens_per_s", "peak_memory_gb", "step_tokens_per_s_packed", "step_tokens_per_s_unpacked", "train_step_speedup"],
 }  # fmt: skip
 
 

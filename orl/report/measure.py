@@ -126,6 +126,45 @@ def tpf_columns(line: Measured, kind: str) -> dict:
     return stats.value_columns("tpf", estimate, line.seeds, per_seed if len(line.seeds) > 1 else [], fallback)
 
 
+def forward_columns(line: Measured, kind: str) -> dict:
+    """tpf_prefill, tpf_commit and tpf_ceiling (orl/engines/forwards.py) with intervals, from the per-problem
+    (quality) or per-request data of `kind`, else the records' own metrics; None ("—") where a record lacks
+    what one needs: nfe_prefill (records made before forwards were counted one way) or blocks (every line
+    that is not a block decoder, and older dLLM records). Never derived from anything else."""
+    runs = line.problems if kind == "quality" else line.requests.get(kind)
+    out: dict = {}
+    for name, (needs, statistic) in stats.FORWARD_COLUMNS.items():
+        counted = runs is not None and needs in runs.values
+        estimate = stats.ratio_estimate(runs, statistic) if counted else None
+        recorded = line.metric(kind, name)
+        per_seed = (stats.per_seed_values(runs, statistic) if counted else []) or recorded
+        fallback = _fallback(recorded) if all(v is not None for v in recorded) else None
+        seeded = per_seed if len(line.seeds) > 1 else []
+        out.update(stats.value_columns(name, estimate, line.seeds, seeded, fallback))
+    return out
+
+
+def predates_forward_count(line: Measured, kind: str) -> bool:
+    """Whether a measured line's records of `kind` were made before forwards were counted one way: they
+    record no nfe_prefill (neither per problem / request nor as a metric), so their TPF is as counted then."""
+    found = line.records.get(kind) or []
+    return any("nfe_prefill_mean" not in (r.get("metrics") or {}) for r in found)
+
+
+LEGACY_TPF_NOTE = "TPF counted before nfe_prefill was recorded (see the notes)"  # a line's note
+
+
+def legacy_tpf_notes(lines: list[Measured], kind: str) -> list[str]:
+    """The table's note explaining LEGACY_TPF_NOTE, where any measured line carries it."""
+    if not any(line.measured and predates_forward_count(line, kind) for line in lines):
+        return []
+    return [f"Lines noted '{LEGACY_TPF_NOTE}' read records made before every system's forwards were counted "
+            "one way (docs/metrics.md): their TPF is as recorded then, with the prefill forward counted "
+            "for AR and speculative engines (in Table 2 a speculative line's TPF is its acceptance length) "
+            "and not for dLLM engines; `tpf_prefill`, `tpf_commit` and `tpf_ceiling` are not recorded "
+            "there (—)."]
+
+
 def tokens_per_s_columns(line: Measured, kind: str) -> dict:
     runs = line.requests.get(kind)
     estimate = stats.ratio_estimate(runs, stats.tokens_per_s_of)

@@ -44,6 +44,18 @@ _AR, _AR_HF, _AR_VLLM = (rows.with_role(2, role)[0][0].system for role in ("ar",
 _REFERENCE = rows.ROW[rows.MATCH_REFERENCE].system
 _ORL = rows.ROW[rows.TRAINED].system
 
+# What the forward-count columns are (docs/metrics.md, orl/engines/forwards.py); in the caveats of every
+# table that shows TPF.
+FORWARD_COUNTS = (
+    "`tpf` is tokens per decode forward (NFE: every forward after the prompt's prefill, the target's for a "
+    "speculative line), the same count for every line; `tpf_prefill` counts the prefill forwards too "
+    "(tokens / (NFE + prefill forwards)); `tpf_commit` (block decoders) adds one forward per decoded block, "
+    "the page's count (tokens / (NFE + blocks)). `tpf_ceiling` (block decoders) is tokens / blocks: at one "
+    "forward per block NFE cannot fall below the number of blocks, so no TPF on these completions can exceed "
+    "it; a TPF near it is set by the canvas (block size against completion length), not by the method. "
+    "\"—\" where the records do not say (never derived)."
+)
+
 TABLE_CAVEATS = {
     1: (
         "TPF gain and throughput gain are +ORL over base: same model family, suite and engine, same run; "
@@ -55,12 +67,13 @@ TABLE_CAVEATS = {
         "table's "
         "lines on the same suite; `aup_dropped` counts the points below y1 − 5 it leaves out.",
         "At tiny scale HumanEval pass@1 is expected near zero; it is reported as measured.",
+        FORWARD_COUNTS,
         RUN_TO_RUN,
     ),
     2: (
         "An end-to-end system comparison, as in the paper: ORL runs on dlmrt, the paper's speculative "
         "baselines on vLLM (DFlash and EAGLE3 under relaxed verification, at comparable measured accuracy).",
-        "`tpf` is tokens per target forward (the mean acceptance length for speculative rows). "
+        FORWARD_COUNTS + " "
         f"`speedup_vs_ar` is tokens/s over {_AR} (our own AR loop: static KV cache, compiled step, so the "
         f"dLLM-vs-AR ratio is not framework overhead), `speedup_vs_ar_hf` over {_AR_HF} (transformers' "
         f"generate), `speedup_vs_ar_vllm` over {_AR_VLLM}; all from this run, paired over the same requests.",
@@ -111,6 +124,7 @@ TABLE_CAVEATS = {
         "y1 − 5 it leaves out. Every line is a mean over its training seeds (`seeds`), with sd, per-seed "
         "values "
         "and the interval.",
+        FORWARD_COUNTS,
         f"`tpf_diff`, `pass_at_1_diff`, `aup_diff`: the line minus {_ORL}, paired over the same problems; "
         "an effect whose interval includes 0 is labelled unresolved and stays in the table. "
         "`gated_share`: the mean share of masked positions the gate sends to the KL anchor instead of CE "

@@ -1,8 +1,11 @@
 """From records to intervals and paired tests (orl/eval/uncertainty.py), and the columns they fill.
 
 Per-problem data in the records:
-    quality, sweep          per_problem: [{task_id, passed, tokens, nfe}, ...]
-    latency, engine_bench   extra.per_request: [{tokens, nfe, wall_s}, ...], in suite order
+    quality, sweep          per_problem: [{task_id, passed, tokens, nfe, nfe_prefill, blocks}, ...]
+    latency, engine_bench   extra.per_request: [{tokens, nfe, nfe_prefill, blocks, wall_s}, ...], suite order
+nfe_prefill (and blocks, block decoders only) are absent from records made before forwards were counted
+one way (orl/engines/forwards.py); where any record of a line lacks one, the statistics that need it
+(tpf_prefill_of, tpf_commit_of, tpf_ceiling_of) have no value: the table shows "—".
 
 Column names (the CSVs; the Markdown and LaTeX writers fold them into one cell):
     <c>            the value (over several seeds: their mean)
@@ -41,15 +44,9 @@ def problem_runs(records: Sequence[dict]) -> Runs | None:
     ids = [task for task in by_id[0] if all(task in other for other in by_id[1:])]
     if not ids:
         return None
-    rows = [
-        {
-            "passed": [bool(entries[t]["passed"]) for t in ids],
-            "tokens": [entries[t].get("tokens") or 0 for t in ids],
-            "nfe": [entries[t].get("nfe") or 0 for t in ids],
-        }
-        for entries in by_id
-    ]
-    return stack_runs(ids, rows)
+    rows = [{"passed": [bool(entries[t]["passed"]) for t in ids],
+             **_counts([entries[t] for t in ids])} for entries in by_id]  # fmt: skip
+    return stack_runs(ids, _common(rows))
 
 
 def request_runs(records: Sequence[dict]) -> Runs | None:
@@ -59,21 +56,56 @@ def request_runs(records: Sequence[dict]) -> Runs | None:
     if not lists or any(not isinstance(x, list) or not x for x in lists) or len({len(x) for x in lists}) != 1:
         return None
     try:
-        rows = [
-            {
-                "tokens": [q["tokens"] for q in x],
-                "nfe": [q["nfe"] for q in x],
-                "wall_s": [q["wall_s"] for q in x],
-            }
-            for x in lists
-        ]
+        rows = [{**_counts(x, required=True), "wall_s": [q["wall_s"] for q in x]} for x in lists]
     except KeyError:
         return None
-    return stack_runs([str(i) for i in range(len(lists[0]))], rows)
+    return stack_runs([str(i) for i in range(len(lists[0]))], _common(rows))
+
+
+def _counts(entries: Sequence[dict], *, required: bool = False) -> dict[str, list]:
+    """tokens and nfe of each entry (0 where missing, unless `required`), and where every entry has
+    them, nfe_prefill, blocks and the two forward totals: nfe + nfe_prefill, nfe + blocks
+    (orl/engines/forwards.py)."""
+    def get(entry: dict, key: str):
+        return entry[key] if required else entry.get(key) or 0
+
+    out = {"tokens": [get(e, "tokens") for e in entries], "nfe": [get(e, "nfe") for e in entries]}
+    for key, total in (("nfe_prefill", "forwards_prefill"), ("blocks", "forwards_commit")):
+        if entries and all(e.get(key) is not None for e in entries):
+            out[key] = [e[key] for e in entries]
+            out[total] = [n + extra for n, extra in zip(out["nfe"], out[key], strict=True)]
+    return out
+
+
+def _common(rows: list[dict]) -> list[dict]:
+    """The rows (one per record) with only the columns every one of them has."""
+    shared = [name for name in rows[0] if all(name in row for row in rows[1:])]
+    return [{name: row[name] for name in shared} for row in rows]
 
 
 def tpf_of(runs: Runs):
     return ratio_of_sums(runs, "tokens", "nfe")
+
+
+def tpf_prefill_of(runs: Runs):
+    """Tokens per forward, prefill forwards counted (callers check that runs have "forwards_prefill")."""
+    return ratio_of_sums(runs, "tokens", "forwards_prefill")
+
+
+def tpf_commit_of(runs: Runs):
+    """Tokens per forward with one commit forward per block (block decoders)."""
+    return ratio_of_sums(runs, "tokens", "forwards_commit")
+
+
+def tpf_ceiling_of(runs: Runs):
+    """Tokens per block: the TPF of one forward per block (block decoders)."""
+    return ratio_of_sums(runs, "tokens", "blocks")
+
+
+# The forward-count columns beside TPF: column -> (the Runs array it needs, its statistic).
+FORWARD_COLUMNS = {"tpf_prefill": ("forwards_prefill", tpf_prefill_of),
+                   "tpf_commit": ("forwards_commit", tpf_commit_of),
+                   "tpf_ceiling": ("blocks", tpf_ceiling_of)}
 
 
 def tokens_per_s_of(runs: Runs):

@@ -19,7 +19,18 @@ from orl.report import stats
 from orl.report.attach import base_row, frame, with_claims
 from orl.report.claims import Claim
 from orl.report.matching import matched_columns, operating_point_text, reference_runs, tolerance_of
-from orl.report.measure import aup_columns, measure, pass_columns, tokens_per_s_columns, tpf_columns, y_max_of
+from orl.report.measure import (
+    LEGACY_TPF_NOTE,
+    aup_columns,
+    forward_columns,
+    legacy_tpf_notes,
+    measure,
+    pass_columns,
+    predates_forward_count,
+    tokens_per_s_columns,
+    tpf_columns,
+    y_max_of,
+)
 from orl.report.notes import completion_lengths, prompt_sets, uncertainty_note
 from orl.report.select import Want, ratio, seed_index
 
@@ -36,12 +47,15 @@ def build_table1(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
         aup, aup_note = aup_columns(m, y_max)
         values = {**base_row(m.resolved), "model": line.family.label, "variant": line.label,
                   "seeds": len(m.recorded_seeds) or None, "n_problems": m.n_problems("quality"),
-                  **tpf_columns(m, "quality"), **tokens_per_s_columns(m, "latency"), **pass_columns(m), **aup}
+                  **tpf_columns(m, "quality"), **forward_columns(m, "quality"),
+                  **tokens_per_s_columns(m, "latency"), **pass_columns(m), **aup}
         matched = matched_columns(m, reference_runs(records, m.resolved.suite), tolerance)["matched"]
         values["operating_point"] = "; ".join(filter(None, [operating_point_text(m), matched and f"AR target: {matched}"])) or None
         notes = [values["note"]] if values["note"] else []
         if m.measured and aup_note:
             notes.append(aup_note)
+        if m.measured and predates_forward_count(m, "quality"):
+            notes.append(LEGACY_TPF_NOTE)
         if m.measured and not m.recorded_seeds and line.role != "base":
             notes.append("training seed not recorded (a train record with extra.seed): one run, no sd")
         values["note"] = "; ".join(notes) or None
@@ -57,7 +71,8 @@ def build_table1(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
             values.update(_gains(m, base_line, values, base))
         out.extend(with_claims(values, line.claims, by_id))
     lines = [m for _, m, _ in built]
-    notes = [*prompt_sets(lines, ("quality", "latency")), *completion_lengths(lines), uncertainty_note()]
+    notes = [*prompt_sets(lines, ("quality", "latency")), *completion_lengths(lines),
+             *legacy_tpf_notes(lines, "quality"), uncertainty_note()]
     return frame(1, out, claims, notes)
 
 

@@ -22,7 +22,18 @@ from orl.report.attach import base_row, frame, with_claims
 from orl.report.claims import Claim
 from orl.report.compare import Anchor
 from orl.report.matching import matched_columns, operating_point_text, reference_runs, tolerance_of
-from orl.report.measure import aup_columns, measure, pass_columns, tokens_per_s_columns, tpf_columns, y_max_of
+from orl.report.measure import (
+    LEGACY_TPF_NOTE,
+    aup_columns,
+    forward_columns,
+    legacy_tpf_notes,
+    measure,
+    pass_columns,
+    predates_forward_count,
+    tokens_per_s_columns,
+    tpf_columns,
+    y_max_of,
+)
 from orl.report.notes import completion_lengths, prompt_sets, uncertainty_note
 from orl.report.select import Want, ratio, seed_index, table_suites
 
@@ -42,16 +53,12 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
         block = []
         for row, line, want in lines:
             m = measure(records, want, suite, index, all_seeds=False, request_kinds=("latency",))
-            value = {
-                **base_row(m.resolved),
-                "n_problems": m.n_problems("latency"),
-                **tpf_columns(m, "latency"),
-                "latency_median_s": m.resolved.metric("latency_median_s"),
-                "latency_p90_s": m.resolved.metric("latency_p90_s"),
-                **tokens_per_s_columns(m, "latency"),
-                **pass_columns(m),
-                **matched_columns(m, reference, tolerance, is_reference=row.key == rows.MATCH_REFERENCE),
-            }
+            value = {**base_row(m.resolved), "n_problems": m.n_problems("latency"), **tpf_columns(m, "latency"),
+                     **forward_columns(m, "latency"),
+                     "latency_median_s": m.resolved.metric("latency_median_s"),
+                     "latency_p90_s": m.resolved.metric("latency_p90_s"), **tokens_per_s_columns(m, "latency"),
+                     **pass_columns(m), **matched_columns(m, reference, tolerance,
+                                                          is_reference=row.key == rows.MATCH_REFERENCE)}  # fmt: skip
             notes = [value["note"]] if value["note"] else []
             if m.measured and row.sweep:
                 aup, aup_note = aup_columns(m, y_max)
@@ -60,9 +67,13 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
                 point = operating_point_text(m)
                 if point and "grid" in point:
                     notes.append(point)
+            legacy = m.measured and predates_forward_count(m, "latency")
+            if legacy:
+                notes.append(LEGACY_TPF_NOTE)
             value["note"] = "; ".join(filter(None, notes)) or None
             value["verification"] = verification(row, m.resolved.primary if m.measured else None)
-            _acceptance_as_tpf(value, m.resolved.metric("acceptance_length"))
+            if legacy:
+                _acceptance_as_tpf(value, m.resolved.metric("acceptance_length"))
             block.append((line, want, m, value))
             measured_lines.append(m)
         _speedups(block)
@@ -70,11 +81,8 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
                                 if r.key == rows.MATCH_REFERENCE), None)  # fmt: skip
         _lossless(block, reference_value)
         out.extend(_with_claims(block, by_id))
-    notes = [
-        *prompt_sets(measured_lines, ("latency", "quality")),
-        *completion_lengths(measured_lines),
-        uncertainty_note(),
-    ]
+    notes = [*prompt_sets(measured_lines, ("latency", "quality")), *completion_lengths(measured_lines),
+             *legacy_tpf_notes(measured_lines, "latency"), uncertainty_note()]
     return frame(2, out, claims, notes)
 
 
@@ -92,10 +100,11 @@ def verification(row, record: dict | None = None) -> str | None:
 
 
 def _acceptance_as_tpf(value: dict, acceptance_length: float | None) -> None:
-    """A speculative line's TPF is its mean acceptance length (docs/method.md §4: tokens per verifying target
-    forward, prefill excluded). Where the two differ (vLLM's prefill forward samples a token and verifies
-    nothing, so tokens / all forwards is lower) the record's acceptance length replaces the per-request
-    ratio, whose interval then measured the other quantity and is dropped."""
+    """Records made before forwards were counted one way (predates_forward_count) counted every target
+    forward, prefill included, as NFE; a speculative line read from them shows its mean acceptance length
+    as TPF, as the table did then (tokens per verifying target forward). Where the two differ the record's
+    acceptance length replaces the per-request ratio, whose interval then measured the other quantity and
+    is dropped. Newer records' TPF is tokens per decode forward for every line (orl/engines/forwards.py)."""
     if value["verification"] is None or acceptance_length is None or value.get("tpf") is None:
         return
     if abs(value["tpf"] - acceptance_length) > 1e-9:

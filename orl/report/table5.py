@@ -30,7 +30,17 @@ from orl.report import stats
 from orl.report.attach import base_row, frame, with_claims
 from orl.report.claims import Claim
 from orl.report.matching import matched_columns, operating_point_text, reference_runs, tolerance_of
-from orl.report.measure import aup_columns, measure, pass_columns, tpf_columns, y_max_of
+from orl.report.measure import (
+    LEGACY_TPF_NOTE,
+    aup_columns,
+    forward_columns,
+    legacy_tpf_notes,
+    measure,
+    pass_columns,
+    predates_forward_count,
+    tpf_columns,
+    y_max_of,
+)
 from orl.report.notes import prompt_sets, uncertainty_note
 from orl.report.select import latest_train_record, ratio, record_seed, seed_index, table_lines
 
@@ -125,13 +135,8 @@ def build_table5(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
     built = []
     for _, want in pairs:
         m = measure(records, want, suite, index, all_seeds=True)
-        value = {
-            **base_row(m.resolved),
-            "seeds": len(m.recorded_seeds) or None,
-            "n_problems": m.n_problems("quality"),
-            **tpf_columns(m, "quality"),
-            **pass_columns(m),
-        }
+        value = {**base_row(m.resolved), "seeds": len(m.recorded_seeds) or None, "n_problems": m.n_problems("quality"),
+                 **tpf_columns(m, "quality"), **forward_columns(m, "quality"), **pass_columns(m)}  # fmt: skip
         notes = [value["note"]] if value["note"] else []
         if m.measured:
             aup, aup_note = aup_columns(m, y_max)
@@ -145,9 +150,9 @@ def build_table5(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
             notes += [aup_note, *cost_notes]
             if not m.recorded_seeds:
                 notes.append("training seed not recorded (a train record with extra.seed): one run, no sd")
-        value["train_step_speedup"] = ratio(
-            value.get("step_tokens_per_s_packed"), value.get("step_tokens_per_s_unpacked")
-        )
+            if predates_forward_count(m, "quality"):
+                notes.append(LEGACY_TPF_NOTE)
+        value["train_step_speedup"] = ratio(value.get("step_tokens_per_s_packed"), value.get("step_tokens_per_s_unpacked"))
         value["note"] = "; ".join(filter(None, notes)) or None
         built.append((want, m, value))
     orl = next(((m, v) for want, m, v in built if want.system == ORL), None)
@@ -156,7 +161,8 @@ def build_table5(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
         if want.system != ORL and orl is not None and m.measured:
             value.update(_against_orl(m, orl[0], y_max))
         out.extend(with_claims(value, line.claims, by_id))
-    notes = [*prompt_sets([m for _, m, _ in built], ("quality",)), uncertainty_note()]
+    lines = [m for _, m, _ in built]
+    notes = [*prompt_sets(lines, ("quality",)), *legacy_tpf_notes(lines, "quality"), uncertainty_note()]
     if y_max is not None:
         notes.append(
             f"AUP: d3LLM's definition (orl/eval/aup.py) with y_max = {y_max:.4g}%, the highest pass@1 "

@@ -152,14 +152,32 @@ TRAINED_KEYS = {ROW[rows.TRAINED].ckpt, *(f"orl-{a}" for a in ABLATIONS)} if TRA
 DERIVED = {"orl-nvfp4", "orl-sdar"}
 BUILT_HERE = DERIVED | TRAINED_KEYS | (set() if PAPER else {"ar", "draft", "dlm"})
 
+# The dLLM's block size per suite (config `block_size`, docs/metrics.md "TPF"): the canvas against the
+# completion length sets the TPF ceiling, tokens / blocks. A suite it does not name decodes at the
+# preset's block size, which is the checkpoint's own; so does a suite it names with that size, and the
+# command then carries no --block-size at all (a profile naming its preset's sizes runs what one naming
+# none runs). Only the profile's own dLLM family takes it: the base dLLM, ORL, its ablations and what
+# is derived from ORL, on our in-process decoders.
+BLOCK_SIZE = dict(config.get("block_size") or {})
+PRESET_BLOCK = TRAIN_PRESET.diffusion.block_size if TRAIN_PRESET is not None else None
+DLLM_FAMILY = {"dlm", ROW[rows.TRAINED].ckpt} | TRAINED_KEYS | DERIVED
+for _suite in BLOCK_SIZE:
+    if _suite not in SUITES + EXTRA_SUITES:
+        raise ValueError(f"{CONFIG_FILES}: block_size: {_suite!r} is not a suite of this profile "
+                         f"(expected some of {', '.join(SUITES + EXTRA_SUITES)})")
+
+
+
 
 # Checkpoints, record files, a run's inputs and flags, and why a row cannot run here (orl/workflow_dag.py
 # Plan): the names the rule files call.
 PLAN = workflow_dag.Plan(profile=PROFILE, results=RESULTS, ckpt_dir=CKPT, device=config["device"],
                          vllm_python=VLLM_PYTHON, seeds=_SEEDS, suites=SUITES, given=GIVEN,
                          trained_keys=frozenset(TRAINED_KEYS), derived=frozenset(DERIVED),
-                         built_here=frozenset(BUILT_HERE))  # fmt: skip
+                         built_here=frozenset(BUILT_HERE), block_size=BLOCK_SIZE, preset_block=PRESET_BLOCK,
+                         dllm_family=frozenset(DLLM_FAMILY))  # fmt: skip
 ckpt, ckpt_done, ckpt_of, missing = PLAN.ckpt, PLAN.ckpt_done, PLAN.ckpt_of, PLAN.missing
+block_flag = PLAN.block_flag
 
 
 # ------------------------------------------------------------------------------------------

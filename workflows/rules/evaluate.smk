@@ -18,6 +18,7 @@ rule sweep:
         system=lambda wc: RUNS[wc.run][0].system,
         taus=",".join(str(t) for t in config["sweep_thresholds"]),
         limit=limit_flag(config["eval_limit"]),
+        block=lambda wc: block_flag(RUNS[wc.run][0], wc.suite),
     log:
         f"{LOGS}/sweep_{{suite}}_{{run}}.log",
     threads: THREADS
@@ -25,8 +26,9 @@ rule sweep:
         gpu=GPU,
     shell:
         "{ORL} sweep --ckpt {params.ckpt} --suite {wildcards.suite} --thresholds {params.taus} {params.limit} "
-        "--max-new-tokens {params.max_new_tokens} --system '{params.system}' --device {params.device} "
-        "--dtype {params.dtype} {params.chat} --out {output} --no-progress > {log} 2>&1"
+        "{params.block} --max-new-tokens {params.max_new_tokens} --system '{params.system}' "
+        "--device {params.device} --dtype {params.dtype} {params.chat} --out {output} --no-progress "
+        "> {log} 2>&1"
 
 
 rule operating_point:
@@ -188,6 +190,7 @@ if not ENGINE_MISSING:
             bench_limit=config["bench_limit"],
             system=ENGINE_ROW.system,
             engines=",".join(TABLE3_ENGINES),
+            block=lambda wc: block_flag(ENGINE_ROW, wc.suite),
         log:
             f"{LOGS}/bench_engine_{{suite}}.log",
         threads: THREADS
@@ -196,8 +199,8 @@ if not ENGINE_MISSING:
         shell:
             "{ORL} bench-engine --ckpt {params.ckpt} --policy @{input.point} --engines {params.engines} "
             "--suite {wildcards.suite} --limit {params.bench_limit} --max-new-tokens {params.max_new_tokens} "
-            "--system '{params.system}' --device {params.device} --dtype {params.dtype} {params.chat} --out {output} "
-            "> {log} 2>&1"
+            "--system '{params.system}' --device {params.device} --dtype {params.dtype} {params.chat} "
+            "{params.block} --out {output} > {log} 2>&1"
 
 
 rule strict_point:
@@ -260,6 +263,7 @@ if not ENGINE_MISSING:
             prompts=config["length_prompts"],
             system=ENGINE_ROW.system,
             engines=",".join(LENGTH_ENGINES),
+            block=block_flag(ENGINE_ROW, MAIN),
         log:
             f"{LOGS}/bench_length_{{tokens}}.log",
         threads: THREADS
@@ -269,4 +273,4 @@ if not ENGINE_MISSING:
             "{ORL} bench-engine --ckpt {params.ckpt} --policy @{input.point} --engines {params.engines} "
             "--suite {params.suite} --limit {params.prompts} --max-new-tokens {wildcards.tokens} --ignore-eos "
             "--warmup 1 --system '{params.system}' --device {params.device} --dtype {params.dtype} {params.chat} "
-            "--out {output} > {log} 2>&1"
+            "{params.block} --out {output} > {log} 2>&1"
