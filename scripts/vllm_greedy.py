@@ -1,8 +1,10 @@
 """Greedy token ids from vllm.LLM on the CPU, optionally with a speculative method; run by vLLM's environment.
 
-    .venv-vllm/bin/python scripts/vllm_greedy.py TARGET_DIR PROMPTS_JSON MAX_TOKENS [METHOD DRAFT_DIR K]
+    .venv-vllm/bin/python scripts/vllm_greedy.py REQUEST_JSON
 
-PROMPTS_JSON: a JSON list of token-id lists (our tokenizer's ids; vLLM runs with skip_tokenizer_init). Prints
+REQUEST_JSON: {"target": dir, "prompts": [[token ids], ...], "max_tokens": n, "stop_token_ids": [ids] (absent:
+generate to max_tokens), "speculative_config": {...} (absent: plain decoding)}; the prompts are our tokenizer's
+ids (vLLM runs with skip_tokenizer_init). Prints
 one line `RESULT {"tokens": [...], "spec": [...] | null, "wall_s": ...}` where spec holds each request's
 vLLM spec-decode summary (num_spec_steps, num_draft_tokens, num_accepted_draft_tokens). It imports nothing
 from the harness, so it runs in the vLLM environment as it is. The `__main__` guard is needed: vLLM spawns
@@ -18,17 +20,19 @@ def main() -> None:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    target, prompts, max_tokens = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-    kwargs = dict(model=target, skip_tokenizer_init=True, dtype="float32", max_num_seqs=1, enforce_eager=True,
+    request = json.loads(sys.argv[1])
+    kwargs = dict(model=request["target"], skip_tokenizer_init=True, dtype="float32", max_num_seqs=1, enforce_eager=True,
                   enable_prefix_caching=False, kv_cache_memory_bytes=64 * 2**20, seed=0)
-    if len(sys.argv) > 4:
-        method, draft, k = sys.argv[4], sys.argv[5], int(sys.argv[6])
-        kwargs["speculative_config"] = {"method": method, "model": draft, "num_speculative_tokens": k}
+    if request.get("speculative_config"):
+        kwargs["speculative_config"] = request["speculative_config"]
         kwargs["per_request_spec_decode_metrics"] = "summary"
     llm = LLM(**kwargs)
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, detokenize=False, ignore_eos=True)
+    stop = request.get("stop_token_ids")
+    params = SamplingParams(temperature=0.0, max_tokens=request["max_tokens"], detokenize=False,
+                            **({"stop_token_ids": stop} if stop else {"ignore_eos": True}))
     start = time.perf_counter()
-    outs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompts], params, use_tqdm=False)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in request["prompts"]], params,
+                        use_tqdm=False)
     wall = time.perf_counter() - start
     spec = None
     if "speculative_config" in kwargs:

@@ -196,10 +196,10 @@ needs_vllm_env = pytest.mark.skipif(not os.access(VLLM_PYTHON, os.X_OK),
                                     reason=f"{serving.VLLM_ENV_MISSING}: {VLLM_PYTHON} is absent")
 
 
-def _vllm_greedy(target: Path, prompts: list[list[int]], max_tokens: int, *spec: str) -> dict:
-    run = subprocess.run([str(VLLM_PYTHON), str(REPO / "scripts" / "vllm_greedy.py"), str(target),
-                          json.dumps(prompts), str(max_tokens), *spec], capture_output=True, text=True,
-                         timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+def _vllm_greedy(target: Path, prompts: list[list[int]], max_tokens: int, speculative: dict | None = None) -> dict:
+    request = {"target": str(target), "prompts": prompts, "max_tokens": max_tokens, "speculative_config": speculative}
+    run = subprocess.run([str(VLLM_PYTHON), str(REPO / "scripts" / "vllm_greedy.py"), json.dumps(request)],
+                         capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     line = next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))
     return json.loads(line.removeprefix("RESULT "))
@@ -229,7 +229,7 @@ def test_vllm_drafts_with_the_head_and_keeps_the_targets_greedy_tokens(tokenizer
     texts = ["def add(a, b):\n", "x = [1, 2"]
     prompts = [ckpt.tokenizer.encode(text) for text in texts]
     plain = _vllm_greedy(target, prompts, 12)
-    spec = _vllm_greedy(target, prompts, 12, "eagle3", str(head_dir), "3")
+    spec = _vllm_greedy(target, prompts, 12, {"method": "eagle3", "model": str(head_dir), "num_speculative_tokens": 3})
     ours = [ReferenceAR(ckpt, ignore_eos=True).generate(text, 12).token_ids for text in texts]
     assert spec["tokens"] == plain["tokens"] == ours  # greedy verification is lossless
     assert all(m["num_spec_steps"] > 0 and m["num_draft_tokens"] > 0 for m in spec["spec"])  # it did draft

@@ -189,7 +189,7 @@ def train_eagle3(target_dir: str | Path, out_dir: str | Path, cfg: Eagle3TrainCo
         losses.append(round(loss.item(), 5))
         accuracies.append([round(a, 4) for a in acc])
         if progress and (step % 25 == 0 or step == cfg.steps - 1):
-            print(f"step {step}: loss {float(loss):.4f}, accuracy per draft step {acc}", flush=True)
+            print(f"step {step}: loss {losses[-1]:.4f}, accuracy per draft step {acc}", flush=True)
     head.eval()
     with torch.no_grad():
         estimate = acceptance_estimate(head, embed, held, cfg.ttt_steps) if held else None
