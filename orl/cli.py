@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "orl.commands.train_ar",
     "orl.commands.convert",
     "orl.commands.train_orl",
+    "orl.commands.train_eagle3",
     "orl.commands.quantize",
     "orl.commands.export",
     "orl.commands.generate",
