@@ -43,9 +43,11 @@ class ARState:
     @classmethod
     def allocate(cls, model: Transformer, cache_len: int) -> ARState:
         device, dtype = model.embedding.device, model.embedding.dtype
-        return cls(cache=KVCache.allocate(model.config, 1, cache_len, device, dtype),
-                   seq=torch.zeros(1, cache_len, dtype=torch.long, device=device),
-                   pos=torch.zeros((), dtype=torch.long, device=device))
+        return cls(
+            cache=KVCache.allocate(model.config, 1, cache_len, device, dtype),
+            seq=torch.zeros(1, cache_len, dtype=torch.long, device=device),
+            pos=torch.zeros((), dtype=torch.long, device=device),
+        )
 
     @property
     def cache_len(self) -> int:
@@ -56,7 +58,9 @@ def prefill(model: Transformer, state: ARState, prompt_ids: torch.Tensor) -> Non
     """Write the prompt's keys/values and its greedy next token (slot P); P is symbolic when compiled."""
     P, L = prompt_ids.shape[1], state.cache_len
     slots = torch.arange(P, device=prompt_ids.device)
-    mask = (torch.arange(L, device=prompt_ids.device)[None, :] <= slots[:, None])[None]  # causal over the cache
+    mask = (torch.arange(L, device=prompt_ids.device)[None, :] <= slots[:, None])[
+        None
+    ]  # causal over the cache
     logits = model(prompt_ids, positions=slots[None], mask=mask, cache=state.cache, slots=slots)
     state.seq[:, :P] = prompt_ids
     state.pos.fill_(P)
@@ -70,8 +74,13 @@ def decode_chunk(model: Transformer, state: ARState, steps: int) -> None:
     for _ in range(steps):
         pos = state.pos.view(1)
         token = state.seq.index_select(1, pos)  # [1, 1]
-        logits = model(token, positions=pos.view(1, 1), mask=(slots <= state.pos).view(1, 1, L),
-                       cache=state.cache, slots=pos)
+        logits = model(
+            token,
+            positions=pos.view(1, 1),
+            mask=(slots <= state.pos).view(1, 1, L),
+            cache=state.cache,
+            slots=pos,
+        )
         state.pos.add_(1)
         state.seq.index_copy_(1, state.pos.view(1), logits[:, -1].argmax(-1).view(1, 1))
 
@@ -88,12 +97,21 @@ class CompiledAR:
 
     name = "ar-compiled"
 
-    def __init__(self, ckpt: Checkpoint, *, ignore_eos: bool = False, mode: str | None = None,
-                 sync_every: int | None = None, min_cache_len: int = 256,
-                 compile_backend: str | Callable = "inductor"):
+    def __init__(
+        self,
+        ckpt: Checkpoint,
+        *,
+        ignore_eos: bool = False,
+        mode: str | None = None,
+        sync_every: int | None = None,
+        min_cache_len: int = 256,
+        compile_backend: str | Callable = "inductor",
+    ):
         if ckpt.is_diffusion:
-            raise CheckpointError(f"{ckpt.path / 'config.json'}: architectures: ar-compiled decodes an AR "
-                                  "checkpoint (Qwen3ForCausalLM); this one is a block-diffusion model")
+            raise CheckpointError(
+                f"{ckpt.path / 'config.json'}: architectures: ar-compiled decodes an AR "
+                "checkpoint (Qwen3ForCausalLM); this one is a block-diffusion model"
+            )
         self.ckpt, self.model, self.ignore_eos = ckpt, ckpt.model, ignore_eos
         self.device = next(self.model.parameters()).device
         avoid_per_length_attention_plans(self.device)
@@ -107,9 +125,17 @@ class CompiledAR:
         self._slots: dict[int, _Slot] = {}
 
     def describe(self) -> EngineInfo:
-        return checkpoint_info(self.name, self.ckpt, self.device, settings={
-            "mode": self.mode, "sync_every": self.steps, "stop_at_eos": not self.ignore_eos,
-            "compile_backend": str(self.compile_backend) if self.mode != "eager" else None})
+        return checkpoint_info(
+            self.name,
+            self.ckpt,
+            self.device,
+            settings={
+                "mode": self.mode,
+                "sync_every": self.steps,
+                "stop_at_eos": not self.ignore_eos,
+                "compile_backend": str(self.compile_backend) if self.mode != "eager" else None,
+            },
+        )
 
     def cache_len(self, prompt_len: int, max_new_tokens: int) -> int:
         """The cache bucket of a request; room for a last chunk that overshoots the budget."""
@@ -135,8 +161,11 @@ class CompiledAR:
                 prefill(model, s, prompt_ids)
 
             backend = self.compile_backend
-            self._slots[cache_len] = _Slot(state, make_prefill_runner(prompt, state, self.mode, backend),
-                                           make_runner(chunk, state, self.mode, backend))
+            self._slots[cache_len] = _Slot(
+                state,
+                make_prefill_runner(prompt, state, self.mode, backend),
+                make_runner(chunk, state, self.mode, backend),
+            )
         return self._slots[cache_len]
 
     @torch.inference_mode()
@@ -147,11 +176,11 @@ class CompiledAR:
         state, P, ends = slot.state, len(ids), set(tok.eos_ids)
         start = time.perf_counter()
         slot.run_prefill(torch.tensor([ids], device=self.device))
-        generated = state.seq[0, P: P + 1].tolist()
+        generated = state.seq[0, P : P + 1].tolist()
         host_reads = 1
         while len(generated) < max_new_tokens and (self.ignore_eos or generated[-1] not in ends):
             slot.run_chunk()
-            generated += state.seq[0, P + len(generated): P + len(generated) + self.steps].tolist()
+            generated += state.seq[0, P + len(generated) : P + len(generated) + self.steps].tolist()
             host_reads += 1
             if not self.ignore_eos and ends.intersection(generated):
                 break
@@ -159,8 +188,17 @@ class CompiledAR:
         generated = generated[:max_new_tokens]
         if not self.ignore_eos:
             generated = cut_at_eos(generated, tok.eos_ids)
-        return Generation(token_ids=generated, text=tok.decode_completion(generated),
-                          nfe=decode_forwards(len(generated), 1),
-                          nfe_prefill=1, wall_time_s=wall,
-                          extra={"mode": self.mode, "cache_len": state.cache_len, "sync_every": self.steps,
-                                 "host_reads": host_reads, "steps_run": (host_reads - 1) * self.steps})
+        return Generation(
+            token_ids=generated,
+            text=tok.decode_completion(generated),
+            nfe=decode_forwards(len(generated), 1),
+            nfe_prefill=1,
+            wall_time_s=wall,
+            extra={
+                "mode": self.mode,
+                "cache_len": state.cache_len,
+                "sync_every": self.steps,
+                "host_reads": host_reads,
+                "steps_run": (host_reads - 1) * self.steps,
+            },
+        )

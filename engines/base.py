@@ -101,8 +101,12 @@ class EngineInfo:
         """The result record's `model` block: name, checkpoint, its digest, precision."""
         from orl.model.checkpoint import checkpoint_digest
 
-        return {"name": self.model_name, "ckpt": self.ckpt,
-                "ckpt_sha256": checkpoint_digest(self.ckpt) if self.ckpt else None, "precision": self.precision}
+        return {
+            "name": self.model_name,
+            "ckpt": self.ckpt,
+            "ckpt_sha256": checkpoint_digest(self.ckpt) if self.ckpt else None,
+            "precision": self.precision,
+        }
 
 
 @runtime_checkable
@@ -131,12 +135,27 @@ class EngineUnavailable(RuntimeError):
     """
 
 
-def checkpoint_info(name: str, ckpt, device, *, policy: dict | None = None, settings: dict | None = None,
-                    speculative: bool = False) -> EngineInfo:
+def checkpoint_info(
+    name: str,
+    ckpt,
+    device,
+    *,
+    policy: dict | None = None,
+    settings: dict | None = None,
+    speculative: bool = False,
+) -> EngineInfo:
     """EngineInfo of an engine running one of our loaded checkpoints (orl.model.checkpoint.Checkpoint)."""
     model_name = ckpt.config.get("orl_model_name") or Path(ckpt.path).name
-    return EngineInfo(name=name, model_name=model_name, ckpt=str(ckpt.path), precision=ckpt.precision,
-                      device=str(device), policy=policy, settings=dict(settings or {}), speculative=speculative)
+    return EngineInfo(
+        name=name,
+        model_name=model_name,
+        ckpt=str(ckpt.path),
+        precision=ckpt.precision,
+        device=str(device),
+        policy=policy,
+        settings=dict(settings or {}),
+        speculative=speculative,
+    )
 
 
 def synchronizer(device) -> Callable[[], None] | None:

@@ -67,11 +67,15 @@ def compile_fullgraph(
     import torch._dynamo.config as dynamo_config
 
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, _RECOMPILE_LIMIT)
-    dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 4 * _RECOMPILE_LIMIT)
+    dynamo_config.accumulated_recompile_limit = max(
+        dynamo_config.accumulated_recompile_limit, 4 * _RECOMPILE_LIMIT
+    )
     # On the CPU, inductor's C++ wrapper calls the generated kernels without a Python line per
     # buffer and kernel; at batch 1 that per-call overhead is a sizeable part of a step.
     options = {"cpp_wrapper": True} if backend == "inductor" and cpu else None
-    return torch.compile(fn, fullgraph=True, dynamic=None if dynamic else False, backend=backend, options=options)
+    return torch.compile(
+        fn, fullgraph=True, dynamic=None if dynamic else False, backend=backend, options=options
+    )
 
 
 class CudaGraphRunner:

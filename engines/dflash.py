@@ -52,16 +52,23 @@ from orl.model.transformer import KVCache
 
 def _check_pair(target: Checkpoint, drafter: Checkpoint) -> None:
     if target.is_diffusion:
-        raise CheckpointError(f"{target.path / CONFIG}: architectures: the dflash target must be an AR checkpoint "
-                              "(Qwen3ForCausalLM), this one is a block-diffusion model")
+        raise CheckpointError(
+            f"{target.path / CONFIG}: architectures: the dflash target must be an AR checkpoint "
+            "(Qwen3ForCausalLM), this one is a block-diffusion model"
+        )
     if not drafter.is_diffusion:
-        raise CheckpointError(f"{drafter.path / CONFIG}: architectures: the dflash drafter (--draft) must be a "
-                              "block-diffusion checkpoint (OrlBlockDiffusionLM), this one is an AR model")
+        raise CheckpointError(
+            f"{drafter.path / CONFIG}: architectures: the dflash drafter (--draft) must be a "
+            "block-diffusion checkpoint (OrlBlockDiffusionLM), this one is an AR model"
+        )
     same = target.tokenizer.eos_id == drafter.tokenizer.eos_id and target.tokenizer.backend.get_vocab(
-        with_added_tokens=True) == drafter.tokenizer.backend.get_vocab(with_added_tokens=True)
+        with_added_tokens=True
+    ) == drafter.tokenizer.backend.get_vocab(with_added_tokens=True)
     if not same:
-        raise CheckpointError(f"{drafter.path / TOKENIZER}: the drafter's tokenizer differs from the target's "
-                              f"({target.path / TOKENIZER}); draft tokens must be target tokens")
+        raise CheckpointError(
+            f"{drafter.path / TOKENIZER}: the drafter's tokenizer differs from the target's "
+            f"({target.path / TOKENIZER}); draft tokens must be target tokens"
+        )
 
 
 class DFlashEngine:
@@ -70,12 +77,20 @@ class DFlashEngine:
     name = "dflash"
 
     def __init__(
-        self, *, target_dir: str | Path, drafter_dir: str | Path | None, device: str = "cpu",
-        dtype: torch.dtype | None = None, block_size: int | None = None, ignore_eos: bool = False,
+        self,
+        *,
+        target_dir: str | Path,
+        drafter_dir: str | Path | None,
+        device: str = "cpu",
+        dtype: torch.dtype | None = None,
+        block_size: int | None = None,
+        ignore_eos: bool = False,
         verification: Verification = STRICT,
     ):
         if drafter_dir is None:
-            raise InputError("--draft: the dflash baseline needs a block-diffusion drafter checkpoint (--draft DIR)")
+            raise InputError(
+                "--draft: the dflash baseline needs a block-diffusion drafter checkpoint (--draft DIR)"
+            )
         self.ckpt = load_checkpoint(target_dir, device=device, dtype=dtype)
         self.drafter = load_checkpoint(drafter_dir, device=device, dtype=dtype)
         _check_pair(self.ckpt, self.drafter)
@@ -92,12 +107,18 @@ class DFlashEngine:
     def describe(self) -> EngineInfo:
         """The record's view: policy = what one speculation step does."""
         rule = self.verification
-        policy = {"name": "dflash-relaxed" if rule.relaxed else "dflash-greedy",
-                  "params": {"block_size": self.block, "verification": str(rule)}}
-        settings = {"drafter": str(self.drafter.path), "stop_at_eos": not self.ignore_eos,
-                    "verification": rule.to_record()}
-        return checkpoint_info(self.name, self.ckpt, self.device, policy=policy, settings=settings,
-                               speculative=True)
+        policy = {
+            "name": "dflash-relaxed" if rule.relaxed else "dflash-greedy",
+            "params": {"block_size": self.block, "verification": str(rule)},
+        }
+        settings = {
+            "drafter": str(self.drafter.path),
+            "stop_at_eos": not self.ignore_eos,
+            "verification": rule.to_record(),
+        }
+        return checkpoint_info(
+            self.name, self.ckpt, self.device, policy=policy, settings=settings, speculative=True
+        )
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
         return None
@@ -113,14 +134,21 @@ class DFlashEngine:
         limits = block_causal_limits(positions[None], L, B)  # context causal, the masks one block
         mask = mask_from_limits(limits, torch.arange(cache.max_len, device=self.device))
         logits = self.drafter.model(ids, positions=positions[None], mask=mask, cache=cache, slots=positions)
-        return logits[0, L - start:].argmax(-1).tolist()
+        return logits[0, L - start :].argmax(-1).tolist()
 
     def _verify(self, cache: KVCache, tokens: list[int], start: int) -> torch.Tensor:
         """One target forward over tokens at positions start.. (causal); returns its logits per position."""
         positions = torch.arange(start, start + len(tokens), device=self.device)
-        mask = mask_from_limits(causal_limits(positions)[None], torch.arange(cache.max_len, device=self.device))
-        logits = self.ckpt.model(torch.tensor([tokens], device=self.device), positions=positions[None], mask=mask,
-                                 cache=cache, slots=positions)
+        mask = mask_from_limits(
+            causal_limits(positions)[None], torch.arange(cache.max_len, device=self.device)
+        )
+        logits = self.ckpt.model(
+            torch.tensor([tokens], device=self.device),
+            positions=positions[None],
+            mask=mask,
+            cache=cache,
+            slots=positions,
+        )
         return logits[0]
 
     @torch.inference_mode()
@@ -150,7 +178,7 @@ class DFlashEngine:
             # at the logits of position L - 1.
             logits = self._verify(target_cache, committed[target_done:] + draft, target_done)
             nfe += 1
-            n, emitted = accept(logits[L - 1 - target_done:], draft, self.verification)
+            n, emitted = accept(logits[L - 1 - target_done :], draft, self.verification)
             new = draft[:n] + [emitted]
             target_done = L + n  # the accepted drafts' keys/values are valid; the bonus is not yet cached
             drafted, accepted = drafted + len(draft), accepted + n
@@ -161,8 +189,11 @@ class DFlashEngine:
         if not self.ignore_eos:
             generated = cut_at_eos(generated, tok.eos_ids)
         return Generation(
-            token_ids=generated, text=tok.decode_completion(generated), nfe=decode_forwards(nfe, 1),
+            token_ids=generated,
+            text=tok.decode_completion(generated),
+            nfe=decode_forwards(nfe, 1),
             nfe_prefill=1,
-            wall_time_s=time.perf_counter() - start, draft_forwards=draft_forwards,
+            wall_time_s=time.perf_counter() - start,
+            draft_forwards=draft_forwards,
             extra={"block_size": B, "drafted_tokens": drafted, "accepted_tokens": accepted},
         )

@@ -82,8 +82,13 @@ def suite_metrics(entries: Sequence[Mapping]) -> dict[str, float | int]:
     n = len(entries)
     tokens, nfe = _total(entries, "tokens") or 0, _total(entries, "nfe") or 0
     prefill, blocks = _total(entries, "nfe_prefill"), _total(entries, "blocks")
-    metrics = {"tpf": tpf(tokens, nfe), "tpf_prefill": tpf_prefill(tokens, nfe, prefill),
-               "tpf_commit": tpf_commit(tokens, nfe, blocks), "tpf_ceiling": tpf_ceiling(tokens, blocks),
-               "nfe_mean": nfe / n, "nfe_prefill_mean": None if prefill is None else prefill / n,
-               "blocks_mean": None if blocks is None else blocks / n}
+    metrics = {
+        "tpf": tpf(tokens, nfe),
+        "tpf_prefill": tpf_prefill(tokens, nfe, prefill),
+        "tpf_commit": tpf_commit(tokens, nfe, blocks),
+        "tpf_ceiling": tpf_ceiling(tokens, blocks),
+        "nfe_mean": nfe / n,
+        "nfe_prefill_mean": None if prefill is None else prefill / n,
+        "blocks_mean": None if blocks is None else blocks / n,
+    }
     return {name: value for name, value in metrics.items() if value is not None}

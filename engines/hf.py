@@ -96,7 +96,9 @@ class ForwardCounter:
         self._handle.remove()
 
 
-def load_hf_causal_lm(ckpt_dir: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
+def load_hf_causal_lm(
+    ckpt_dir: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+):
     """AutoModelForCausalLM from a local AR checkpoint directory (never the network)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -125,8 +127,13 @@ def _same_vocabulary(a, b) -> bool:
 
 
 def load_hf_engine(
-    ckpt_dir: str | Path, *, draft_dir: str | Path | None = None, device: str = "cpu",
-    dtype: torch.dtype = torch.float32, assist: AssistConfig | None = None, ignore_eos: bool = False,
+    ckpt_dir: str | Path,
+    *,
+    draft_dir: str | Path | None = None,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    assist: AssistConfig | None = None,
+    ignore_eos: bool = False,
     verification: Verification = STRICT,
 ) -> HFEngine:
     """The hf (or, with a draft, hf-assisted) engine of a local AR checkpoint directory."""
@@ -146,8 +153,17 @@ def load_hf_engine(
             )
         draft = load_hf_causal_lm(draft_dir, device, dtype)
     name = read_config(ckpt_dir).get("orl_model_name") or ckpt_dir.name
-    return HFEngine(model, tokenizer, model_name=name, ckpt_dir=ckpt_dir, draft=draft, draft_dir=draft_dir,
-                    assist=assist, ignore_eos=ignore_eos, verification=verification)
+    return HFEngine(
+        model,
+        tokenizer,
+        model_name=name,
+        ckpt_dir=ckpt_dir,
+        draft=draft,
+        draft_dir=draft_dir,
+        assist=assist,
+        ignore_eos=ignore_eos,
+        verification=verification,
+    )
 
 
 def _keep(cache, length: int) -> None:
@@ -161,8 +177,16 @@ class HFEngine:
     """Greedy `generate` of a transformers causal LM, optionally assisted by a draft model."""
 
     def __init__(
-        self, model, tokenizer, *, model_name: str, ckpt_dir: Path | None = None, draft=None,
-        draft_dir: Path | None = None, assist: AssistConfig | None = None, ignore_eos: bool = False,
+        self,
+        model,
+        tokenizer,
+        *,
+        model_name: str,
+        ckpt_dir: Path | None = None,
+        draft=None,
+        draft_dir: Path | None = None,
+        assist: AssistConfig | None = None,
+        ignore_eos: bool = False,
         verification: Verification = STRICT,
     ):
         if verification.relaxed and draft is None:
@@ -182,20 +206,36 @@ class HFEngine:
     def describe(self) -> EngineInfo:
         """The record's view: policy = the speculation settings (None for plain greedy)."""
         rule = self.verification
-        policy = None if self.draft is None else {
-            "name": "assisted-relaxed" if rule.relaxed else "assisted-greedy",
-            "params": {**asdict(self.assist), "verification": str(rule)}}
+        policy = (
+            None
+            if self.draft is None
+            else {
+                "name": "assisted-relaxed" if rule.relaxed else "assisted-greedy",
+                "params": {**asdict(self.assist), "verification": str(rule)},
+            }
+        )
         settings = {"stop_at_eos": not self.ignore_eos}
         if self.draft_dir is not None:
             settings["draft"] = str(self.draft_dir)
         if self.draft is not None:
             settings["draft_strategy"] = self.assist.strategy()
             settings["verification"] = rule.to_record()
-            settings["loop"] = ("orl speculative loop (engines/hf.py HFEngine._speculate)" if rule.relaxed
-                                else "transformers generate (assisted generation)")
+            settings["loop"] = (
+                "orl speculative loop (engines/hf.py HFEngine._speculate)"
+                if rule.relaxed
+                else "transformers generate (assisted generation)"
+            )
         ckpt = str(self.ckpt_dir) if self.ckpt_dir is not None else None
-        return EngineInfo(self.name, self.model_name, ckpt, self.precision, str(self.device), policy, settings,
-                          speculative=self.draft is not None)
+        return EngineInfo(
+            self.name,
+            self.model_name,
+            ckpt,
+            self.precision,
+            str(self.device),
+            policy,
+            settings,
+            speculative=self.draft is not None,
+        )
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
         return None
@@ -226,20 +266,29 @@ class HFEngine:
         self.target_forwards.reset()
         start = time.perf_counter()
         output = self.model.generate(
-            input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new_tokens,
-            do_sample=False, num_beams=1, eos_token_id=list(tok.eos_ids), pad_token_id=tok.pad_id, **kwargs,
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            eos_token_id=list(tok.eos_ids),
+            pad_token_id=tok.pad_id,
+            **kwargs,
         )
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         wall = time.perf_counter() - start
-        generated = output[0, len(ids):].tolist()
+        generated = output[0, len(ids) :].tolist()
         if not self.ignore_eos:
             generated = cut_at_eos(generated, tok.eos_ids)
         prefill = 1 if self.target_forwards.count else 0
         return Generation(
-            token_ids=generated, text=tok.decode_completion(generated),
-            nfe=decode_forwards(self.target_forwards.count, prefill), nfe_prefill=prefill,
-            wall_time_s=wall, draft_forwards=self.draft_forwards.count if self.draft is not None else 0,
+            token_ids=generated,
+            text=tok.decode_completion(generated),
+            nfe=decode_forwards(self.target_forwards.count, prefill),
+            nfe_prefill=prefill,
+            wall_time_s=wall,
+            draft_forwards=self.draft_forwards.count if self.draft is not None else 0,
         )
 
     def _logits(self, model, cache, tokens: list[int]) -> torch.Tensor:
@@ -279,7 +328,7 @@ class HFEngine:
                     break  # nothing after <eos> is worth verifying (transformers' draft stops there too)
             draft_done = L + len(draft) - 1 if draft else draft_done
             logits = self._logits(self.model, target_cache, committed[target_done:] + draft)
-            n, emitted = accept(logits[L - 1 - target_done:], draft, self.verification)
+            n, emitted = accept(logits[L - 1 - target_done :], draft, self.verification)
             new = draft[:n] + [emitted]
             target_done = L + n  # the kept drafts' keys/values stay cached; the emitted token is not yet
             _keep(target_cache, target_done)
@@ -298,8 +347,11 @@ class HFEngine:
             generated = cut_at_eos(generated, self.tokenizer.eos_ids)
         generated = generated[:max_new_tokens]
         return Generation(
-            token_ids=generated, text=self.tokenizer.decode_completion(generated),
-            nfe=decode_forwards(self.target_forwards.count, 1), nfe_prefill=1, wall_time_s=wall,
+            token_ids=generated,
+            text=self.tokenizer.decode_completion(generated),
+            nfe=decode_forwards(self.target_forwards.count, 1),
+            nfe_prefill=1,
+            wall_time_s=wall,
             draft_forwards=self.draft_forwards.count,
             extra={"drafted_tokens": drafted, "accepted_tokens": accepted},
         )

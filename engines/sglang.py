@@ -64,42 +64,66 @@ DLLM_MASK_IDS = {"SDARForCausalLM": 151669, "SDARMoeForCausalLM": 151669, "LLaDA
 SPECULATIVE_ALGORITHMS = {"standalone": "STANDALONE", "eagle3": "EAGLE3", "dflash": "DFLASH"}
 NO_RESIDUAL = "SGLang's LowConfidence cannot apply ORL's residual context: this row decodes without it"
 RELAXED_TEMPERATURE = 1.0  # SGLang applies its acceptance thresholds in sampled verification only
-RELAXED_NOTE = ("relaxed: SGLang's thresholds (single = delta, acc = 1.0), which it applies only when "
-                "sampling: temperature 1, not greedy; an absolute threshold, not ours (docs/metrics.md)")
+RELAXED_NOTE = (
+    "relaxed: SGLang's thresholds (single = delta, acc = 1.0), which it applies only when "
+    "sampling: temperature 1, not greedy; an absolute threshold, not ours (docs/metrics.md)"
+)
 
 
 def relaxed_arguments(verification: Verification) -> dict[str, float]:
     """SGLang's server arguments for a relaxed line (module docstring); {} for strict verification."""
     if not verification.relaxed:
         return {}
-    return {"speculative_accept_threshold_single": verification.delta,
-            "speculative_accept_threshold_acc": 1.0}
+    return {
+        "speculative_accept_threshold_single": verification.delta,
+        "speculative_accept_threshold_acc": 1.0,
+    }
 
 
 def dllm_algorithm_config(policy: Policy | None, config: dict, where: str = "--ckpt") -> dict[str, Any]:
     """LowConfidence's settings (the YAML of --dllm-algorithm-config) for our policy and the target."""
     arch = config["architectures"][0]
     if arch not in DLLM_MASK_IDS:
-        export = " (export ours with `orl export CKPT --format sdar --out DIR`)" if arch == "OrlBlockDiffusionLM" else ""
-        raise CheckpointError(f"{where}: sglang's dLLM backend (LowConfidence) loads {', '.join(DLLM_MASK_IDS)}; "
-                              f"got {arch}{export}")
+        export = (
+            " (export ours with `orl export CKPT --format sdar --out DIR`)"
+            if arch == "OrlBlockDiffusionLM"
+            else ""
+        )
+        raise CheckpointError(
+            f"{where}: sglang's dLLM backend (LowConfidence) loads {', '.join(DLLM_MASK_IDS)}; "
+            f"got {arch}{export}"
+        )
     mask = config.get("mask_token_id")
     if mask is not None and mask != DLLM_MASK_IDS[arch]:
-        raise CheckpointError(f"{where}: mask_token_id: sglang hard-codes {DLLM_MASK_IDS[arch]} for {arch}, this "
-                              f"checkpoint masks with {mask}: it would decode with the wrong mask token")
+        raise CheckpointError(
+            f"{where}: mask_token_id: sglang hard-codes {DLLM_MASK_IDS[arch]} for {arch}, this "
+            f"checkpoint masks with {mask}: it would decode with the wrong mask token"
+        )
     block = config.get("block_size")
     if not isinstance(block, int) or block <= 0:
-        raise CheckpointError(f"{where}: block_size: expected a positive integer in config.json, got {block!r}")
+        raise CheckpointError(
+            f"{where}: block_size: expected a positive integer in config.json, got {block!r}"
+        )
     if policy is None or policy.name != "strict-threshold":
-        raise InputError(f"--policy: sglang's LowConfidence commits confidence > τ: give strict-threshold:τ "
-                         f"(got {policy})")
+        raise InputError(
+            f"--policy: sglang's LowConfidence commits confidence > τ: give strict-threshold:τ (got {policy})"
+        )
     return {"threshold": float(policy.value), "block_size": block}
 
 
 def sglang_call(
-    ckpt_dir: str | Path, method: str, *, config: dict, eos_ids, draft_dir: str | Path | None = None,
-    policy: Policy | None = None, dtype="auto", num_speculative_tokens: int | None = None,
-    ignore_eos: bool = False, dllm_config_path: str | Path | None = None, seed: int = 0,
+    ckpt_dir: str | Path,
+    method: str,
+    *,
+    config: dict,
+    eos_ids,
+    draft_dir: str | Path | None = None,
+    policy: Policy | None = None,
+    dtype="auto",
+    num_speculative_tokens: int | None = None,
+    ignore_eos: bool = False,
+    dllm_config_path: str | Path | None = None,
+    seed: int = 0,
     verification: Verification = STRICT,
 ) -> ServingCall:
     """The `sglang.Engine(**kwargs)` call, dLLM settings and sampling arguments of one row, batch 1."""
@@ -113,12 +137,17 @@ def sglang_call(
     }
     dllm, notes = None, ()
     if verification.relaxed and method not in SPECULATIVE_ALGORITHMS:
-        raise InputError(f"--verification {verification}: sglang method {method!r} drafts nothing to verify "
-                         f"(relaxed applies to {', '.join(SPECULATIVE_ALGORITHMS)})")
+        raise InputError(
+            f"--verification {verification}: sglang method {method!r} drafts nothing to verify "
+            f"(relaxed applies to {', '.join(SPECULATIVE_ALGORITHMS)})"
+        )
     if method in SPECULATIVE_ALGORITHMS:
         k = speculative_tokens(method, num_speculative_tokens)
-        kwargs.update(speculative_algorithm=SPECULATIVE_ALGORITHMS[method], speculative_draft_model_path=str(draft_dir),
-                      speculative_num_draft_tokens=k + 1)  # the verified block: k drafts after the anchor token
+        kwargs.update(
+            speculative_algorithm=SPECULATIVE_ALGORITHMS[method],
+            speculative_draft_model_path=str(draft_dir),
+            speculative_num_draft_tokens=k + 1,
+        )  # the verified block: k drafts after the anchor token
         if method != "dflash":  # DFLASH drafts its block in one step; the others draft a chain (top-1)
             kwargs.update(speculative_num_steps=k, speculative_eagle_topk=1)
         kwargs.update(relaxed_arguments(verification))
@@ -138,7 +167,9 @@ def sglang_call(
 def generation_from_sglang(output: dict, *, method: str, eos_ids, decode, wall_s: float) -> Generation:
     """A Generation from one `sglang.Engine.generate` result ({"output_ids", "meta_info"})."""
     if not isinstance(output, dict) or "output_ids" not in output or "meta_info" not in output:
-        raise InputError(f"sglang output: expected a dict with output_ids and meta_info, got {str(output)[:200]}")
+        raise InputError(
+            f"sglang output: expected a dict with output_ids and meta_info, got {str(output)[:200]}"
+        )
     meta = output["meta_info"]
     finish = meta.get("finish_reason") or {}
     stopped = isinstance(finish, dict) and finish.get("type") == "stop" and finish.get("matched") in eos_ids
@@ -153,14 +184,26 @@ def generation_from_sglang(output: dict, *, method: str, eos_ids, decode, wall_s
         # SGLang writes the spec_* keys only once a verify step ran: none after a prefill-only request.
         verify = meta.get("spec_verify_ct", 0 if len(tokens) <= 1 else None)
         if not isinstance(verify, int) or verify < 0:
-            raise InputError(f"sglang output: meta_info.spec_verify_ct: expected a non-negative integer, got {verify!r}")
+            raise InputError(
+                f"sglang output: meta_info.spec_verify_ct: expected a non-negative integer, got {verify!r}"
+            )
         forwards = 1 + verify if tokens else 0
-        extra.update(speculative_extra(verify_forwards=verify, drafted=meta.get("spec_num_proposed_drafts", 0),
-                                       accepted=meta.get("spec_num_correct_drafts", 0),
-                                       server_acceptance_length=meta.get("spec_accept_length")))
-    return Generation(token_ids=tokens, text=decode(tokens), nfe=decode_forwards(forwards, prefill),
-                      nfe_prefill=prefill,
-                      wall_time_s=wall_s, extra=extra)
+        extra.update(
+            speculative_extra(
+                verify_forwards=verify,
+                drafted=meta.get("spec_num_proposed_drafts", 0),
+                accepted=meta.get("spec_num_correct_drafts", 0),
+                server_acceptance_length=meta.get("spec_accept_length"),
+            )
+        )
+    return Generation(
+        token_ids=tokens,
+        text=decode(tokens),
+        nfe=decode_forwards(forwards, prefill),
+        nfe_prefill=prefill,
+        wall_time_s=wall_s,
+        extra=extra,
+    )
 
 
 class SGLangEngine:
@@ -168,8 +211,14 @@ class SGLangEngine:
 
     name = "sglang"
 
-    def __init__(self, call: ServingCall, config: dict, tokenizer, policy: Policy | None = None,
-                 workdir: tempfile.TemporaryDirectory | None = None):
+    def __init__(
+        self,
+        call: ServingCall,
+        config: dict,
+        tokenizer,
+        policy: Policy | None = None,
+        workdir: tempfile.TemporaryDirectory | None = None,
+    ):
         import sglang
 
         self.call, self.config, self.tokenizer, self.policy = call, config, tokenizer, policy
@@ -183,8 +232,9 @@ class SGLangEngine:
             self.engine = sglang.Engine(**call.kwargs)
         except Exception as exc:  # e.g. "Unknown diffusion LLM: ...", an unsupported draft
             self.close()
-            raise EngineUnavailable(f"sglang cannot serve {self.ckpt_dir} ({call.method}): "
-                                    f"{type(exc).__name__}: {exc}") from exc
+            raise EngineUnavailable(
+                f"sglang cannot serve {self.ckpt_dir} ({call.method}): {type(exc).__name__}: {exc}"
+            ) from exc
         self.precision = self._served_dtype()
 
     def _served_dtype(self) -> str:
@@ -202,16 +252,33 @@ class SGLangEngine:
         elif self.call.method in SPECULATIVE_ALGORITHMS:
             single = self.call.kwargs.get("speculative_accept_threshold_single")
             rule = "greedy" if single is None else f"relaxed:{single:g}"
-            policy = {"name": f"sglang-{self.call.method}", "params": {
-                "num_draft_tokens": self.call.kwargs["speculative_num_draft_tokens"], "verification": rule}}
+            policy = {
+                "name": f"sglang-{self.call.method}",
+                "params": {
+                    "num_draft_tokens": self.call.kwargs["speculative_num_draft_tokens"],
+                    "verification": rule,
+                },
+            }
         else:
             policy = None
-        settings = {"method": self.call.method, "sglang_version": package_version("sglang"),
-                    "serving_kwargs": self.call.kwargs, "dllm_algorithm_config": self.call.dllm_config,
-                    "notes": list(self.call.notes)}
-        return EngineInfo(self.name, self.config.get("orl_model_name") or self.ckpt_dir.name, str(self.ckpt_dir),
-                          self.precision, str(self.device), policy, settings,
-                          speculative=self.call.method in SPECULATIVE_ALGORITHMS, counts_draft_forwards=False)
+        settings = {
+            "method": self.call.method,
+            "sglang_version": package_version("sglang"),
+            "serving_kwargs": self.call.kwargs,
+            "dllm_algorithm_config": self.call.dllm_config,
+            "notes": list(self.call.notes),
+        }
+        return EngineInfo(
+            self.name,
+            self.config.get("orl_model_name") or self.ckpt_dir.name,
+            str(self.ckpt_dir),
+            self.precision,
+            str(self.device),
+            policy,
+            settings,
+            speculative=self.call.method in SPECULATIVE_ALGORITHMS,
+            counts_draft_forwards=False,
+        )
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
         return None  # SGLang captures its own graphs at start-up
@@ -222,8 +289,13 @@ class SGLangEngine:
         start = time.perf_counter()
         out = self.engine.generate(input_ids=ids, sampling_params=self.call.sampling_for(max_new_tokens))
         wall = time.perf_counter() - start
-        return generation_from_sglang(out, method=self.call.method, eos_ids=self.tokenizer.eos_ids,
-                                      decode=self.tokenizer.decode_completion, wall_s=wall)
+        return generation_from_sglang(
+            out,
+            method=self.call.method,
+            eos_ids=self.tokenizer.eos_ids,
+            decode=self.tokenizer.decode_completion,
+            wall_s=wall,
+        )
 
     def close(self) -> None:
         """Shut the server processes down (their GPU memory with them) and remove the YAML (idempotent)."""

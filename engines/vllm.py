@@ -58,9 +58,18 @@ CPU_ENV = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU", "OMP_NUM
 
 
 def vllm_call(
-    ckpt_dir: str | Path, method: str, *, eos_ids, draft_dir: str | Path | None = None, dtype="auto",
-    num_speculative_tokens: int | None = None, ignore_eos: bool = False, seed: int = 0,
-    gpu_memory_utilization: float = 0.8, enforce_eager: bool = False, device: str = "cuda",
+    ckpt_dir: str | Path,
+    method: str,
+    *,
+    eos_ids,
+    draft_dir: str | Path | None = None,
+    dtype="auto",
+    num_speculative_tokens: int | None = None,
+    ignore_eos: bool = False,
+    seed: int = 0,
+    gpu_memory_utilization: float = 0.8,
+    enforce_eager: bool = False,
+    device: str = "cuda",
 ) -> ServingCall:
     """The `vllm.LLM(**kwargs)` call and sampling arguments of one row, batch-1 greedy (docs/method.md §4);
     on the CPU (device "cpu", vllm's CPU build) with a KV cache sized in bytes (module docstring)."""
@@ -79,12 +88,17 @@ def vllm_call(
         del kwargs["gpu_memory_utilization"]
         kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
     if method != "ar":
-        speculative = {"method": method, "model": str(draft_dir),
-                       "num_speculative_tokens": speculative_tokens(method, num_speculative_tokens)}
+        speculative = {
+            "method": method,
+            "model": str(draft_dir),
+            "num_speculative_tokens": speculative_tokens(method, num_speculative_tokens),
+        }
         if method == "dflash" and not cpu:  # the CPU build has its own attention backend only
             speculative["attention_backend"] = DFLASH_ATTENTION_BACKEND
         kwargs["speculative_config"] = speculative
-        kwargs["per_request_spec_decode_metrics"] = "summary"  # each request's verify steps and accepted drafts
+        kwargs["per_request_spec_decode_metrics"] = (
+            "summary"  # each request's verify steps and accepted drafts
+        )
     # With ignore_eos vLLM still stops on stop_token_ids, so a speed run passes none.
     sampling: dict[str, Any] = {"temperature": 0.0, "detokenize": False}
     sampling.update({"ignore_eos": True} if ignore_eos else {"stop_token_ids": [int(i) for i in eos_ids]})
@@ -95,15 +109,23 @@ def parse_spec_metrics(metrics) -> dict[str, Any]:
     """A request's RequestSpecDecodeMetrics (or its `to_dict()` form) as verify steps, drafted, accepted."""
     data = metrics.to_dict() if hasattr(metrics, "to_dict") else metrics
     if not isinstance(data, dict):
-        raise InputError(f"vllm spec_decode_metrics: expected RequestSpecDecodeMetrics or a dict, got {data!r}")
+        raise InputError(
+            f"vllm spec_decode_metrics: expected RequestSpecDecodeMetrics or a dict, got {data!r}"
+        )
     values = {}
     for key in ("num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens"):
         value = data.get(key)
         if not isinstance(value, int) or value < 0:
-            raise InputError(f"vllm spec_decode_metrics: {key}: expected a non-negative integer, got {value!r}")
+            raise InputError(
+                f"vllm spec_decode_metrics: {key}: expected a non-negative integer, got {value!r}"
+            )
         values[key] = value
-    return {"steps": values["num_spec_steps"], "drafted": values["num_draft_tokens"],
-            "accepted": values["num_accepted_draft_tokens"], "mean_acceptance_length": data.get("mean_acceptance_length")}
+    return {
+        "steps": values["num_spec_steps"],
+        "drafted": values["num_draft_tokens"],
+        "accepted": values["num_accepted_draft_tokens"],
+        "mean_acceptance_length": data.get("mean_acceptance_length"),
+    }
 
 
 def undrafted_forwards(tokens: int, steps: int, accepted: int) -> int:
@@ -116,7 +138,14 @@ def undrafted_forwards(tokens: int, steps: int, accepted: int) -> int:
 
 
 def generation_from_vllm(
-    token_ids, *, finish_reason: str | None, stop_reason, eos_ids, decode, wall_s: float, speculative: bool,
+    token_ids,
+    *,
+    finish_reason: str | None,
+    stop_reason,
+    eos_ids,
+    decode,
+    wall_s: float,
+    speculative: bool,
     spec_metrics=None,
 ) -> Generation:
     """A Generation from one finished vLLM CompletionOutput's fields."""
@@ -126,19 +155,31 @@ def generation_from_vllm(
     forwards = len(tokens)  # the prefill's token, then one per decode forward
     if speculative:
         if spec_metrics is None:
-            raise InputError("vllm output: spec_decode_metrics is missing (the call sets "
-                             "per_request_spec_decode_metrics='summary'; a vllm without it cannot count forwards)")
+            raise InputError(
+                "vllm output: spec_decode_metrics is missing (the call sets "
+                "per_request_spec_decode_metrics='summary'; a vllm without it cannot count forwards)"
+            )
         counts = parse_spec_metrics(spec_metrics)
         undrafted = undrafted_forwards(len(tokens), counts["steps"], counts["accepted"])
         forwards = 1 + counts["steps"] + undrafted if tokens else 0
-        extra.update(speculative_extra(verify_forwards=counts["steps"], drafted=counts["drafted"],
-                                       accepted=counts["accepted"],
-                                       server_acceptance_length=counts["mean_acceptance_length"]),
-                     undrafted_forwards=undrafted)
+        extra.update(
+            speculative_extra(
+                verify_forwards=counts["steps"],
+                drafted=counts["drafted"],
+                accepted=counts["accepted"],
+                server_acceptance_length=counts["mean_acceptance_length"],
+            ),
+            undrafted_forwards=undrafted,
+        )
     prefill = 1 if tokens else 0
-    return Generation(token_ids=tokens, text=decode(tokens), nfe=decode_forwards(forwards, prefill),
-                      nfe_prefill=prefill,
-                      wall_time_s=wall_s, extra=extra)
+    return Generation(
+        token_ids=tokens,
+        text=decode(tokens),
+        nfe=decode_forwards(forwards, prefill),
+        nfe_prefill=prefill,
+        wall_time_s=wall_s,
+        extra=extra,
+    )
 
 
 class VLLMEngine:
@@ -156,22 +197,43 @@ class VLLMEngine:
         try:
             self.llm = LLM(**call.kwargs)
         except Exception as exc:  # unsupported method, vocabulary mismatch, out of memory...
-            raise EngineUnavailable(f"vllm cannot serve {self.ckpt_dir} ({call.method}): "
-                                    f"{type(exc).__name__}: {exc}") from exc
+            raise EngineUnavailable(
+                f"vllm cannot serve {self.ckpt_dir} ({call.method}): {type(exc).__name__}: {exc}"
+            ) from exc
         # What runs, not what was asked for: dtype "auto" resolves to the checkpoint's or bf16/fp16.
         self.precision = str(self.llm.model_config.dtype).removeprefix("torch.")
 
     def describe(self) -> EngineInfo:
         speculative = self.call.kwargs.get("speculative_config")
-        policy = None if speculative is None else {"name": f"vllm-{self.call.method}", "params": {
-            "num_speculative_tokens": speculative["num_speculative_tokens"], "verification": "greedy"}}
-        settings = {"method": self.call.method, "vllm_version": package_version("vllm"),
-                    "serving_kwargs": self.call.kwargs}
+        policy = (
+            None
+            if speculative is None
+            else {
+                "name": f"vllm-{self.call.method}",
+                "params": {
+                    "num_speculative_tokens": speculative["num_speculative_tokens"],
+                    "verification": "greedy",
+                },
+            }
+        )
+        settings = {
+            "method": self.call.method,
+            "vllm_version": package_version("vllm"),
+            "serving_kwargs": self.call.kwargs,
+        }
         if self.device.type == "cpu":
             settings["vllm_cpu_env"] = {name: os.environ.get(name) for name in CPU_ENV}
-        return EngineInfo(self.name, self.config.get("orl_model_name") or self.ckpt_dir.name, str(self.ckpt_dir),
-                          self.precision, str(self.device), policy, settings, speculative=speculative is not None,
-                          counts_draft_forwards=False)
+        return EngineInfo(
+            self.name,
+            self.config.get("orl_model_name") or self.ckpt_dir.name,
+            str(self.ckpt_dir),
+            self.precision,
+            str(self.device),
+            policy,
+            settings,
+            speculative=speculative is not None,
+            counts_draft_forwards=False,
+        )
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> None:
         return None  # vLLM captures its own graphs at start-up
@@ -183,14 +245,22 @@ class VLLMEngine:
         ids = self.tokenizer.encode(prompt)
         plan_request(len(ids), max_new_tokens, self.max_positions)
         start = time.perf_counter()
-        (request,) = self.llm.generate([TokensPrompt(prompt_token_ids=ids)],
-                                       SamplingParams(**self.call.sampling_for(max_new_tokens)), use_tqdm=False)
+        (request,) = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=ids)],
+            SamplingParams(**self.call.sampling_for(max_new_tokens)),
+            use_tqdm=False,
+        )
         wall = time.perf_counter() - start
         out = request.outputs[0]
         return generation_from_vllm(
-            list(out.token_ids), finish_reason=out.finish_reason, stop_reason=out.stop_reason,
-            eos_ids=self.tokenizer.eos_ids, decode=self.tokenizer.decode_completion, wall_s=wall,
-            speculative="speculative_config" in self.call.kwargs, spec_metrics=out.spec_decode_metrics,
+            list(out.token_ids),
+            finish_reason=out.finish_reason,
+            stop_reason=out.stop_reason,
+            eos_ids=self.tokenizer.eos_ids,
+            decode=self.tokenizer.decode_completion,
+            wall_s=wall,
+            speculative="speculative_config" in self.call.kwargs,
+            spec_metrics=out.spec_decode_metrics,
         )
 
     def close(self) -> None:

@@ -102,8 +102,10 @@ def _native_blocker(mode: str, info: DeviceInfo, in_features: int, out_features:
     if not info.torch_fp4_matmul:
         return "this torch build lacks float4_e2m1fn_x2 / torch._scaled_mm"
     if in_features % 32 or out_features % 16:
-        return ("native FP4 matmul needs in_features % 32 == 0 and out_features % 16 == 0, got "
-                f"{in_features}x{out_features}")
+        return (
+            "native FP4 matmul needs in_features % 32 == 0 and out_features % 16 == 0, got "
+            f"{in_features}x{out_features}"
+        )
     return None
 
 

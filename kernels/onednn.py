@@ -54,7 +54,9 @@ def onednn_available() -> bool:
 
 def onednn_usable(device: torch.device | str, dtype: torch.dtype) -> bool:
     """Whether onednn_linear runs here: CPU tensors in float32 or bfloat16, oneDNN built in."""
-    return torch.device(device).type == "cpu" and onednn_available() and dtype in (torch.float32, torch.bfloat16)
+    return (
+        torch.device(device).type == "cpu" and onednn_available() and dtype in (torch.float32, torch.bfloat16)
+    )
 
 
 def _swappable(module: nn.Module) -> bool:
@@ -158,12 +160,19 @@ class LinearChoice:
         """One line for a log: the path taken and, when measured, both timings."""
         if self.aten_s is None:
             return f"{self.backend} ({self.requested})"
-        return (f"{self.backend} (auto: the model's linears once, {self.aten_s * 1e3:.1f} ms with F.linear, "
-                f"{self.onednn_s * 1e3:.1f} ms with oneDNN)")
+        return (
+            f"{self.backend} (auto: the model's linears once, {self.aten_s * 1e3:.1f} ms with F.linear, "
+            f"{self.onednn_s * 1e3:.1f} ms with oneDNN)"
+        )
 
     def to_record(self) -> dict:
-        return {"backend": self.backend, "requested": self.requested, "aten_s": self.aten_s,
-                "onednn_s": self.onednn_s, "shapes": self.shapes}
+        return {
+            "backend": self.backend,
+            "requested": self.requested,
+            "aten_s": self.aten_s,
+            "onednn_s": self.onednn_s,
+            "shapes": self.shapes,
+        }
 
 
 def _best_time(fn, repeats: int) -> float:
@@ -206,8 +215,10 @@ def choose_linear(requested: str, model: nn.Module, rows: int, device: torch.dev
     dtype = next(model.parameters()).dtype
     if requested == "aten" or not onednn_usable(device, dtype):
         if requested == "onednn":
-            raise InputError(f"cpu_linear 'onednn' needs float32 or bfloat16 weights on the CPU with oneDNN "
-                             f"built in; got {dtype} on {device}")
+            raise InputError(
+                f"cpu_linear 'onednn' needs float32 or bfloat16 weights on the CPU with oneDNN "
+                f"built in; got {dtype} on {device}"
+            )
         return LinearChoice("aten", requested)
     if requested == "onednn":
         return LinearChoice("onednn", requested)

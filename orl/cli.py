@@ -47,8 +47,12 @@ class DefaultsFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if ("default" in text or not action.option_strings or action.default in (None, False, argparse.SUPPRESS)
-                or isinstance(action, argparse._HelpAction)):
+        if (
+            "default" in text
+            or not action.option_strings
+            or action.default in (None, False, argparse.SUPPRESS)
+            or isinstance(action, argparse._HelpAction)
+        ):
             return text
         return text + " (default: %(default)s)"
 

@@ -21,4 +21,3 @@ class CheckpointError(HarnessError):
 
 class InputError(HarnessError):
     """A request or data file is invalid (prompt too long, empty prompt set, ...)."""
-

@@ -48,9 +48,15 @@ EXTRA_KINDS: dict[int, tuple[str, ...]] = {1: ("sweep",), 2: ("sweep",), 5: ("sw
 
 # What a line can be to the other lines of its table (the columns computed against it).
 ROLES: dict[int, tuple[str, ...]] = {
-    1: ("base",),  # +ORL lines report their TPF / throughput gain over the base line of the same family and suite
+    1: (
+        "base",
+    ),  # +ORL lines report their TPF / throughput gain over the base line of the same family and suite
     2: ("ar", "ar_hf", "ar_vllm"),  # denominators of speedup_vs_ar, speedup_vs_ar_hf and speedup_vs_ar_vllm
-    3: ("subject", "reference", "serving"),  # same_tpf is checked against the subject; speedups over the others
+    3: (
+        "subject",
+        "reference",
+        "serving",
+    ),  # same_tpf is checked against the subject; speedups over the others
     4: (),
     5: (),
 }
@@ -118,7 +124,9 @@ class Row:
     method: str | None = None  # vllm / sglang: the serving method (engines/serving.py METHODS), from the row
     point: str | None = None  # key of the swept row whose operating point (threshold) it decodes at
     policy: str | None = None  # a fixed commit policy instead ("fixed:1")
-    sweep: bool = False  # threshold sweep + matched-accuracy operating point; its quality is the chosen point's
+    sweep: bool = (
+        False  # threshold sweep + matched-accuracy operating point; its quality is the chosen point's
+    )
     ablation: str | None = None  # trained by `orl train-orl --ablation <ablation>` from the base dLLM
     entropy: bool = False  # its per-step entropy is drawn (figure entropy_per_step)
     dag: bool = True  # False: no DAG job writes its records (the tables expect them from elsewhere)
@@ -168,7 +176,9 @@ def _table1(family: Family, suite: str | None, variant: str, claims: tuple[str, 
 PAPER_BENCHMARKS = ("gsm8k", "math500", "humaneval", "mbpp")
 
 
-def _paper_table1(family: Family, variant: str, claims: dict[str, tuple[str, ...]] | None = None) -> tuple[Line, ...]:
+def _paper_table1(
+    family: Family, variant: str, claims: dict[str, tuple[str, ...]] | None = None
+) -> tuple[Line, ...]:
     """A paper-profile family's Table 1 lines, one per benchmark; `claims` by suite."""
     return tuple(_table1(family, suite, variant, (claims or {}).get(suite, ())) for suite in PAPER_BENCHMARKS)
 
@@ -196,7 +206,8 @@ ROWS: tuple[Row, ...] = (
     Row("ar_vllm", "AR (vLLM)", "vllm", ckpt="ar", method="ar", needs=NEEDS_VLLM,
         lines=(Line(2, role="ar_vllm", claims=("t2-ar-vllm-tokens-per-s",)),)),
     Row("ar_sglang", "AR (SGLang)", "sglang", ckpt="ar", method="ar", needs=NEEDS_SGLANG, lines=(Line(2),)),
-    Row("ar_hf_assisted", "AR + draft (hf assisted)", "hf-assisted", ckpt="ar", draft="draft", lines=(Line(2),)),
+    Row("ar_hf_assisted", "AR + draft (hf assisted)", "hf-assisted", ckpt="ar", draft="draft",
+        lines=(Line(2),)),
     Row("ar_hf_assisted_relaxed", "AR + draft (hf assisted, relaxed)", "hf-assisted", ckpt="ar",
         draft="draft", verification="relaxed", lines=(Line(2),)),
     Row("ar_vllm_draft", "AR + draft (vLLM)", "vllm", ckpt="ar", draft="draft", method="draft_model",
@@ -212,17 +223,19 @@ ROWS: tuple[Row, ...] = (
         needs=NEEDS_SGLANG, lines=(Line(2),)),
     Row("ar_sglang_eagle3_relaxed", "AR + EAGLE3 (SGLang, relaxed)", "sglang", ckpt="ar", draft="eagle3",
         method="eagle3", needs=NEEDS_SGLANG, verification="relaxed", lines=(Line(2),)),
-    # The public DFlash drafter (conditioned on the target's hidden states) on the servers: the paper's figure.
-    Row("ar_vllm_dflash", "AR + DFlash (vLLM)", "vllm", ckpt="ar", draft="dflash", method="dflash", needs=NEEDS_VLLM,
-        lines=(Line(2, claims=("t2-dflash-vllm-strict-tokens-per-s",), anchor=1),)),
-    Row("ar_vllm_dflash_relaxed", "AR + DFlash (vLLM, relaxed)", "vllm", ckpt="ar", draft="dflash", method="dflash",
-        needs=NEEDS_RELAXED, verification="relaxed", dag=False,
+    # The public DFlash drafter (conditioned on the target's hidden states) on the servers: the paper's
+    # figure.
+    Row("ar_vllm_dflash", "AR + DFlash (vLLM)", "vllm", ckpt="ar", draft="dflash", method="dflash",
+        needs=NEEDS_VLLM, lines=(Line(2, claims=("t2-dflash-vllm-strict-tokens-per-s",), anchor=1),)),
+    Row("ar_vllm_dflash_relaxed", "AR + DFlash (vLLM, relaxed)", "vllm", ckpt="ar", draft="dflash",
+        method="dflash", needs=NEEDS_RELAXED, verification="relaxed", dag=False,
         lines=(Line(2, claims=("t2-dflash-vllm-tokens-per-s",)),)),
     Row("ar_sglang_dflash", "AR + DFlash (SGLang)", "sglang", ckpt="ar", draft="dflash", method="dflash",
         needs=NEEDS_SGLANG, lines=(Line(2),)),
     Row("ar_sglang_dflash_relaxed", "AR + DFlash (SGLang, relaxed)", "sglang", ckpt="ar", draft="dflash",
         method="dflash", needs=NEEDS_SGLANG, verification="relaxed", lines=(Line(2),)),
-    # Our dLLM drafting a block without the target's features: a CPU baseline, never set against DFlash's figure.
+    # Our dLLM drafting a block without the target's features: a CPU baseline, never set against DFlash's
+    # figure.
     Row("ar_dflash", "AR + block-diffusion drafter (ours, DFlash-style)", "dflash", ckpt="ar", draft="dlm",
         lines=(Line(2),)),
     Row("ar_dflash_relaxed", "AR + block-diffusion drafter (ours, DFlash-style, relaxed)", "dflash",
@@ -337,27 +350,39 @@ def _check(rows: tuple[Row, ...]) -> None:
         for name in ("ckpt", "draft"):
             value = getattr(row, name)
             if value is not None and value not in checkpoints:
-                raise ValueError(f"{where}: {name}: {value!r} is not a checkpoint (expected one of {sorted(checkpoints)})")
+                raise ValueError(
+                    f"{where}: {name}: {value!r} is not a checkpoint (expected one of {sorted(checkpoints)})"
+                )
         if row.method is not None and row.method not in METHODS.get(row.engine, ()):
-            raise ValueError(f"{where}: method: {row.method!r} is not a method of engine {row.engine!r} "
-                             f"(expected one of {METHODS.get(row.engine, ())})")
+            raise ValueError(
+                f"{where}: method: {row.method!r} is not a method of engine {row.engine!r} "
+                f"(expected one of {METHODS.get(row.engine, ())})"
+            )
         if row.dag and row.engine in METHODS and row.method is None:
-            raise ValueError(f"{where}: method: a {row.engine} row the DAG runs names its method ({METHODS[row.engine]})")
+            raise ValueError(
+                f"{where}: method: a {row.engine} row the DAG runs names its method ({METHODS[row.engine]})"
+            )
         if row.method is not None and (row.method in SPECULATIVE_METHODS) != (row.draft is not None):
-            raise ValueError(f"{where}: draft: method {row.method!r} {'needs' if row.draft is None else 'takes no'} draft")
+            raise ValueError(
+                f"{where}: draft: method {row.method!r} {'needs' if row.draft is None else 'takes no'} draft"
+            )
         if row.point is not None and not (row.point in by_key and by_key[row.point].sweep):
             raise ValueError(f"{where}: point: {row.point!r} is not a swept row")
         if row.verification not in VERIFICATIONS:
-            raise ValueError(f"{where}: verification: expected one of {VERIFICATIONS}, "
-                             f"got {row.verification!r}")
+            raise ValueError(
+                f"{where}: verification: expected one of {VERIFICATIONS}, got {row.verification!r}"
+            )
         if row.verification == "relaxed" and row.draft is None:
-            raise ValueError(f"{where}: verification: a relaxed row verifies drafted tokens "
-                             "(it needs a draft)")
+            raise ValueError(
+                f"{where}: verification: a relaxed row verifies drafted tokens (it needs a draft)"
+            )
         if row.verification == "relaxed" and row.dag and row.engine == "vllm":
             raise ValueError(f"{where}: verification: {VLLM_NO_RELAXED}; the DAG cannot run it (dag=False)")
         if row.verification == "relaxed" and row.engine not in (*SERVING_ENGINES, *RELAXED_ENGINES):
-            raise ValueError(f"{where}: verification: engine {row.engine!r} has no relaxed rule "
-                             f"(expected one of {RELAXED_ENGINES} or sglang)")
+            raise ValueError(
+                f"{where}: verification: engine {row.engine!r} has no relaxed rule "
+                f"(expected one of {RELAXED_ENGINES} or sglang)"
+            )
         if row.point and row.policy:
             raise ValueError(f"{where}: give a point or a policy, not both")
         if row.sweep and row.point != row.key:
@@ -366,7 +391,9 @@ def _check(rows: tuple[Row, ...]) -> None:
             if line.table not in TABLES:
                 raise ValueError(f"{where}: line of table {line.table}: expected one of {TABLES}")
             if line.role is not None and line.role not in ROLES[line.table]:
-                raise ValueError(f"{where}: Table {line.table} role {line.role!r}: expected one of {ROLES[line.table]}")
+                raise ValueError(
+                    f"{where}: Table {line.table} role {line.role!r}: expected one of {ROLES[line.table]}"
+                )
             if (line.family is None) != (line.table != 1):
                 raise ValueError(f"{where}: Table {line.table}: a family is given exactly on Table 1 lines")
             for claim in line.claims:
@@ -383,7 +410,9 @@ def _check(rows: tuple[Row, ...]) -> None:
     for table, role in ((2, "ar"), (2, "ar_hf"), (2, "ar_vllm"), (3, "subject"), (3, "reference")):
         found = [row.key for row in rows for line in row.lines if line.table == table and line.role == role]
         if len(found) != 1:
-            raise ValueError(f"orl/rows.py: Table {table}: expected one line with role {role!r}, found {found}")
+            raise ValueError(
+                f"orl/rows.py: Table {table}: expected one line with role {role!r}, found {found}"
+            )
     anchors = [line.anchor for row in rows for line in row.lines if line.anchor is not None]
     if len(anchors) != len(set(anchors)):
         raise ValueError(f"orl/rows.py: Table 2 anchor ranks repeat: {sorted(anchors)}")

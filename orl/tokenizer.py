@@ -35,7 +35,11 @@ MASK, EOS, PAD = "[MASK]", "<eos>", "<pad>"
 SPECIAL_TOKENS = [PAD, EOS, MASK]
 SDAR_MASK = "<|MASK|>"  # SDAR / TraDo's mask token (id 151669 in their tokenizers)
 TOKENIZER, TOKENIZER_CONFIG, GENERATION_CONFIG, MODEL_CONFIG = (
-    "tokenizer.json", "tokenizer_config.json", "generation_config.json", "config.json")
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+    "config.json",
+)
 CHAT_TEMPLATE_FILE = "chat_template.jinja"  # where transformers >= 4.43 saves the template
 # The named special tokens transformers hands a chat template (PreTrainedTokenizerBase.special_tokens_map).
 TEMPLATE_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -87,15 +91,17 @@ class Tokenizer:
         if self.chat_template is None:
             where = self.path.parent / TOKENIZER_CONFIG if self.path else TOKENIZER_CONFIG
             raise InputError(f"{where}: chat_template: this tokenizer has no chat template")
-        return render_chat_template(self.chat_template, [{"role": "user", "content": prompt}],
-                                    self.template_tokens)
+        return render_chat_template(
+            self.chat_template, [{"role": "user", "content": prompt}], self.template_tokens
+        )
 
     def save(self, path: str | Path) -> None:
         atomic_write_text(path, self.backend.to_str(pretty=True))
 
 
-def render_chat_template(template: str, messages: list[dict], special_tokens: dict[str, str],
-                         add_generation_prompt: bool = True) -> str:
+def render_chat_template(
+    template: str, messages: list[dict], special_tokens: dict[str, str], add_generation_prompt: bool = True
+) -> str:
     """Render a Hugging Face chat template the way transformers does.
 
     A sandboxed Jinja environment with trim_blocks and lstrip_blocks, the loopcontrols
@@ -112,16 +118,25 @@ def render_chat_template(template: str, messages: list[dict], special_tokens: di
         raise jinja2.exceptions.TemplateError(message)
 
     def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+        return json.dumps(
+            value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+        )
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     try:
         compiled = env.from_string(template)
-        return compiled.render(messages=messages, tools=None, documents=None,
-                               add_generation_prompt=add_generation_prompt, **special_tokens)
+        return compiled.render(
+            messages=messages,
+            tools=None,
+            documents=None,
+            add_generation_prompt=add_generation_prompt,
+            **special_tokens,
+        )
     except jinja2.TemplateError as exc:
         raise InputError(f"chat_template: cannot render ({exc})") from None
 
@@ -143,7 +158,9 @@ def train_bpe(texts, vocab_size: int = 1024, sample_count: int = 20000) -> Token
     )
     backend.train_from_iterator(itertools.islice(texts, sample_count), trainer=trainer)
     eos_id = backend.token_to_id(EOS)
-    return Tokenizer(backend, eos_id=eos_id, pad_id=backend.token_to_id(PAD), mask_id=backend.token_to_id(MASK))
+    return Tokenizer(
+        backend, eos_id=eos_id, pad_id=backend.token_to_id(PAD), mask_id=backend.token_to_id(MASK)
+    )
 
 
 def _read_side_file(path: Path) -> dict:
@@ -179,11 +196,14 @@ class _SpecialIds:
         """An id field that may be one integer or a list of them (eos_token_id)."""
         values = value if isinstance(value, list) else [value]
         if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            raise CheckpointError(f"{path}: {name}: expected a token id or a list of token ids, got {json.dumps(value)}")
+            raise CheckpointError(
+                f"{path}: {name}: expected a token id or a list of token ids, got {json.dumps(value)}"
+            )
         for v in values:
             if not 0 <= v < self.size:
-                raise CheckpointError(f"{path}: {name}: token id {v} is outside {self.tokenizer_path} "
-                                      f"(its {self.size} tokens)")
+                raise CheckpointError(
+                    f"{path}: {name}: token id {v} is outside {self.tokenizer_path} (its {self.size} tokens)"
+                )
         return tuple(dict.fromkeys(values))
 
     def literal(self, *tokens: str) -> int | None:
@@ -221,8 +241,16 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     except Exception as exc:  # the Rust parser's message is precise but not user-facing
         raise CheckpointError(f"{path}: not a valid tokenizer.json ({str(exc).splitlines()[0]})") from None
     folder = path.parent
-    tok_path, gen_path, cfg_path = folder / TOKENIZER_CONFIG, folder / GENERATION_CONFIG, folder / MODEL_CONFIG
-    tok_config, gen_config, model_config = _read_side_file(tok_path), _read_side_file(gen_path), _read_side_file(cfg_path)
+    tok_path, gen_path, cfg_path = (
+        folder / TOKENIZER_CONFIG,
+        folder / GENERATION_CONFIG,
+        folder / MODEL_CONFIG,
+    )
+    tok_config, gen_config, model_config = (
+        _read_side_file(tok_path),
+        _read_side_file(gen_path),
+        _read_side_file(cfg_path),
+    )
     ids = _SpecialIds(backend, path)
     tokens = {name: _token_string(tok_config.get(name), tok_path, name) for name in TEMPLATE_TOKENS}
 
@@ -235,9 +263,11 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     elif ids.literal(EOS) is not None:
         eos_ids = (ids.literal(EOS),)
     else:
-        raise CheckpointError(f"{path}: added_tokens: the special token {EOS!r} is missing, and no "
-                              f"{GENERATION_CONFIG} / {MODEL_CONFIG} eos_token_id or {TOKENIZER_CONFIG} "
-                              "eos_token names another")
+        raise CheckpointError(
+            f"{path}: added_tokens: the special token {EOS!r} is missing, and no "
+            f"{GENERATION_CONFIG} / {MODEL_CONFIG} eos_token_id or {TOKENIZER_CONFIG} "
+            "eos_token names another"
+        )
 
     if tokens["mask_token"] is not None:
         mask_id = ids.of_token(tokens["mask_token"], tok_path, "mask_token")
@@ -258,14 +288,22 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         pad_id = ids.literal(PAD)
         pad_id = eos_ids[0] if pad_id is None else pad_id
 
-    return Tokenizer(backend, eos_id=eos_ids[0], pad_id=pad_id, mask_id=mask_id, path=path, eos_ids=eos_ids,
-                     chat_template=_chat_template(folder, tok_config),
-                     template_tokens={k: v for k, v in tokens.items() if v is not None})
+    return Tokenizer(
+        backend,
+        eos_id=eos_ids[0],
+        pad_id=pad_id,
+        mask_id=mask_id,
+        path=path,
+        eos_ids=eos_ids,
+        chat_template=_chat_template(folder, tok_config),
+        template_tokens={k: v for k, v in tokens.items() if v is not None},
+    )
 
 
 def tokenizer_config(tokenizer: Tokenizer) -> dict:
     """tokenizer_config.json content that transformers' AutoTokenizer reads back to the same special
     tokens."""
+
     def token(token_id: int | None) -> str | None:
         return None if token_id is None else tokenizer.backend.id_to_token(token_id)
 
@@ -286,8 +324,11 @@ def tokenizer_config(tokenizer: Tokenizer) -> dict:
 def generation_config(tokenizer: Tokenizer) -> dict:
     """generation_config.json content: the end ids (a list where there are several), bos and pad."""
     eos = list(tokenizer.eos_ids)
-    return {"bos_token_id": tokenizer.eos_id, "eos_token_id": eos[0] if len(eos) == 1 else eos,
-            "pad_token_id": tokenizer.pad_id}
+    return {
+        "bos_token_id": tokenizer.eos_id,
+        "eos_token_id": eos[0] if len(eos) == 1 else eos,
+        "pad_token_id": tokenizer.pad_id,
+    }
 
 
 def save_tokenizer_files(tokenizer: Tokenizer, folder: str | Path) -> None:

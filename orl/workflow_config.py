@@ -23,16 +23,20 @@ def profile_of(config: dict, configfiles: Sequence[str | Path]) -> str:
         return str(config["profile"])
     if configfiles:
         names = ", ".join(str(p) for p in configfiles)
-        raise ValueError(f"{names}: profile: missing; a --configfile names the profile whose values it overrides "
-                         f"(profile: {' | '.join(PROFILES)})")
+        raise ValueError(
+            f"{names}: profile: missing; a --configfile names the profile whose values it overrides "
+            f"(profile: {' | '.join(PROFILES)})"
+        )
     return DEFAULT_PROFILE
 
 
 def config_problem(config: dict, schema_path: str | Path) -> str | None:
     """The first way `config` breaks the schema, as one line ('key: why'), or None."""
     schema = yaml.safe_load(Path(schema_path).read_text())
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config),
-                    key=lambda e: (len(e.absolute_path), [str(p) for p in e.absolute_path]))
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(config),
+        key=lambda e: (len(e.absolute_path), [str(p) for p in e.absolute_path]),
+    )
     if not errors:
         return None
     error = errors[0]
@@ -40,6 +44,8 @@ def config_problem(config: dict, schema_path: str | Path) -> str | None:
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))
-        return f"{where + ': ' if where else ''}unknown key {', '.join(map(repr, unknown))} (known keys: " \
-               f"{', '.join(allowed)})"
+        return (
+            f"{where + ': ' if where else ''}unknown key {', '.join(map(repr, unknown))} (known keys: "
+            f"{', '.join(allowed)})"
+        )
     return f"{where or '(top level)'}: {error.message}"

@@ -59,8 +59,9 @@ def preset_digest(preset: TrainPreset | None, stage: str) -> str:
     return preset.digest(*STAGE_SECTIONS[stage]) if preset is not None else ""
 
 
-def runnable(jobs: Iterable[Job], file_of: Callable[[Row, Seed, str], str],
-             not_run_files: Mapping[str, NotRun]) -> list[str]:
+def runnable(
+    jobs: Iterable[Job], file_of: Callable[[Row, Seed, str], str], not_run_files: Mapping[str, NotRun]
+) -> list[str]:
     """The run ids of the jobs whose `file_of` output the profile measures (is not in `not_run_files`)."""
     return sorted({run_id(row, seed) for row, seed, suite in jobs
                    if file_of(row, seed, suite) not in not_run_files})  # fmt: skip
@@ -75,8 +76,19 @@ def write_not_run(path: str, not_run_files: Mapping[str, NotRun], given: Mapping
     kind, row, reason, suite = not_run_files[path]
     name = os.path.basename(os.path.normpath(given[row.ckpt])) if given.get(row.ckpt) else row.system
     precision = next((line.precision for line in row.lines if line.precision), "unknown")
-    write_records(path, [not_run(kind, system=row.system, engine=row.engine, reason=reason, suite=suite,
-                                 model={"name": name, "precision": precision})])
+    write_records(
+        path,
+        [
+            not_run(
+                kind,
+                system=row.system,
+                engine=row.engine,
+                reason=reason,
+                suite=suite,
+                model={"name": name, "precision": precision},
+            )
+        ],
+    )
 
 
 @dataclass(frozen=True)
@@ -159,10 +171,14 @@ class Plan:
         if is_checkpoint(self.given.get(key)):
             return None
         if self.given.get(key):
-            return (f"checkpoint not found at {self.given[key]} (checkpoints.{key}: a local folder with "
-                    "config.json)")
-        return (f"no {key} checkpoint on the {self.profile} profile (checkpoints.{key}: a local directory; "
-                "nothing is downloaded)")
+            return (
+                f"checkpoint not found at {self.given[key]} (checkpoints.{key}: a local folder with "
+                "config.json)"
+            )
+        return (
+            f"no {key} checkpoint on the {self.profile} profile (checkpoints.{key}: a local directory; "
+            "nothing is downloaded)"
+        )
 
     def ckpt(self, key: str, seed: Seed = None) -> str | None:
         """Directory of checkpoint `key` (of training seed `seed`; default the primary seed's), built here
@@ -201,13 +217,17 @@ class Plan:
             return self.missing(ROW[row.point])
         if row.verification == "relaxed" and self.missing(ROW[rows.RELAXED_REFERENCE]):
             # Its δ is chosen at ORL's accuracy (rule relaxed_sweep, docs/metrics.md).
-            return (f"no relaxed operating point without ORL's pass@1 "
-                    f"({rows.RELAXED_REFERENCE}: {self.missing(ROW[rows.RELAXED_REFERENCE])})")
+            return (
+                f"no relaxed operating point without ORL's pass@1 "
+                f"({rows.RELAXED_REFERENCE}: {self.missing(ROW[rows.RELAXED_REFERENCE])})"
+            )
         reference = ROW[rows.MATCH_REFERENCE]
         if row.sweep and row is not reference and self.missing(reference):
             # The operating point is matched to the AR target's pass@1 (docs/method.md §4).
-            return (f"no operating point without the AR target's pass@1 ({rows.MATCH_REFERENCE}: "
-                    f"{self.missing(reference)})")
+            return (
+                f"no operating point without the AR target's pass@1 ({rows.MATCH_REFERENCE}: "
+                f"{self.missing(reference)})"
+            )
         return None
 
     # ---- record files of a run
@@ -260,8 +280,9 @@ class Plan:
 
     # ---- what a run reads and how it is called
 
-    def row_inputs(self, row: Row, seed: Seed, suite: str, strict: bool = False,
-                   relaxed: bool = True) -> list[str]:
+    def row_inputs(
+        self, row: Row, seed: Seed, suite: str, strict: bool = False, relaxed: bool = True
+    ) -> list[str]:
         """The checkpoints a run decodes and the operating point it decodes at (of `suite`); a relaxed row's
         δ file too, unless `relaxed` is False (the δ sweep itself)."""
         key, key_seed = self.ckpt_of(row, seed)
@@ -323,7 +344,8 @@ class Plan:
             return sorted(set(files))
         if table == 3:
             return [self.engine_file(suite) for suite in suites] + [
-                self.serving_bench_file(r, x) for r in jobs.serving_bench_rows for x in suites]
+                self.serving_bench_file(r, x) for r in jobs.serving_bench_rows for x in suites
+            ]
         if table == 5:
             files = [self.quality_file(r, s, main) for r, s in runs_of(run)]
             files += [self.sweep_file(r, s, main) for r, s in runs_of(run) if r in jobs.sweep_rows]

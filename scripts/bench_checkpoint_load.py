@@ -67,10 +67,21 @@ def build(root: Path) -> tuple[Path, Path]:
         sys.path.insert(0, str(REPO))
         from tests.real_checkpoints import ENDOFTEXT, IM_END, build_qwen_tokenizer
 
-        config = Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=12,
-                             num_attention_heads=16, num_key_value_heads=8, head_dim=128, rope_theta=1e6,
-                             max_position_embeddings=40960, tie_word_embeddings=False, bos_token_id=ENDOFTEXT,
-                             eos_token_id=IM_END, pad_token_id=ENDOFTEXT)
+        config = Qwen3Config(
+            vocab_size=151936,
+            hidden_size=1024,
+            intermediate_size=3072,
+            num_hidden_layers=12,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            rope_theta=1e6,
+            max_position_embeddings=40960,
+            tie_word_embeddings=False,
+            bos_token_id=ENDOFTEXT,
+            eos_token_id=IM_END,
+            pad_token_id=ENDOFTEXT,
+        )
         torch.manual_seed(0)
         tmp = root / "sharded.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -128,7 +139,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default="/tmp/orl-bench-qwen3-1g", help="where the checkpoints are built")
     parser.add_argument("--rounds", type=int, default=3, help="load-time repetitions, cold and warm")
-    parser.add_argument("--baseline", default=None, metavar="REV", help="git revision of the loader to compare")
+    parser.add_argument(
+        "--baseline", default=None, metavar="REV", help="git revision of the loader to compare"
+    )
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args()
     sharded, single = build(Path(args.dir))
@@ -137,19 +150,40 @@ def main() -> None:
     results: dict = {"weight_bytes": weights, "target_peak_rss_bytes": target}
 
     orl = str(Path(PYTHON).parent / "orl")
-    _, rss = timed([orl, "generate", "--ckpt", str(sharded), "--engine", "reference", "--dtype", "bfloat16",
-                    "--prompt", PROMPT, "--max-new-tokens", "8"])
+    _, rss = timed(
+        [
+            orl,
+            "generate",
+            "--ckpt",
+            str(sharded),
+            "--engine",
+            "reference",
+            "--dtype",
+            "bfloat16",
+            "--prompt",
+            PROMPT,
+            "--max-new-tokens",
+            "8",
+        ]
+    )
     results["orl_generate_peak_rss_bytes"] = rss
     print(f"weights {weights / 1e9:.3f} GB; target peak RSS {target / 1e9:.3f} GB")
-    print(f"orl generate --dtype bfloat16 --engine reference (sharded): peak RSS {rss / 1e9:.3f} GB "
-          f"= {rss / weights:.2f} x weights ({'within' if rss <= target else 'OVER'} target)")
+    print(
+        f"orl generate --dtype bfloat16 --engine reference (sharded): peak RSS {rss / 1e9:.3f} GB "
+        f"= {rss / weights:.2f} x weights ({'within' if rss <= target else 'OVER'} target)"
+    )
 
     variants = [("this loader, sharded", "-", sharded), ("this loader, single file", "-", single)]
     tmpdir = None
     if args.baseline:
         tmpdir = tempfile.mkdtemp(prefix="orl-baseline-")
-        source = subprocess.run(["git", "show", f"{args.baseline}:orl/model/checkpoint.py"], cwd=REPO,
-                                capture_output=True, text=True, check=True).stdout
+        source = subprocess.run(
+            ["git", "show", f"{args.baseline}:orl/model/checkpoint.py"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         module = Path(tmpdir) / "baseline_checkpoint.py"
         module.write_text(source)
         variants.append((f"loader at {args.baseline}, single file", str(module), single))
@@ -161,9 +195,11 @@ def main() -> None:
             cold.append(load_run(module, ckpt, decode=False)[0])
             warm.append(load_run(module, ckpt, decode=False)[0])
         results[name] = {"peak_rss_bytes_load_and_8_tokens": peak, "load_s_cold": cold, "load_s_warm": warm}
-        print(f"{name}: load + 8 greedy tokens peak RSS {peak / 1e9:.3f} GB ({peak / weights:.2f} x weights); "
-              f"load to bf16 cold {min(cold):.2f}-{max(cold):.2f} s, warm {min(warm):.2f}-{max(warm):.2f} s "
-              f"({args.rounds} rounds)")
+        print(
+            f"{name}: load + 8 greedy tokens peak RSS {peak / 1e9:.3f} GB ({peak / weights:.2f} x weights); "
+            f"load to bf16 cold {min(cold):.2f}-{max(cold):.2f} s, warm {min(warm):.2f}-{max(warm):.2f} s "
+            f"({args.rounds} rounds)"
+        )
     if tmpdir:
         shutil.rmtree(tmpdir, ignore_errors=True)
     if args.json:

@@ -52,7 +52,9 @@ def check_vllm(call: dict) -> list[str]:
         if unknown:
             raise TypeError(f"speculative_config: SpeculativeConfig has no field(s) {sorted(unknown)}")
         if speculative["method"] not in _literal_values(SpeculativeMethod):
-            raise ValueError(f"speculative_config.method: {speculative['method']!r} is not a SpeculativeMethod")
+            raise ValueError(
+                f"speculative_config.method: {speculative['method']!r} is not a SpeculativeMethod"
+            )
         if "attention_backend" in speculative:
             AttentionBackendEnum[speculative["attention_backend"].upper()]
         done.append(f"SpeculativeConfig fields {sorted(speculative)}")
@@ -77,14 +79,18 @@ def check_sglang(call: dict) -> list[str]:
     if "speculative_algorithm" in kwargs:
         algorithm = SpeculativeAlgorithm.from_string(kwargs["speculative_algorithm"])
         if not isinstance(algorithm, SpeculativeAlgorithm):
-            raise ValueError(f"speculative_algorithm: {kwargs['speculative_algorithm']!r} is not a built-in algorithm")
+            raise ValueError(
+                f"speculative_algorithm: {kwargs['speculative_algorithm']!r} is not a built-in algorithm"
+            )
         done.append(f"SpeculativeAlgorithm.{algorithm.name}")
     if "dllm_algorithm" in kwargs:
         get_algorithm_cls(kwargs["dllm_algorithm"])
         written = yaml.safe_load(Path(kwargs["dllm_algorithm_config"]).read_text())
         if written != call["dllm_algorithm_config"]:
-            raise ValueError(f"dllm_algorithm_config: the YAML file holds {written}, the call says "
-                             f"{call['dllm_algorithm_config']}")
+            raise ValueError(
+                f"dllm_algorithm_config: the YAML file holds {written}, the call says "
+                f"{call['dllm_algorithm_config']}"
+            )
         done.append(f"dLLM algorithm {kwargs['dllm_algorithm']} with {written}")
     SamplingParams(**call["sampling_params"])
     done.append("SamplingParams(**sampling_params)")

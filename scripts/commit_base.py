@@ -32,8 +32,10 @@ def main() -> int:
         copy_base(sources, args.out)
     manifest = check_manifest(args.out)
     for name, entry in manifest["checkpoints"].items():
-        print(f"{name}: weights sha256 {entry['weights_sha256'][:16]}, {entry['steps']} steps "
-              f"({entry['cpu_linear']}), {sum(f['bytes'] for f in entry['files'].values()):,} bytes")
+        print(
+            f"{name}: weights sha256 {entry['weights_sha256'][:16]}, {entry['steps']} steps "
+            f"({entry['cpu_linear']}), {sum(f['bytes'] for f in entry['files'].values()):,} bytes"
+        )
     return 0
 
 

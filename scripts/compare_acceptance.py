@@ -28,7 +28,9 @@ from orl.tasks import load_suite
 
 
 def run(engine_name: str, ckpt: str, draft: str, prompts: list[str], args, method: str | None = None) -> dict:
-    engine = build_engine(engine_name, ckpt, draft_dir=draft, method=method, num_speculative_tokens=args.tokens)
+    engine = build_engine(
+        engine_name, ckpt, draft_dir=draft, method=method, num_speculative_tokens=args.tokens
+    )
     try:
         suite_run = measure_latency(engine, prompts, args.max_new_tokens, warmup=1, progress=False)
         info = engine.describe()
@@ -38,10 +40,13 @@ def run(engine_name: str, ckpt: str, draft: str, prompts: list[str], args, metho
     extras = [g.extra or {} for g in suite_run.generations]
     steps = sum(e.get("verify_forwards", 0) for e in extras)
     accepted = sum(e.get("accepted_tokens", 0) for e in extras)
-    return {"engine": engine_name, "acceptance_length": metrics.get("acceptance_length"),
-            "server_acceptance_length": 1 + accepted / steps if steps else None,
-            "tokens_per_s": suite_run.summary.tokens_per_s,
-            "tokens": [g.token_ids for g in suite_run.generations]}
+    return {
+        "engine": engine_name,
+        "acceptance_length": metrics.get("acceptance_length"),
+        "server_acceptance_length": 1 + accepted / steps if steps else None,
+        "tokens_per_s": suite_run.summary.tokens_per_s,
+        "tokens": [g.token_ids for g in suite_run.generations],
+    }
 
 
 def main(argv=None) -> int:
@@ -62,14 +67,24 @@ def main(argv=None) -> int:
     vllm = run("vllm", args.ar_export, args.draft_export, prompts, args, method="draft_model")
     same = [a == b for a, b in zip(hf.pop("tokens"), vllm.pop("tokens"), strict=True)]
     gap = abs(vllm["acceptance_length"] - hf["acceptance_length"]) / hf["acceptance_length"]
-    result = {"suite": args.suite, "n_prompts": len(prompts), "num_speculative_tokens": args.tokens,
-              "max_new_tokens": args.max_new_tokens, "hf_assisted": hf, "vllm_draft_model": vllm,
-              "identical_completions": sum(same), "relative_gap": gap, "agree": gap <= args.tolerance}
+    result = {
+        "suite": args.suite,
+        "n_prompts": len(prompts),
+        "num_speculative_tokens": args.tokens,
+        "max_new_tokens": args.max_new_tokens,
+        "hf_assisted": hf,
+        "vllm_draft_model": vllm,
+        "identical_completions": sum(same),
+        "relative_gap": gap,
+        "agree": gap <= args.tolerance,
+    }
     if args.out:
         atomic_write_json(args.out, result)
     print(json.dumps({k: v for k, v in result.items() if k not in ("hf_assisted", "vllm_draft_model")}))
-    print(f"hf-assisted {hf['acceptance_length']:.4f}  vLLM draft_model {vllm['acceptance_length']:.4f} "
-          f"(vLLM's own {vllm['server_acceptance_length']:.4f}); same completions {sum(same)}/{len(same)}")
+    print(
+        f"hf-assisted {hf['acceptance_length']:.4f}  vLLM draft_model {vllm['acceptance_length']:.4f} "
+        f"(vLLM's own {vllm['server_acceptance_length']:.4f}); same completions {sum(same)}/{len(same)}"
+    )
     print(f"agree={result['agree']}")
     return 0 if result["agree"] else 1
 

@@ -53,18 +53,24 @@ def main() -> int:
         w = torch.randn(n, k, generator=generator) * 0.02
         packed = torch.ops.mkl._mkl_reorder_linear_weight(w, args.rows)
         aten = seconds(lambda x=x, w=w: torch.nn.functional.linear(x, w))
-        mkl = seconds(lambda x=x, w=w, packed=packed: torch.ops.mkl._mkl_linear(x, packed, w, None, args.rows))
+        mkl = seconds(
+            lambda x=x, w=w, packed=packed: torch.ops.mkl._mkl_linear(x, packed, w, None, args.rows)
+        )
         onednn = seconds(lambda x=x, w=w: onednn_linear(x, w))
         floor = w.numel() * w.element_size() / bandwidth
-        print(f"{k:>5} x {n:<6} x{count:<3} aten {aten * 1e3:8.3f} ms ({aten / floor:.2f}x floor)   "
-              f"mkl packed {mkl * 1e3:8.3f} ms ({mkl / floor:.2f}x)   onednn {onednn * 1e3:8.3f} ms "
-              f"({onednn / floor:.2f}x)")
+        print(
+            f"{k:>5} x {n:<6} x{count:<3} aten {aten * 1e3:8.3f} ms ({aten / floor:.2f}x floor)   "
+            f"mkl packed {mkl * 1e3:8.3f} ms ({mkl / floor:.2f}x)   onednn {onednn * 1e3:8.3f} ms "
+            f"({onednn / floor:.2f}x)"
+        )
         totals["aten"] += aten * count
         totals["mkl"] += mkl * count
         totals["onednn"] += onednn * count
         totals["floor"] += floor * count
-    print(f"per forward: aten {totals['aten'] * 1e3:.1f} ms, mkl packed {totals['mkl'] * 1e3:.1f} ms, "
-          f"onednn {totals['onednn'] * 1e3:.1f} ms, floor {totals['floor'] * 1e3:.1f} ms")
+    print(
+        f"per forward: aten {totals['aten'] * 1e3:.1f} ms, mkl packed {totals['mkl'] * 1e3:.1f} ms, "
+        f"onednn {totals['onednn'] * 1e3:.1f} ms, floor {totals['floor'] * 1e3:.1f} ms"
+    )
     return 0
 
 

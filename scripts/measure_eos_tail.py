@@ -48,21 +48,29 @@ def measure(ckpt, problems: list[dict], policy: Policy, max_new_tokens: int, bat
     tokens = nfe = tail = requests_with_tail = 0
     texts = []
     for lo in range(0, len(problems), batch):
-        chunk = problems[lo: lo + batch]
+        chunk = problems[lo : lo + batch]
         prompts = [tok.encode(p["prompt"]) for p in chunk]
         counter = TailCounter(len(prompts), rule.block)
-        result = decode_blocks(model, prompts, rule, max_new_tokens=max_new_tokens, pad_id=tok.pad_id,
-                               observer=counter)
+        result = decode_blocks(
+            model, prompts, rule, max_new_tokens=max_new_tokens, pad_id=tok.pad_id, observer=counter
+        )
         for i, ids in enumerate(result.completions):
             wasted = counter.tail_forwards(i, len(ids))
             tokens, nfe, tail = tokens + len(ids), nfe + result.nfe[i], tail + wasted
             requests_with_tail += wasted > 0
             texts.append(tok.decode_completion(ids))
     verdicts = check_many(problems, texts, progress=False, timeout_s=5.0, workers=1)
-    return {"policy": str(policy), "requests": len(problems), "tokens": tokens, "nfe": nfe,
-            "tpf": tokens / max(1, nfe), "tail_forwards": tail, "tail_share": tail / max(1, nfe),
-            "requests_with_tail_forwards": requests_with_tail,
-            "pass_at_1": sum(v.passed for v in verdicts) / max(1, len(problems))}
+    return {
+        "policy": str(policy),
+        "requests": len(problems),
+        "tokens": tokens,
+        "nfe": nfe,
+        "tpf": tokens / max(1, nfe),
+        "tail_forwards": tail,
+        "tail_share": tail / max(1, nfe),
+        "requests_with_tail_forwards": requests_with_tail,
+        "pass_at_1": sum(v.passed for v in verdicts) / max(1, len(problems)),
+    }
 
 
 def main() -> None:
@@ -82,9 +90,15 @@ def main() -> None:
         ckpt.model.config.residual_alpha = args.alpha
     problems = load_suite(args.suite, limit=args.limit)
     for spec in args.policy or ["fixed:1"]:
-        row = {"ckpt": args.ckpt, "suite": args.suite, **measure(ckpt, problems, Policy.parse(spec),
-                                                                   args.max_new_tokens, args.batch)}
-        print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+        row = {
+            "ckpt": args.ckpt,
+            "suite": args.suite,
+            **measure(ckpt, problems, Policy.parse(spec), args.max_new_tokens, args.batch),
+        }
+        print(
+            " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
+            flush=True,
+        )
         if args.json:
             with open(args.json, "a") as handle:
                 handle.write(json.dumps(row) + "\n")

@@ -61,14 +61,19 @@ def main() -> int:
         launch = orl if world == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
                                          "--nproc-per-node", str(world), "-m", "orl.cli"]  # fmt: skip
         if not (out / "config.json").exists():
-            run([*launch, "convert", *common, "--init", str(work / "ar"), "--out", str(out)], work / f"world{world}.log")
+            run(
+                [*launch, "convert", *common, "--init", str(work / "ar"), "--out", str(out)],
+                work / f"world{world}.log",
+            )
         summaries[world] = json.loads((out / "train_summary.json").read_text())
     records = []
     for world, summary in summaries.items():
         peaks = summary["peak_memory_bytes_per_rank"]
-        print(f"world size {world}: peak memory per rank {', '.join(f'{p / 1e9:.3f} GB' for p in peaks)}; "
-              f"{summary['steps']} steps, {summary['tokens']:,} tokens, wall {summary['wall_s']:.1f} s, "
-              f"final loss {summary['final_loss']:.4f}")
+        print(
+            f"world size {world}: peak memory per rank {', '.join(f'{p / 1e9:.3f} GB' for p in peaks)}; "
+            f"{summary['steps']} steps, {summary['tokens']:,} tokens, wall {summary['wall_s']:.1f} s, "
+            f"final loss {summary['final_loss']:.4f}"
+        )
         records.append(make_record(
             "train", system=f"orl convert, world size {world}", engine="torch",
             model={"name": "smoke-50M", "precision": "float32"},

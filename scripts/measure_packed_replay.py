@@ -30,9 +30,13 @@ def main() -> int:
     p.add_argument("--ks", default="4,8,16", help="rollouts per prompt to measure at")
     p.add_argument("--prompts", type=int, default=None, help="N (default: the preset's orl.rollout_prompts)")
     p.add_argument("--steps", type=int, default=3, help="timed updates per layout (after one warm-up)")
-    p.add_argument("--pack-tokens", type=int, default=0,
-                   help="tokens per packed row (default 0: as wide as the longest segment; wider rows pay for the "
-                   "masked attention across the row)")
+    p.add_argument(
+        "--pack-tokens",
+        type=int,
+        default=0,
+        help="tokens per packed row (default 0: as wide as the longest segment; wider rows pay for the "
+        "masked attention across the row)",
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", required=True)
     args = p.parse_args()
@@ -41,24 +45,52 @@ def main() -> int:
     rows = []
     for k in (int(v) for v in args.ks.split(",")):
         t0 = time.perf_counter()
-        unpacked, packed = bench_replay(preset, args.init, steps=args.steps, pack_tokens=args.pack_tokens,
-                                        device=args.device, rollouts_per_prompt=k)
-        rows.append({"rollouts_per_prompt": k, "states": packed["states"], "segments_packed": packed["segments"],
-                     "input_tokens_unpacked": unpacked["input_tokens"], "input_tokens_packed": packed["input_tokens"],
-                     "step_time_s_unpacked": unpacked["step_time_s"], "step_time_s_packed": packed["step_time_s"],
-                     "speedup": unpacked["step_time_s"] / packed["step_time_s"],
-                     "padding_fraction_unpacked": unpacked["padding_fraction"],
-                     "padding_fraction_packed": packed["padding_fraction"], "wall_s": time.perf_counter() - t0})
-        print(f"K={k}: {packed['states']} states in {packed['segments']} segments; step "
-              f"{unpacked['step_time_s']:.3f} s unpacked, {packed['step_time_s']:.3f} s packed: "
-              f"{rows[-1]['speedup']:.2f}x", flush=True)
-    atomic_write_json(args.out, {
-        "what": "ORL replay update time, shared-clean-context packing vs one state per row "
-                "(docs/method.md §3)",
-        "init": args.init, "preset": args.preset, "rollout_prompts": preset.orl.rollout_prompts,
-        "states_per_block": preset.orl.states_per_block, "steps": args.steps, "pack_tokens": args.pack_tokens,
-        "device": args.device, "threads": torch.get_num_threads(), "environment": capture_environment(),
-        "rows": rows})
+        unpacked, packed = bench_replay(
+            preset,
+            args.init,
+            steps=args.steps,
+            pack_tokens=args.pack_tokens,
+            device=args.device,
+            rollouts_per_prompt=k,
+        )
+        rows.append(
+            {
+                "rollouts_per_prompt": k,
+                "states": packed["states"],
+                "segments_packed": packed["segments"],
+                "input_tokens_unpacked": unpacked["input_tokens"],
+                "input_tokens_packed": packed["input_tokens"],
+                "step_time_s_unpacked": unpacked["step_time_s"],
+                "step_time_s_packed": packed["step_time_s"],
+                "speedup": unpacked["step_time_s"] / packed["step_time_s"],
+                "padding_fraction_unpacked": unpacked["padding_fraction"],
+                "padding_fraction_packed": packed["padding_fraction"],
+                "wall_s": time.perf_counter() - t0,
+            }
+        )
+        print(
+            f"K={k}: {packed['states']} states in {packed['segments']} segments; step "
+            f"{unpacked['step_time_s']:.3f} s unpacked, {packed['step_time_s']:.3f} s packed: "
+            f"{rows[-1]['speedup']:.2f}x",
+            flush=True,
+        )
+    atomic_write_json(
+        args.out,
+        {
+            "what": "ORL replay update time, shared-clean-context packing vs one state per row "
+            "(docs/method.md §3)",
+            "init": args.init,
+            "preset": args.preset,
+            "rollout_prompts": preset.orl.rollout_prompts,
+            "states_per_block": preset.orl.states_per_block,
+            "steps": args.steps,
+            "pack_tokens": args.pack_tokens,
+            "device": args.device,
+            "threads": torch.get_num_threads(),
+            "environment": capture_environment(),
+            "rows": rows,
+        },
+    )
     return 0
 
 

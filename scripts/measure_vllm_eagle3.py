@@ -5,8 +5,8 @@
 
 Runs scripts/vllm_greedy.py in vLLM's environment with speculative_config {"method": "eagle3"}, greedy and
 stopping at <eos>, and compares its token ids with the target's greedy tokens from our reference decoder
-(tests/test_vllm_cpu.py shows plain vLLM decodes our export to exactly those; --plain-vllm runs plain vLLM too,
-one more vLLM start-up); it reports whether they are equal (greedy verification is lossless)
+(tests/test_vllm_cpu.py shows plain vLLM decodes our export to exactly those; --plain-vllm runs plain vLLM
+too, one more vLLM start-up); it reports whether they are equal (greedy verification is lossless)
 and vLLM's mean acceptance length: 1 + accepted drafts / verify steps over all requests (vLLM's own
 definition, its per-request spec-decode summary). Where vLLM fails, the one-line error is the result.
 """
@@ -29,8 +29,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_vllm(python: str, request: dict) -> dict:
     """scripts/vllm_greedy.py's RESULT, or {"error": its last line} where it failed."""
-    run = subprocess.run([python, str(REPO / "scripts" / "vllm_greedy.py"), json.dumps(request)],
-                         capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    run = subprocess.run(
+        [python, str(REPO / "scripts" / "vllm_greedy.py"), json.dumps(request)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     for line in run.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line.removeprefix("RESULT "))
@@ -53,29 +57,52 @@ def main() -> None:
     ckpt = load_checkpoint(args.target)
     problems = tinycode.eval_problems("medium")[: args.prompts]
     prompts = [ckpt.tokenizer.encode(r["prompt"]) for r in problems]
-    base = {"target": args.target, "prompts": prompts, "max_tokens": args.max_tokens,
-            "stop_token_ids": list(ckpt.tokenizer.eos_ids)}
+    base = {
+        "target": args.target,
+        "prompts": prompts,
+        "max_tokens": args.max_tokens,
+        "stop_token_ids": list(ckpt.tokenizer.eos_ids),
+    }
     engine = ReferenceAR(ckpt)
     ours = [engine.generate(r["prompt"], args.max_tokens).token_ids for r in problems]
     plain = run_vllm(args.vllm_python, base) if args.plain_vllm else {"tokens": ours}
-    spec = run_vllm(args.vllm_python, {**base, "speculative_config": {
-        "method": "eagle3", "model": args.head, "num_speculative_tokens": args.k}})
-    result = {"target": args.target, "head": args.head, "prompts": len(prompts), "k": args.k,
-              "max_tokens": args.max_tokens, "plain_wall_s": plain.get("wall_s"), "eagle3_wall_s": spec.get("wall_s")}
+    spec = run_vllm(
+        args.vllm_python,
+        {
+            **base,
+            "speculative_config": {"method": "eagle3", "model": args.head, "num_speculative_tokens": args.k},
+        },
+    )
+    result = {
+        "target": args.target,
+        "head": args.head,
+        "prompts": len(prompts),
+        "k": args.k,
+        "max_tokens": args.max_tokens,
+        "plain_wall_s": plain.get("wall_s"),
+        "eagle3_wall_s": spec.get("wall_s"),
+    }
     if "error" in plain or "error" in spec:
         result["status"] = "not run: vLLM CPU: " + (spec.get("error") or plain.get("error"))
     else:
         steps = sum(m["num_spec_steps"] for m in spec["spec"])
         accepted = sum(m["num_accepted_draft_tokens"] for m in spec["spec"])
-        result.update(status="measured", tokens_equal=spec["tokens"] == plain["tokens"] == ours[: len(prompts)],
-                      compared_with="our reference greedy decoder" + (" and plain vLLM" if args.plain_vllm else ""),
-                      generated_tokens=sum(map(len, spec["tokens"])), verify_steps=steps,
-                      drafted=sum(m["num_draft_tokens"] for m in spec["spec"]), accepted=accepted,
-                      mean_acceptance_length=round(1 + accepted / steps, 4) if steps else None,
-                      per_request=[{"tokens": len(t), "steps": m["num_spec_steps"],
-                                    "accepted": m["num_accepted_draft_tokens"]}
-                                   for t, m in zip(spec["tokens"], spec["spec"], strict=True)],
-                      eagle3_tokens=spec["tokens"], reference_tokens=ours)
+        result.update(
+            status="measured",
+            tokens_equal=spec["tokens"] == plain["tokens"] == ours[: len(prompts)],
+            compared_with="our reference greedy decoder" + (" and plain vLLM" if args.plain_vllm else ""),
+            generated_tokens=sum(map(len, spec["tokens"])),
+            verify_steps=steps,
+            drafted=sum(m["num_draft_tokens"] for m in spec["spec"]),
+            accepted=accepted,
+            mean_acceptance_length=round(1 + accepted / steps, 4) if steps else None,
+            per_request=[
+                {"tokens": len(t), "steps": m["num_spec_steps"], "accepted": m["num_accepted_draft_tokens"]}
+                for t, m in zip(spec["tokens"], spec["spec"], strict=True)
+            ],
+            eagle3_tokens=spec["tokens"],
+            reference_tokens=ours,
+        )
     atomic_write_json(args.out, result)
     print(json.dumps(result, indent=1))
 

@@ -33,9 +33,19 @@ def tokenizer():
 def small_config(tokenizer, **overrides):
     from orl.model.transformer import ModelConfig
 
-    values = dict(vocab_size=tokenizer.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=160,
-                  eos_token_id=tokenizer.eos_id, pad_token_id=tokenizer.pad_id, mask_token_id=tokenizer.mask_id)
+    values = dict(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=160,
+        eos_token_id=tokenizer.eos_id,
+        pad_token_id=tokenizer.pad_id,
+        mask_token_id=tokenizer.mask_id,
+    )
     values.update(overrides)
     return ModelConfig(**values)
 

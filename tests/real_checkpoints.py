@@ -31,11 +31,32 @@ import torch
 QWEN_VOCAB = 151936  # Qwen3's embedding rows (the tokenizer has fewer tokens)
 ENDOFTEXT, IM_START, IM_END, SDAR_MASK_ID = 151643, 151644, 151645, 151669
 QWEN_SPECIAL_TOKENS = [  # Qwen2.5 / Qwen3 added tokens, in id order from 151643
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
-    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
-    "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>",
-    "</tool_response>", "<think>", "</think>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
 ]
 SDAR_MASK = "<|MASK|>"
 
@@ -60,8 +81,9 @@ def _byte_level_bpe(vocab_size: int = 600):
 
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
     texts = (p + c for p, c in itertools.islice(tinycode.train_stream(0, "easy"), 800))
     backend.train_from_iterator(texts, trainer=trainer)
     model = json.loads(backend.to_str())["model"]
@@ -85,8 +107,13 @@ def build_qwen_tokenizer(out_dir: Path, *, with_mask: bool) -> Path:
     assert backend.token_to_id("<|endoftext|>") == ENDOFTEXT and backend.token_to_id("<|im_end|>") == IM_END
     assert not with_mask or backend.token_to_id(SDAR_MASK) == SDAR_MASK_ID
     kwargs = {"mask_token": SDAR_MASK} if with_mask else {}
-    wrapped = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                      chat_template=CHAT_TEMPLATE, **kwargs)
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=CHAT_TEMPLATE,
+        **kwargs,
+    )
     wrapped.save_pretrained(str(out_dir))
     return out_dir
 
@@ -95,9 +122,19 @@ def _random_qwen3(*, tie: bool, seed: int, logit_gain: float):
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     config = Qwen3Config(
-        vocab_size=QWEN_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, rope_theta=1e6, max_position_embeddings=40960,
-        tie_word_embeddings=tie, bos_token_id=ENDOFTEXT, eos_token_id=IM_END, pad_token_id=ENDOFTEXT,
+        vocab_size=QWEN_VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rope_theta=1e6,
+        max_position_embeddings=40960,
+        tie_word_embeddings=tie,
+        bos_token_id=ENDOFTEXT,
+        eos_token_id=IM_END,
+        pad_token_id=ENDOFTEXT,
     )
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(config).eval()
@@ -107,13 +144,21 @@ def _random_qwen3(*, tie: bool, seed: int, logit_gain: float):
                 p.normal_(0.0, 0.2)  # larger than init: position-dependent, peaked predictions
         # Sharper output distributions: greedy paths with both confident and unconfident steps.
         model.lm_head.weight.mul_(logit_gain)
-    model.generation_config = GenerationConfig(bos_token_id=ENDOFTEXT, eos_token_id=[IM_END, ENDOFTEXT],
-                                               pad_token_id=ENDOFTEXT)
+    model.generation_config = GenerationConfig(
+        bos_token_id=ENDOFTEXT, eos_token_id=[IM_END, ENDOFTEXT], pad_token_id=ENDOFTEXT
+    )
     return model
 
 
-def build_qwen3_checkpoint(out_dir: Path, *, tie: bool = True, seed: int = 0, logit_gain: float = 8.0,
-                           max_shard_size: str = "8MB", with_mask: bool = False) -> Path:
+def build_qwen3_checkpoint(
+    out_dir: Path,
+    *,
+    tie: bool = True,
+    seed: int = 0,
+    logit_gain: float = 8.0,
+    max_shard_size: str = "8MB",
+    with_mask: bool = False,
+) -> Path:
     """A random Qwen3 AR checkpoint, bf16, sharded, with a Qwen-style tokenizer."""
     model = _random_qwen3(tie=tie, seed=seed, logit_gain=logit_gain)
     model.to(torch.bfloat16).save_pretrained(str(out_dir), max_shard_size=max_shard_size)
@@ -128,15 +173,22 @@ class SdarFixture:
     block_size: int
 
 
-def build_sdar_checkpoint(root: Path, *, block_size: int = 4, seed: int = 1, logit_gain: float = 8.0) -> SdarFixture:
+def build_sdar_checkpoint(
+    root: Path, *, block_size: int = 4, seed: int = 1, logit_gain: float = 8.0
+) -> SdarFixture:
     """An SDAR-format checkpoint (untied, bf16, sharded) and its Qwen3-format twin."""
-    hf_dir = build_qwen3_checkpoint(root / "qwen3-twin", tie=False, seed=seed, logit_gain=logit_gain,
-                                    with_mask=True)
+    hf_dir = build_qwen3_checkpoint(
+        root / "qwen3-twin", tie=False, seed=seed, logit_gain=logit_gain, with_mask=True
+    )
     sdar_dir = root / "sdar"
     shutil.copytree(hf_dir, sdar_dir)
     config = json.loads((sdar_dir / "config.json").read_text())
-    config.update(architectures=["SDARForCausalLM"], model_type="sdar", block_size=block_size,
-                  mask_token_id=SDAR_MASK_ID)
+    config.update(
+        architectures=["SDARForCausalLM"],
+        model_type="sdar",
+        block_size=block_size,
+        mask_token_id=SDAR_MASK_ID,
+    )
     (sdar_dir / "config.json").write_text(json.dumps(config, indent=2))
     return SdarFixture(dir=sdar_dir, hf_dir=hf_dir, block_size=block_size)
 
@@ -174,13 +226,20 @@ class SdarOutput:
 
     @property
     def completion(self) -> list[int]:
-        return self.tokens[self.prompt_length:]
+        return self.tokens[self.prompt_length :]
 
 
 @torch.no_grad()
 def sdar_generate(
-    model, prompt_ids: list[int], *, mask_id: int, gen_length: int, block_length: int, denoising_steps: int,
-    remasking_strategy: str = "low_confidence_dynamic", confidence_threshold: float = 0.85,
+    model,
+    prompt_ids: list[int],
+    *,
+    mask_id: int,
+    gen_length: int,
+    block_length: int,
+    denoising_steps: int,
+    remasking_strategy: str = "low_confidence_dynamic",
+    confidence_threshold: float = 0.85,
     stop_ids: list[int] | None = None,
 ) -> SdarOutput:
     """SDAR's block_diffusion_generate with greedy sampling (argmax; confidence = its softmax probability).
@@ -231,15 +290,18 @@ def sdar_generate(
             if not bool(masked.any()):
                 store += 1
                 break
-            logits = model(input_ids=x[:, :hi], attention_mask=full_mask[None, None, :hi, :hi],
-                           position_ids=positions[:, :hi]).logits[:, lo:hi]
+            logits = model(
+                input_ids=x[:, :hi],
+                attention_mask=full_mask[None, None, :hi, :hi],
+                position_ids=positions[:, :hi],
+            ).logits[:, lo:hi]
             denoise += 1
             x0_p, x0 = torch.softmax(logits.float(), dim=-1).max(dim=-1)
             k = counts[step]
             transfer = torch.zeros_like(masked)
             if remasking_strategy == "sequential":
                 first = int(masked[0].nonzero()[0])
-                transfer[0, first:first + k] = True
+                transfer[0, first : first + k] = True
             else:
                 confidence = torch.where(masked, x0_p, torch.tensor(-torch.inf, device=device))
                 high = confidence[0] > confidence_threshold
@@ -252,5 +314,10 @@ def sdar_generate(
         last = block + 1
         if stop_ids is not None and any(int(t) in stop_ids for t in x[0, P:hi]):
             break
-    return SdarOutput(tokens=x[0, :last * B].tolist(), prompt_length=P, denoise_forwards=denoise,
-                      store_forwards=store, overwrites=overwrites)
+    return SdarOutput(
+        tokens=x[0, : last * B].tolist(),
+        prompt_length=P,
+        denoise_forwards=denoise,
+        store_forwards=store,
+        overwrites=overwrites,
+    )

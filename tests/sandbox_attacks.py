@@ -21,14 +21,14 @@ HALF = {  # a float answer checked with abs() and math, which a candidate might 
     "task_id": "Attack/half",
     "prompt": 'def half(x):\n    """Return x / 2."""\n',
     "test": "import math\n\ndef check(candidate):\n    assert abs(candidate(3) - 1.5) < 1e-9\n"
-            "    assert math.isclose(candidate(1), 0.5)\n",
+    "    assert math.isclose(candidate(1), 0.5)\n",
     "entry_point": "half",
 }
 LENIENT = {  # a badly written test that swallows every Exception around the call
     "task_id": "Attack/lenient",
     "prompt": 'def add(a, b):\n    """Return a + b."""\n',
     "test": "def check(candidate):\n    try:\n        result = candidate(1, 2)\n    except Exception:\n"
-            "        result = 3\n    assert result == 3\n",
+    "        result = 3\n    assert result == 3\n",
     "entry_point": "add",
 }
 
@@ -59,74 +59,109 @@ def attacks(ctx: dict) -> dict[str, Attack]:
     canary, marker, peer = ctx["canary"], ctx["host_marker"], ctx["peer_marker"]
     return {
         # ---- peers first: each pair must run at the same time (two workers) ----
-        "peer: leaves files in /tmp and /dev/shm": Attack(body(f"""
+        "peer: leaves files in /tmp and /dev/shm": Attack(
+            body(f"""
 import os, time
 for folder in ('/tmp', '/dev/shm'):
     open(os.path.join(folder, 'peer-{peer}'), 'w').write('x')
 time.sleep(1.5)
-return a + b + 1"""), WRONG, kind="peer"),
-        "peer: looks for the other sample's files": Attack(body(f"""
+return a + b + 1"""),
+            WRONG,
+            kind="peer",
+        ),
+        "peer: looks for the other sample's files": Attack(
+            body(f"""
 import os, time
 seen = False
 for _ in range(30):
     seen = seen or any(os.path.exists(os.path.join(f, 'peer-{peer}')) for f in ('/tmp', '/dev/shm'))
     time.sleep(0.05)
-{if_worked('seen')}"""), WRONG, kind="peer"),
-        "peer: runs a marked process": Attack(body(f"""
+{if_worked("seen")}"""),
+            WRONG,
+            kind="peer",
+        ),
+        "peer: runs a marked process": Attack(
+            body(f"""
 import subprocess, time
-child = subprocess.Popen(['sleep', '{ctx['sleep_marker']}'])
+child = subprocess.Popen(['sleep', '{ctx["sleep_marker"]}'])
 time.sleep(1.5)
-return a + b + 1"""), WRONG, kind="peer"),
-        "peer: looks for the other sample's process and kills it": Attack(body(f"""
+return a + b + 1"""),
+            WRONG,
+            kind="peer",
+        ),
+        "peer: looks for the other sample's process and kills it": Attack(
+            body(f"""
 import os, signal, time
 seen = False
 for _ in range(30):
     for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
         try:
-            if b'{ctx['sleep_marker']}' in open(f'/proc/{{pid}}/cmdline', 'rb').read():
+            if b'{ctx["sleep_marker"]}' in open(f'/proc/{{pid}}/cmdline', 'rb').read():
                 seen = True
                 os.kill(int(pid), signal.SIGKILL)
         except OSError:
             pass
     time.sleep(0.05)
-{if_worked('seen')}"""), WRONG, kind="peer"),
+{if_worked("seen")}"""),
+            WRONG,
+            kind="peer",
+        ),
         # ---- forgery: the verdict ----
-        "returns an object equal to everything": Attack(body("""
+        "returns an object equal to everything": Attack(
+            body("""
 class Anything:
     def __eq__(self, other):
         return True
     def __ne__(self, other):
         return False
     __hash__ = object.__hash__
-return Anything()"""), "failed: the candidate returned what is not plain data"),
-        "returns a str subclass equal to everything": Attack(body("""
+return Anything()"""),
+            "failed: the candidate returned what is not plain data",
+        ),
+        "returns a str subclass equal to everything": Attack(
+            body("""
 class Text(str):
     def __eq__(self, other):
         return True
     __hash__ = str.__hash__
-return Text('wrong')"""), WRONG),
-        "returns an int subclass equal to everything": Attack(body("""
+return Text('wrong')"""),
+            WRONG,
+        ),
+        "returns an int subclass equal to everything": Attack(
+            body("""
 class Number(int):
     def __eq__(self, other):
         return True
     __hash__ = int.__hash__
-return Number(a + b + 1)"""), WRONG),
-        "patches compile and exec to strip the asserts": Attack(body("return a + b + 1") + """
+return Number(a + b + 1)"""),
+            WRONG,
+        ),
+        "patches compile and exec to strip the asserts": Attack(
+            body("return a + b + 1")
+            + """
 import builtins
 _compile, _exec = builtins.compile, builtins.exec
 def _strip(src):
     return src.replace('assert', 'pass #') if isinstance(src, str) else src
 builtins.compile = lambda src, *args, **kw: _compile(_strip(src), *args, **kw)
 builtins.exec = lambda src, *args, **kw: _exec(_strip(src), *args, **kw)
-""", WRONG),
-        "patches builtins.abs and plants a fake math": Attack(body("return x") + """
+""",
+            WRONG,
+        ),
+        "patches builtins.abs and plants a fake math": Attack(
+            body("return x")
+            + """
 import builtins, sys, types
 builtins.abs = lambda value: 0
 fake = types.ModuleType('math')
 fake.isclose = lambda *args, **kw: True
 sys.modules['math'] = fake
-""", WRONG, problem=HALF),
-        "walks frames and gc for the verdict machinery": Attack(body(f"""
+""",
+            WRONG,
+            problem=HALF,
+        ),
+        "walks frames and gc for the verdict machinery": Attack(
+            body(f"""
 import gc, json, os, sys
 found = [o for o in gc.get_objects() if isinstance(o, dict) and ('verdict_fd' in o or 'test' in o)]
 frame, names = sys._getframe(), set()
@@ -137,8 +172,11 @@ for job in found:
     fd = job.get('verdict_fd')
     if isinstance(fd, int):
         os.write(fd, json.dumps({{'passed': True, 'result': 'passed'}}).encode() + b'\\n')
-{if_worked("any('check' in str(job.get('test', '')) for job in found) or 'check' in names")}"""), WRONG),
-        "writes forged verdicts to every fd": Attack(body("""
+{if_worked("any('check' in str(job.get('test', '')) for job in found) or 'check' in names")}"""),
+            WRONG,
+        ),
+        "writes forged verdicts to every fd": Attack(
+            body("""
 import json, os
 line = json.dumps({'passed': True, 'result': 'passed'}).encode() + b'\\n'
 for fd in [int(n) for n in os.listdir('/proc/self/fd')] + list(range(3, 256)):
@@ -147,37 +185,54 @@ for fd in [int(n) for n in os.listdir('/proc/self/fd')] + list(range(3, 256)):
             os.write(fd, data)
         except OSError:
             pass
-return a + b + 1"""), "failed: "),
-        "prints passed and exits 0 at import": Attack(body("return a + b + 1") + """
+return a + b + 1"""),
+            "failed: ",
+        ),
+        "prints passed and exits 0 at import": Attack(
+            body("return a + b + 1")
+            + """
 import os, sys
 print('passed')
 sys.stderr.write('{"passed": true, "result": "passed"}\\n')
 sys.stdout.flush()
 os._exit(0)
-""", "failed: the candidate's process ended (exited with status 0)"),
+""",
+            "failed: the candidate's process ended (exited with status 0)",
+        ),
         "sys.exit(0) during the call": Attack(body("import sys\nsys.exit(0)"), "failed: SystemExit: 0"),
-        "KeyboardInterrupt during the call": Attack(body("raise KeyboardInterrupt"), "failed: KeyboardInterrupt"),
+        "KeyboardInterrupt during the call": Attack(
+            body("raise KeyboardInterrupt"), "failed: KeyboardInterrupt"
+        ),
         # drained: the tests get an iterator
         "returns a generator to a test that swallows exceptions": Attack(
-            body("return (x for x in [a + b])"), WRONG, problem=LENIENT),
-        "returns a function": Attack(body("return lambda *args: 3"),
-                                     "failed: the candidate returned what is not plain data"),
-        "returns a cyclic list": Attack(body("cycle = []\ncycle.append(cycle)\nreturn cycle"),
-                                        "failed: the candidate returned what is not plain data"),
-        "returns a 10 MB string": Attack(body("return 'x' * (10 << 20)"),
-                                         "failed: the candidate returned what is not plain data"),
-        "forks a child that answers for it": Attack(body("""
+            body("return (x for x in [a + b])"), WRONG, problem=LENIENT
+        ),
+        "returns a function": Attack(
+            body("return lambda *args: 3"), "failed: the candidate returned what is not plain data"
+        ),
+        "returns a cyclic list": Attack(
+            body("cycle = []\ncycle.append(cycle)\nreturn cycle"),
+            "failed: the candidate returned what is not plain data",
+        ),
+        "returns a 10 MB string": Attack(
+            body("return 'x' * (10 << 20)"), "failed: the candidate returned what is not plain data"
+        ),
+        "forks a child that answers for it": Attack(
+            body("""
 import gc, os
 fds = [o['reply_fd'] for o in gc.get_objects() if isinstance(o, dict) and 'reply_fd' in o]
 if fds and os.fork() == 0:
     frame = b'{"value":3}'
     os.write(fds[0], len(frame).to_bytes(4, 'big') + frame)
     os._exit(0)
-return a + b + 1"""), "failed: "),
-        "reads the problems file and the harness's data": Attack(body(f"""
+return a + b + 1"""),
+            "failed: ",
+        ),
+        "reads the problems file and the harness's data": Attack(
+            body(f"""
 import os
 leaks = []
-for path in ({ctx['problems_file']!r}, {ctx['repo_tasks']!r}):
+for path in ({ctx["problems_file"]!r}, {ctx["repo_tasks"]!r}):
     try:
         leaks.append(open(path).read())
     except OSError:
@@ -192,14 +247,21 @@ try:
     leaks.append(orl.__file__)
 except ImportError:
     pass
-{if_worked('leaks')}"""), WRONG),
+{if_worked("leaks")}"""),
+            WRONG,
+        ),
         # ---- escapes: the machine ----
-        "deletes and plants files outside its folder": Attack(body(f"""
+        "deletes and plants files outside its folder": Attack(
+            body(f"""
 import os
 os.remove({str(canary)!r})
-open({str(canary.parent / 'planted.txt')!r}, 'w').write('x')
-return a + b"""), "failed: ", kind="escape"),
-        "writes the machine's /var/tmp, /run/lock, /dev/shm and /tmp": Attack(body(f"""
+open({str(canary.parent / "planted.txt")!r}, 'w').write('x')
+return a + b"""),
+            "failed: ",
+            kind="escape",
+        ),
+        "writes the machine's /var/tmp, /run/lock, /dev/shm and /tmp": Attack(
+            body(f"""
 written = 0
 for folder in ('/var/tmp', '/run/lock', '/dev/shm', '/tmp'):
     try:
@@ -207,37 +269,61 @@ for folder in ('/var/tmp', '/run/lock', '/dev/shm', '/tmp'):
         written += 1
     except OSError:
         pass
-return a + b + 1"""), WRONG, kind="escape"),
-        "reads the machine's /tmp and /dev/shm": Attack(body(f"""
+return a + b + 1"""),
+            WRONG,
+            kind="escape",
+        ),
+        "reads the machine's /tmp and /dev/shm": Attack(
+            body(f"""
 import os
 {if_worked(f"os.path.exists('/tmp/{marker}-host') or os.path.exists('/dev/shm/{marker}-host')")}"""),
-                                                         WRONG, kind="escape"),
-        "connects to a loopback port": Attack(body(f"""
+            WRONG,
+            kind="escape",
+        ),
+        "connects to a loopback port": Attack(
+            body(f"""
 import socket
-connection = socket.create_connection(('127.0.0.1', {ctx['port']}), timeout=1)
+connection = socket.create_connection(('127.0.0.1', {ctx["port"]}), timeout=1)
 connection.sendall(b'leak')
-return a + b"""), "failed: ", kind="escape"),
-        "reads the harness's environment": Attack(body(f"""
+return a + b"""),
+            "failed: ",
+            kind="escape",
+        ),
+        "reads the harness's environment": Attack(
+            body(f"""
 import os
-{if_worked(f"os.environ.get('ORL_TEST_SECRET') == {ctx['secret']!r}")}"""), WRONG, kind="escape"),
-        "reads other processes' environments": Attack(body(f"""
+{if_worked(f"os.environ.get('ORL_TEST_SECRET') == {ctx['secret']!r}")}"""),
+            WRONG,
+            kind="escape",
+        ),
+        "reads other processes' environments": Attack(
+            body(f"""
 import os
 seen = False
 for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
     try:
-        seen = seen or b'{ctx['secret']}' in open(f'/proc/{{pid}}/environ', 'rb').read()
+        seen = seen or b'{ctx["secret"]}' in open(f'/proc/{{pid}}/environ', 'rb').read()
     except OSError:
         pass
-{if_worked('seen')}"""), WRONG, kind="escape"),
-        "kills its parent and every process it may signal": Attack(body("""
+{if_worked("seen")}"""),
+            WRONG,
+            kind="escape",
+        ),
+        "kills its parent and every process it may signal": Attack(
+            body("""
 import os, signal
 for pid in (os.getppid(), -1):
     try:
         os.kill(pid, signal.SIGKILL)
     except OSError:
         pass
-return a + b + 1"""), WRONG, kind="escape"),
-        "gains root, mounts, unshares, chroots": Attack(body("""
+return a + b + 1"""),
+            WRONG,
+            kind="escape",
+        ),
+        "gains root, mounts, unshares, chroots": Attack(
+            body(
+                """
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 gained = []
@@ -249,32 +335,50 @@ for attempt in (lambda: os.setuid(0), lambda: os.setgid(0), lambda: os.chroot('/
         pass
 if libc.mount(b'tmpfs', b'/tmp', b'tmpfs', 0, None) == 0 or libc.unshare(0x00020000) == 0:
     gained.append('mount')
-""" + if_worked("gained")), WRONG, kind="escape"),
-        "leaves a daemon behind": Attack(body(f"""
+"""
+                + if_worked("gained")
+            ),
+            WRONG,
+            kind="escape",
+        ),
+        "leaves a daemon behind": Attack(
+            body(f"""
 import os, subprocess
-subprocess.Popen(['sleep', '{ctx['daemon_marker']}'], start_new_session=True, stdin=subprocess.DEVNULL,
+subprocess.Popen(['sleep', '{ctx["daemon_marker"]}'], start_new_session=True, stdin=subprocess.DEVNULL,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 if os.fork() == 0:
     os.setsid()
-    os.execvp('sleep', ['sleep', '{ctx['daemon_marker']}'])
+    os.execvp('sleep', ['sleep', '{ctx["daemon_marker"]}'])
 print('spawned', flush=True)
-return a + b + 1"""), WRONG, kind="escape"),
+return a + b + 1"""),
+            WRONG,
+            kind="escape",
+        ),
         # ---- resource abuse ----
         "loops forever": Attack(body("while True:\n    pass"), "timed out", kind="resource"),
         "sleeps in the call": Attack(body("import time\ntime.sleep(60)"), "timed out", kind="resource"),
-        "fork bomb": Attack(body("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"),
-                            "timed out", kind="resource"),
-        "allocates 10 GB": Attack(body("block = bytearray(10 * 1024**3)\nreturn a + b"), "failed: MemoryError",
-                                  kind="resource"),
-        "writes a 5 GB file": Attack(body("""
+        "fork bomb": Attack(
+            body("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"),
+            "timed out",
+            kind="resource",
+        ),
+        "allocates 10 GB": Attack(
+            body("block = bytearray(10 * 1024**3)\nreturn a + b"), "failed: MemoryError", kind="resource"
+        ),
+        "writes a 5 GB file": Attack(
+            body("""
 chunk = b'x' * (1 << 20)
 with open('big.bin', 'wb') as f:
     for _ in range(5 * 1024):
         f.write(chunk)
-return a + b"""), "failed: OSError", kind="resource"),
+return a + b"""),
+            "failed: OSError",
+            kind="resource",
+        ),
         "floods stdout": Attack(body("while True:\n    print('x' * 65536)"), "timed out", kind="resource"),
-        "closes every fd in the call": Attack(body("import os\nos.closerange(0, 4096)\nreturn a + b"),
-                                             "failed: ", kind="resource"),
+        "closes every fd in the call": Attack(
+            body("import os\nos.closerange(0, 4096)\nreturn a + b"), "failed: ", kind="resource"
+        ),
     }
 
 
@@ -298,10 +402,14 @@ return a + b""")
 NORMAL = {  # must pass (or fail for the ordinary reason) in every mode
     "correct completion": (ADD, body("return a + b"), "passed"),
     "wrong completion": (ADD, body("return a - b"), WRONG),
-    "correct with multiprocessing.Lock()": (ADD, body("""
+    "correct with multiprocessing.Lock()": (
+        ADD,
+        body("""
 import multiprocessing
 lock = multiprocessing.Lock()
 with lock:
-    return a + b"""), "passed"),
+    return a + b"""),
+        "passed",
+    ),
     "correct float answer": (HALF, body("return x / 2"), "passed"),
 }

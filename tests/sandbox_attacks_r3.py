@@ -33,16 +33,16 @@ ALL_MAP = {  # a loop over the candidate's answers: a StopIteration from it woul
     "task_id": "R3/all-map",
     "prompt": 'def is_even(n):\n    """True when n is even."""\n',
     "test": "def check(candidate):\n    assert all(map(lambda n: candidate(n) == (n % 2 == 0), range(6)))\n"
-            "    assert list(zip(map(candidate, [1, 2]), [False, True])) == [(False, False), (True, True)]\n",
+    "    assert list(zip(map(candidate, [1, 2]), [False, True])) == [(False, False), (True, True)]\n",
     "entry_point": "is_even",
 }
 GEN = {
     "task_id": "R3/count",
     "prompt": 'def count(n):\n    """The numbers 0 .. n-1."""\n',
     "test": "def check(candidate):\n    assert list(candidate(3)) == [0, 1, 2]\n    assert "
-            "sorted(candidate(4)) == [0, 1, 2, 3]\n"
-            "    assert sum(candidate(5)) == 10\n    assert 2 in candidate(3)\n"
-            "    assert [x for x in candidate(2)] == [0, 1]\n    assert tuple(candidate(0)) == ()\n",
+    "sorted(candidate(4)) == [0, 1, 2, 3]\n"
+    "    assert sum(candidate(5)) == 10\n    assert 2 in candidate(3)\n"
+    "    assert [x for x in candidate(2)] == [0, 1]\n    assert tuple(candidate(0)) == ()\n",
     "entry_point": "count",
 }
 GEN_TRUTH = {  # a badly written test that only takes the truth value
@@ -55,9 +55,9 @@ GEN_RAISES = {  # an iterator that raises part-way, as the tests expect
     "task_id": "R3/parse-all",
     "prompt": 'def parse_all(texts):\n    """int() of each text, lazily."""\n',
     "test": "def check(candidate):\n    assert list(candidate(['1', '2'])) == [1, 2]\n    seen = []\n"
-            "    try:\n        for value in candidate(['3', 'x', '4']):\n            seen.append(value)\n"
-            "    except ValueError:\n        pass\n    else:\n        raise AssertionError('no ValueError')\n"
-            "    assert seen == [3]\n",
+    "    try:\n        for value in candidate(['3', 'x', '4']):\n            seen.append(value)\n"
+    "    except ValueError:\n        pass\n    else:\n        raise AssertionError('no ValueError')\n"
+    "    assert seen == [3]\n",
     "entry_point": "parse_all",
 }
 TEXT = {  # honest values holding separators must cross unchanged
@@ -89,7 +89,11 @@ def _raise(carrier: str, payload: str) -> str:
 def forgery_cases() -> dict[str, tuple[dict, str, str]]:
     cases = {}
     for name, sep in SEPARATORS.items():  # every separator, in an exception's message
-        cases[f"forgery: {name} in a ValueError message"] = (ADD, _raise("ValueError", f"x{sep}{FORGED}"), "failed: ")
+        cases[f"forgery: {name} in a ValueError message"] = (
+            ADD,
+            _raise("ValueError", f"x{sep}{FORGED}"),
+            "failed: ",
+        )
     carriers = ("AssertionError", "SystemExit", "KeyboardInterrupt", "BaseException subclass",
                 "StopIteration", "load error", "load SystemExit", "class name", "iterator error",
                 "unprintable name")  # fmt: skip
@@ -99,8 +103,13 @@ def forgery_cases() -> dict[str, tuple[dict, str, str]]:
             cases[f"forgery: {sep_name} through {carrier}"] = (ADD, _raise(carrier, payload), "failed: ")
     for sep_name in ("LS", "VT", "CR"):  # the tests' own assert message prints the candidate's value
         cases[f"forgery: {sep_name} in a returned value the assert message prints"] = (
-            ASSERT_MESSAGE, body(f"return 'x' + {SEPARATORS[sep_name] + FORGED!r}"), WRONG)
-    cases["forgery: prints framed and line verdicts on stdout and stderr"] = (ADD, body("""
+            ASSERT_MESSAGE,
+            body(f"return 'x' + {SEPARATORS[sep_name] + FORGED!r}"),
+            WRONG,
+        )
+    cases["forgery: prints framed and line verdicts on stdout and stderr"] = (
+        ADD,
+        body("""
 import os, sys
 frame = b'\\x00\\x00\\x00\\x01T'
 for stream in (sys.stdout, sys.stderr):
@@ -108,45 +117,78 @@ for stream in (sys.stdout, sys.stderr):
     stream.flush()
 os.write(1, frame)
 os.write(2, frame)
-return a + b + 1"""), WRONG)
+return a + b + 1"""),
+        WRONG,
+    )
     return cases
 
 
 def wire_cases() -> dict[str, tuple[dict, str, str]]:
     return {
-        "wire: a dict subclass equal to everything": (ADD, body("""
+        "wire: a dict subclass equal to everything": (
+            ADD,
+            body("""
 class D(dict):
     def __eq__(self, other):
         return True
     __hash__ = None
-return D()"""), WRONG),
-        "wire: a float subclass equal to everything": (ADD, body("""
+return D()"""),
+            WRONG,
+        ),
+        "wire: a float subclass equal to everything": (
+            ADD,
+            body("""
 class F(float):
     def __eq__(self, other):
         return True
     __hash__ = float.__hash__
-return F(0.5)"""), WRONG),
-        "wire: shared sublists that encode to gigabytes": (ADD, body("""
+return F(0.5)"""),
+            WRONG,
+        ),
+        "wire: shared sublists that encode to gigabytes": (
+            ADD,
+            body("""
 x = ['y' * 4096]
 for _ in range(20):
     x = [x, x]
-return x"""), "failed: the candidate returned what is not plain data"),
-        "wire: an endless iterator": (GEN, "    import itertools\n    return itertools.repeat('x' * 1000)\n",
-                                      "failed: the candidate returned what is not plain data"),
-        "wire: an iterator of objects": (GEN, "    return (object() for _ in range(n))\n",
-                                         "failed: the candidate returned what is not plain data"),
+return x"""),
+            "failed: the candidate returned what is not plain data",
+        ),
+        "wire: an endless iterator": (
+            GEN,
+            "    import itertools\n    return itertools.repeat('x' * 1000)\n",
+            "failed: the candidate returned what is not plain data",
+        ),
+        "wire: an iterator of objects": (
+            GEN,
+            "    return (object() for _ in range(n))\n",
+            "failed: the candidate returned what is not plain data",
+        ),
         "wire: an iterator to a test that takes its truth value": (
-            GEN_TRUTH, "    return iter([])\n", "failed: the tests took the truth value of an iterator"),
-        "wire: an iterator whose items are equal to everything": (GEN, body("""
+            GEN_TRUTH,
+            "    return iter([])\n",
+            "failed: the tests took the truth value of an iterator",
+        ),
+        "wire: an iterator whose items are equal to everything": (
+            GEN,
+            body("""
 class Anything(int):
     def __eq__(self, other):
         return True
     __hash__ = int.__hash__
-return iter([Anything(7)] * n)"""), WRONG),
-        "wire: an async generator": (GEN, "    async def agen():\n        yield 0\n    return agen()\n",
-                                     "failed: the candidate returned what is not plain data"),
+return iter([Anything(7)] * n)"""),
+            WRONG,
+        ),
+        "wire: an async generator": (
+            GEN,
+            "    async def agen():\n        yield 0\n    return agen()\n",
+            "failed: the candidate returned what is not plain data",
+        ),
         "wire: an iterator that raises SystemExit part-way": (
-            GEN, "    yield 0\n    raise SystemExit('0 passed')\n", "failed: SystemExit"),
+            GEN,
+            "    yield 0\n    raise SystemExit('0 passed')\n",
+            "failed: SystemExit",
+        ),
     }
 
 
@@ -167,38 +209,73 @@ for fd in [int(n) for n in os.listdir('/proc/self/fd')] + list(range(3, 64)):
     return {
         "frames: a wire-framed verdict to every fd": (ADD, to_every_fd(verdict), "failed: "),
         "frames: a frame announcing 4 GB": (ADD, to_every_fd("b'\\xff\\xff\\xff\\xff'"), "failed: "),
-        "frames: a truncated frame, then exit": (ADD, to_every_fd("b'\\x00\\x00\\x01\\x00d'", "os._exit(0)"),
-                                                  "failed: "),
-        "frames: a frame with trailing bytes": (ADD, to_every_fd("b'\\x00\\x00\\x00\\x0cd\\x00\\x00\\x00\\x00NNNNNNN'"),
-                                                "failed: "),
-        "frames: a frame with a non-str key": (ADD, to_every_fd("b'\\x00\\x00\\x00\\x07d\\x00\\x00\\x00\\x01NN'"),
-                                               "failed: "),
-        "frames: the right value written ahead of the real reply": (ADD, to_every_fd(
-            "b'\\x00\\x00\\x00\\x15d\\x00\\x00\\x00\\x01s\\x00\\x00\\x00\\x05valuei\\x00\\x00\\x00\\x01\\x03'"),
-            "failed: "),
+        "frames: a truncated frame, then exit": (
+            ADD,
+            to_every_fd("b'\\x00\\x00\\x01\\x00d'", "os._exit(0)"),
+            "failed: ",
+        ),
+        "frames: a frame with trailing bytes": (
+            ADD,
+            to_every_fd("b'\\x00\\x00\\x00\\x0cd\\x00\\x00\\x00\\x00NNNNNNN'"),
+            "failed: ",
+        ),
+        "frames: a frame with a non-str key": (
+            ADD,
+            to_every_fd("b'\\x00\\x00\\x00\\x07d\\x00\\x00\\x00\\x01NN'"),
+            "failed: ",
+        ),
+        "frames: the right value written ahead of the real reply": (
+            ADD,
+            to_every_fd(
+                "b'\\x00\\x00\\x00\\x15d\\x00\\x00\\x00\\x01s\\x00\\x00\\x00\\x05valuei\\x00\\x00\\x00\\x01\\x03'"
+            ),
+            "failed: ",
+        ),
     }
 
 
 def exception_cases() -> dict[str, tuple[dict, str, str]]:
     return {
         "exceptions: StopIteration ends all(map(...)) early": (
-            ALL_MAP, body("if n == 0:\n    return True\nraise StopIteration"), "failed: StopIteration"),
+            ALL_MAP,
+            body("if n == 0:\n    return True\nraise StopIteration"),
+            "failed: StopIteration",
+        ),
         "exceptions: a StopIteration subclass": (
-            ALL_MAP, body("class Done(StopIteration):\n    pass\nif n == 0:\n    return True\nraise Done()"),
-            "failed: StopIteration"),  # the first class of its MRO the test process knows
-        "exceptions: StopAsyncIteration": (ALL_MAP, body("raise StopAsyncIteration"), "failed: StopAsyncIteration"),
+            ALL_MAP,
+            body("class Done(StopIteration):\n    pass\nif n == 0:\n    return True\nraise Done()"),
+            "failed: StopIteration",
+        ),  # the first class of its MRO the test process knows
+        "exceptions: StopAsyncIteration": (
+            ALL_MAP,
+            body("raise StopAsyncIteration"),
+            "failed: StopAsyncIteration",
+        ),
         "exceptions: GeneratorExit": (ADD, body("raise GeneratorExit"), "failed: GeneratorExit"),
         "exceptions: StopIteration to a test that swallows exceptions": (
-            LENIENT, body("raise StopIteration"), "failed: StopIteration"),
+            LENIENT,
+            body("raise StopIteration"),
+            "failed: StopIteration",
+        ),
         "exceptions: SystemExit to a test that swallows exceptions": (
-            LENIENT, body("raise SystemExit(0)"), "failed: SystemExit"),
+            LENIENT,
+            body("raise SystemExit(0)"),
+            "failed: SystemExit",
+        ),
         "exceptions: a BaseExceptionGroup": (
-            LENIENT, body("raise BaseExceptionGroup('x', [KeyboardInterrupt()])"), "failed: BaseException"),
-        "exceptions: a message whose str() raises": (ADD, body("""
+            LENIENT,
+            body("raise BaseExceptionGroup('x', [KeyboardInterrupt()])"),
+            "failed: BaseException",
+        ),
+        "exceptions: a message whose str() raises": (
+            ADD,
+            body("""
 class Bad(Exception):
     def __str__(self):
         raise SystemExit('0 passed')
-raise Bad()"""), "failed: Exception: (unprintable exception)"),
+raise Bad()"""),
+            "failed: Exception: (unprintable exception)",
+        ),
     }
 
 
@@ -206,11 +283,18 @@ def influence_cases() -> dict[str, tuple[dict, str, str]]:
     """What the candidate might do to the test process through its values or its process."""
     return {
         "influence: a huge int the assert message must print": (
-            ASSERT_MESSAGE, body("return 10 ** 100000"), "failed: AssertionError"),
+            ASSERT_MESSAGE,
+            body("return 10 ** 100000"),
+            "failed: AssertionError",
+        ),
         "influence: a value nested past the wire's depth": (
-            ADD, body("x = []\nfor _ in range(500):\n    x = [x]\nreturn x"),
-            "failed: the candidate returned what is not plain data"),
-        "influence: closes its reply pipe and keeps running": (ADD, body("""
+            ADD,
+            body("x = []\nfor _ in range(500):\n    x = [x]\nreturn x"),
+            "failed: the candidate returned what is not plain data",
+        ),
+        "influence: closes its reply pipe and keeps running": (
+            ADD,
+            body("""
 import os, time
 for fd in range(3, 64):
     try:
@@ -218,8 +302,12 @@ for fd in range(3, 64):
     except OSError:
         pass
 time.sleep(5)
-return a + b"""), "failed: "),
-        "influence: signals every process it can see": (ADD, body("""
+return a + b"""),
+            "failed: ",
+        ),
+        "influence: signals every process it can see": (
+            ADD,
+            body("""
 import os, signal
 for pid in [int(p) for p in os.listdir('/proc') if p.isdigit()]:
     if pid != os.getpid():
@@ -228,22 +316,30 @@ for pid in [int(p) for p in os.listdir('/proc') if p.isdigit()]:
                 os.kill(pid, sig)
             except OSError:
                 pass
-return a + b + 1"""), WRONG),
+return a + b + 1"""),
+            WRONG,
+        ),
     }
 
 
 def resource_cases() -> dict[str, tuple[dict, str, str]]:
     """Memory no process maps: refused, or counted by the bound (see SMALL_MEMORY for the counted ones)."""
     return {
-        "resources: 1.2 GB in memfds kept open": (ADD, body("""
+        "resources: 1.2 GB in memfds kept open": (
+            ADD,
+            body("""
 import os
 fds, chunk = [], b'x' * (15 << 20)  # RLIMIT_FSIZE (16 MB) bounds each memfd, not their number
 for _ in range(80):
     fd = os.memfd_create('hold')
     os.write(fd, chunk)
     fds.append(fd)
-return a + b"""), "failed: PermissionError"),
-        "resources: 1.1 GB of detached SysV shared memory": (ADD, body("""
+return a + b"""),
+            "failed: PermissionError",
+        ),
+        "resources: 1.1 GB of detached SysV shared memory": (
+            ADD,
+            body("""
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 libc.shmat.restype = ctypes.c_void_p
@@ -255,18 +351,30 @@ for _ in range(11):
         ctypes.memset(address, 1, 100 << 20)
         libc.shmdt(ctypes.c_void_p(address))
         made += 1
-return a + b if made == 11 else a + b + 1"""), WRONG),
-        "resources: SysV message queues": (ADD, body("""
+return a + b if made == 11 else a + b + 1"""),
+            WRONG,
+        ),
+        "resources: SysV message queues": (
+            ADD,
+            body("""
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
-return a + b if libc.msgget(0, 0o1600) >= 0 else a + b + 1"""), WRONG),
-        "resources: 1.2 GB of POSIX shared memory": (ADD, body("""
+return a + b if libc.msgget(0, 0o1600) >= 0 else a + b + 1"""),
+            WRONG,
+        ),
+        "resources: 1.2 GB of POSIX shared memory": (
+            ADD,
+            body("""
 import os
 fd = os.open('/dev/shm/hold', os.O_CREAT | os.O_RDWR)
 for _ in range(12):
     os.write(fd, b'x' * (100 << 20))
-return a + b"""), "failed: OSError"),
-        "resources: 2000 pipes": (ADD, body("""
+return a + b"""),
+            "failed: OSError",
+        ),
+        "resources: 2000 pipes": (
+            ADD,
+            body("""
 import os
 pipes = []
 try:
@@ -274,14 +382,18 @@ try:
         pipes.append(os.pipe())
 except OSError:
     pass
-return a + b if len(pipes) == 2000 else a + b + 1"""), WRONG),
+return a + b if len(pipes) == 2000 else a + b + 1"""),
+            WRONG,
+        ),
     }
 
 
 # Run with SandboxLimits(memory_mb=SMALL_MEMORY_MB): the tmpfs files count towards the bound.
 SMALL_MEMORY_MB = 100
 SMALL_MEMORY = {
-    "resources: unmapped tmpfs files over a small limit": (ADD, body("""
+    "resources: unmapped tmpfs files over a small limit": (
+        ADD,
+        body("""
 import os, time
 held = []
 for folder in ('/dev/shm', '/tmp') * 3:  # 15 MB each: RLIMIT_FSIZE is 16 MB
@@ -292,13 +404,19 @@ for folder in ('/dev/shm', '/tmp') * 3:  # 15 MB each: RLIMIT_FSIZE is 16 MB
     except OSError:  # a full tmpfs: hold what was written
         pass
 time.sleep(1.5)
-return a + b"""), "failed: memory limit"),
-    "honest: 12 MB in /dev/shm under a small limit": (ADD, body("""
+return a + b"""),
+        "failed: memory limit",
+    ),
+    "honest: 12 MB in /dev/shm under a small limit": (
+        ADD,
+        body("""
 import os
 with open('/dev/shm/scratch', 'wb') as handle:
     handle.write(b'x' * (12 << 20))
 os.unlink('/dev/shm/scratch')
-return a + b"""), "passed"),
+return a + b"""),
+        "passed",
+    ),
 }
 
 
@@ -315,31 +433,55 @@ import ctypes, os
 seen = any(os.path.exists(os.path.join(f, 'r3-left-behind')) for f in ('/tmp', '/dev/shm'))
 seen = seen or ctypes.CDLL(None).semget(0x5EED, 1, 0) >= 0
 return a + b if seen else a + b + 1""")
-    return {"resume: the first run plants files and a semaphore": (ADD, plant, WRONG),
-            "resume: a later run looks for them": (ADD, look, WRONG)}
+    return {
+        "resume: the first run plants files and a semaphore": (ADD, plant, WRONG),
+        "resume: a later run looks for them": (ADD, look, WRONG),
+    }
 
 
 HONEST = {
     "honest: a generator consumed by list(), sorted(), sum(), in, a comprehension": (
-        GEN, "    yield from range(n)\n", "passed"),
+        GEN,
+        "    yield from range(n)\n",
+        "passed",
+    ),
     "honest: map, filter and zip objects": (
-        GEN, "    return map(int, filter(lambda s: s.isdigit(), (str(i) for i in range(n))))\n", "passed"),
-    "honest: an iterator that raises part-way": (GEN_RAISES, "    for text in texts:\n        yield int(text)\n",
-                                                  "passed"),
+        GEN,
+        "    return map(int, filter(lambda s: s.isdigit(), (str(i) for i in range(n))))\n",
+        "passed",
+    ),
+    "honest: an iterator that raises part-way": (
+        GEN_RAISES,
+        "    for text in texts:\n        yield int(text)\n",
+        "passed",
+    ),
     "honest: a StopIteration caught inside the candidate": (
-        GEN, "    it = iter(range(n))\n    out = []\n    while True:\n        try:\n            "
-             "out.append(next(it))\n"
-             "        except StopIteration:\n            return out\n", "passed"),
+        GEN,
+        "    it = iter(range(n))\n    out = []\n    while True:\n        try:\n            "
+        "out.append(next(it))\n"
+        "        except StopIteration:\n            return out\n",
+        "passed",
+    ),
     "honest: values holding line separators": (TEXT, "    return '\\u2028'.join(parts)\n", "passed"),
     "honest: a plain answer": (ADD, body("return a + b"), "passed"),
     "honest: 100k items from a generator": (
-        {**GEN, "task_id": "R3/many", "test": "def check(candidate):\n    assert sum(candidate(100000)) == 4999950000\n"},
-        "    return (i for i in range(n))\n", "passed"),
-    "honest: uses /tmp and multiprocessing": (ADD, body("""
+        {
+            **GEN,
+            "task_id": "R3/many",
+            "test": "def check(candidate):\n    assert sum(candidate(100000)) == 4999950000\n",
+        },
+        "    return (i for i in range(n))\n",
+        "passed",
+    ),
+    "honest: uses /tmp and multiprocessing": (
+        ADD,
+        body("""
 import multiprocessing, tempfile
 with tempfile.TemporaryFile() as handle, multiprocessing.Lock():
     handle.write(b'x' * 1000)
-return a + b"""), "passed"),
+return a + b"""),
+        "passed",
+    ),
 }
 
 

@@ -97,8 +97,11 @@ class SlurmCluster:
             self._write_conf()
             self._write_clients()
             for daemon in ("slurmctld", "slurmd"):
-                self._spawn(daemon, [_binary(daemon), "-D", "-f", str(self.conf)]
-                            + (["-N", self.hostname] if daemon == "slurmd" else []))
+                self._spawn(
+                    daemon,
+                    [_binary(daemon), "-D", "-f", str(self.conf)]
+                    + (["-N", self.hostname] if daemon == "slurmd" else []),
+                )
             self._wait_idle(timeout)
         except BaseException:
             self.stop()
@@ -112,8 +115,9 @@ class SlurmCluster:
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.root / f"{name}.out", "wb")  # the child keeps its own copy of the descriptor
-        self.processes[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                                start_new_session=True)
+        self.processes[name] = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
         log.close()
 
     def _start_munge(self, timeout: float) -> None:
@@ -124,9 +128,19 @@ class SlurmCluster:
         except OSError as error:
             raise SlurmUnavailable(f"cannot create a munge key in {self.root}: {error}") from error
         (self.root / "munge").mkdir(mode=0o700, exist_ok=True)
-        self._spawn("munged", [_binary("munged"), "--foreground", "--force", f"--key-file={key}",
-                               f"--socket={self.munge_socket}", f"--pid-file={self.root / 'munged.pid'}",
-                               f"--log-file={self.root / 'munged.log'}", f"--seed-file={self.root / 'munge.seed'}"])
+        self._spawn(
+            "munged",
+            [
+                _binary("munged"),
+                "--foreground",
+                "--force",
+                f"--key-file={key}",
+                f"--socket={self.munge_socket}",
+                f"--pid-file={self.root / 'munged.pid'}",
+                f"--log-file={self.root / 'munged.log'}",
+                f"--seed-file={self.root / 'munge.seed'}",
+            ],
+        )
         self._wait(lambda: self.munge_socket.exists(), timeout, "munged")
 
     @property
@@ -137,8 +151,10 @@ class SlurmCluster:
         root, host = self.root, self.hostname
         (root / "state").mkdir(exist_ok=True)
         (root / "spool").mkdir(exist_ok=True)
-        node = (f"NodeName={host} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={self.cpus} "
-                f"RealMemory={self.memory_mb}")
+        node = (
+            f"NodeName={host} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={self.cpus} "
+            f"RealMemory={self.memory_mb}"
+        )
         lines = [
             "ClusterName=orltest",
             f"SlurmctldHost={host}(127.0.0.1)",
@@ -200,8 +216,9 @@ class SlurmCluster:
 
     def _wait_idle(self, timeout: float) -> None:
         def idle() -> bool:
-            run = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True,
-                                 env=self.env, timeout=30)
+            run = subprocess.run(
+                ["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True, env=self.env, timeout=30
+            )
             return run.returncode == 0 and run.stdout.split() and all(s == "idle" for s in run.stdout.split())
 
         self._wait(idle, timeout, "slurmd")
@@ -233,7 +250,10 @@ class SlurmCluster:
         if self.processes.get("slurmctld") and self.processes["slurmctld"].poll() is None:
             self.run("scancel", "--full", "--user", str(os.getuid()), timeout=30)
             deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and self.run("squeue", "-h", "-t", "RUNNING,COMPLETING").stdout.strip():
+            while (
+                time.monotonic() < deadline
+                and self.run("squeue", "-h", "-t", "RUNNING,COMPLETING").stdout.strip()
+            ):
                 time.sleep(0.5)
         for name in reversed(DAEMONS):
             process = self.processes.get(name)

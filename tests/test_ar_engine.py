@@ -60,7 +60,9 @@ def test_compiled_step_decodes_like_eager_with_one_compilation_per_cache_bucket(
         graphs.append(len(gm.graph.nodes))
         return gm.forward
 
-    engine = CompiledAR(ckpt, mode="compile", sync_every=2, min_cache_len=64, compile_backend=counting_backend)
+    engine = CompiledAR(
+        ckpt, mode="compile", sync_every=2, min_cache_len=64, compile_backend=counting_backend
+    )
     eager = CompiledAR(ckpt, mode="eager", sync_every=2, min_cache_len=64)
     assert _outputs(engine, prompts) == _outputs(eager, prompts)
     assert {engine.compile_key(p, MAX_NEW) for p in prompts} == {64}
@@ -97,8 +99,9 @@ def test_no_host_sync_inside_a_decode_chunk(smoke_models):
     ckpt = load_checkpoint(smoke_models[0])
     state = ARState.allocate(ckpt.model, 256)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    cache = type(state.cache)([mode.from_tensor(t) for t in state.cache.k],
-                              [mode.from_tensor(t) for t in state.cache.v])
+    cache = type(state.cache)(
+        [mode.from_tensor(t) for t in state.cache.k], [mode.from_tensor(t) for t in state.cache.v]
+    )
     fake = ARState(cache=cache, seq=mode.from_tensor(state.seq), pos=mode.from_tensor(state.pos))
     with mode, torch.inference_mode():
         decode_chunk(ckpt.model, fake, 3)

@@ -26,7 +26,9 @@ def test_folded_groups_equal_plain_gqa(n_heads, n_kv):
     k, v = torch.randn(b, n_kv, s, d, generator=gen), torch.randn(b, n_kv, s, d, generator=gen)
     mask = torch.rand(b, t, s, generator=gen) > 0.4
     mask[..., 0] = True  # every query sees at least one key
-    torch.testing.assert_close(grouped_attention(q, k, v, mask), gqa_by_hand(q, k, v, mask), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        grouped_attention(q, k, v, mask), gqa_by_hand(q, k, v, mask), atol=1e-5, rtol=1e-5
+    )
 
 
 def test_masked_call_reaching_sdpa_has_no_grouped_heads(monkeypatch):
@@ -40,7 +42,7 @@ def test_masked_call_reaching_sdpa_has_no_grouped_heads(monkeypatch):
     monkeypatch.setattr(transformer.F, "scaled_dot_product_attention", recording_sdpa)
     q, k = torch.randn(1, 8, 16, 32), torch.randn(1, 2, 40, 32)
     grouped_attention(q, k, k.clone(), torch.ones(1, 16, 40, dtype=torch.bool))
-    (q_shape, k_shape, kwargs), = calls
+    ((q_shape, k_shape, kwargs),) = calls
     assert q_shape == (1, 2, 64, 32) and k_shape == (1, 2, 40, 32)
     assert not kwargs.get("enable_gqa", False) and kwargs["attn_mask"].shape == (1, 1, 64, 40)
     calls.clear()

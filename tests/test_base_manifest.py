@@ -43,7 +43,10 @@ def test_a_changed_file_is_refused(tmp_path):
     (source / "model.safetensors").write_bytes(b"not really weights")
     (source / "train_summary.json").write_text('{"stage": "ar", "steps": 3}')
     manifest = copy_base({"ar": source}, tmp_path / "base")
-    assert manifest["checkpoints"]["ar"]["steps"] == 3 and "train_state" not in manifest["checkpoints"]["ar"]["files"]
+    assert (
+        manifest["checkpoints"]["ar"]["steps"] == 3
+        and "train_state" not in manifest["checkpoints"]["ar"]["files"]
+    )
     assert check_manifest(tmp_path / "base") == manifest
     (tmp_path / "base" / "ar" / "model.safetensors").write_bytes(b"other bytes")
     with pytest.raises(CheckpointError, match=r"model\.safetensors: its sha256 differs .*checkpoints\.ar"):
@@ -70,7 +73,9 @@ def test_the_base_stands_in_only_for_the_preset_it_was_trained_with(tmp_path):
     base = _fake_base(tmp_path, {"ar": "aaaa", "draft": "bbbb", "dlm": "cccc"})
     assert base_problem(base, {"ar": "aaaa", "draft": "bbbb", "dlm": "cccc"}) is None
     problem = base_problem(base, {"ar": "aaaa", "draft": "bbbb", "dlm": "dddd"})
-    assert "checkpoints.dlm" in problem and "'cccc'" in problem and "'dddd'" in problem and "convert" in problem
+    assert (
+        "checkpoints.dlm" in problem and "'cccc'" in problem and "'dddd'" in problem and "convert" in problem
+    )
     assert "not found" in base_problem(tmp_path / "elsewhere", {})
 
 
@@ -80,7 +85,9 @@ def test_taking_the_base_copies_checked_files(tmp_path):
     copied = sorted(path.name for path in (tmp_path / "ckpt" / "dlm").iterdir())
     assert copied == ["config.json", "model.safetensors", "train_summary.json"]
     assert (tmp_path / "ckpt" / "dlm" / "model.safetensors").read_bytes() == b"dlm" * 10
-    (base / "ar" / "model.safetensors").write_bytes(b"tampered")  # any base file off its manifest: nothing taken
+    (base / "ar" / "model.safetensors").write_bytes(
+        b"tampered"
+    )  # any base file off its manifest: nothing taken
     with pytest.raises(CheckpointError, match="sha256 differs"):
         take_base(base, "draft", tmp_path / "ckpt" / "draft")
     assert not (tmp_path / "ckpt" / "draft" / "config.json").exists()

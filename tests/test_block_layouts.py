@@ -27,8 +27,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 def dlm_dir(tokenizer, tmp_path_factory):
     """A random block-diffusion model with a context long enough for 512-token runs."""
     torch.manual_seed(3)
-    model = Transformer(small_config(tokenizer, attention_mode="block-causal", block_size=B,
-                                     max_position_embeddings=768))
+    model = Transformer(
+        small_config(tokenizer, attention_mode="block-causal", block_size=B, max_position_embeddings=768)
+    )
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.3)
@@ -75,7 +76,9 @@ def test_absolute_layout_dlmrt_equals_the_reference_decoder(sdar, tokenizer, pol
     prompts = prompts_of_lengths(tokenizer, [3, 8, 13, 16, 21])  # P < B, P = B, P mod B = 5, 0, 5
     ref = ReferenceDiffusion(ckpt, Policy.parse(policy))
     dl = DlmrtEngine(ckpt, Policy.parse(policy), compiled=False)
-    assert ref.rule.layout == "absolute" and ref.rule.alpha == 0.0 and not ref.rule.eos_fill  # SDAR's defaults
+    assert (
+        ref.rule.layout == "absolute" and ref.rule.alpha == 0.0 and not ref.rule.eos_fill
+    )  # SDAR's defaults
     assert run(dl, prompts, 24) == run(ref, prompts, 24)
 
 
@@ -138,7 +141,9 @@ def test_dlmrt_equals_the_reference_decoder_on_a_512_token_run(ours, tokenizer):
     (prompt,) = prompts_of_lengths(tokenizer, [20])
     policy = Policy.parse("threshold:0.3")
     ref = ReferenceDiffusion(ours, policy, ignore_eos=True)
-    dl = DlmrtEngine(ours, policy, ignore_eos=True, config=DlmrtConfig(mode="compile", compile_backend="aot_eager"))
+    dl = DlmrtEngine(
+        ours, policy, ignore_eos=True, config=DlmrtConfig(mode="compile", compile_backend="aot_eager")
+    )
     a, b = ref.generate(prompt, 512), dl.generate(prompt, 512)
     assert len(a.token_ids) == 512 and a.token_ids == b.token_ids and a.nfe == b.nfe
 

@@ -44,14 +44,37 @@ def test_a_bare_body_continues_the_prompt(humaneval):
     assert completion_from_response(problem, problem["canonical_solution"]) == problem["canonical_solution"]
 
 
-def test_eval_quality_with_chat_renders_the_template_and_records_the_responses(qwen3_ckpt_dir, tmp_path, capsys):
+def test_eval_quality_with_chat_renders_the_template_and_records_the_responses(
+    qwen3_ckpt_dir, tmp_path, capsys
+):
     tok = load_tokenizer(qwen3_ckpt_dir)
     rendered = tok.apply_chat_template("def f():")
     assert rendered.startswith("<|im_start|>system") and rendered.endswith("<|im_start|>assistant\n")
     out = tmp_path / "q.jsonl"
-    assert main(["eval-quality", "--ckpt", str(qwen3_ckpt_dir), "--engine", "reference", "--chat", "--suite",
-                 "humaneval", "--limit", "2", "--max-new-tokens", "4", "--dtype", "float32", "--out", str(out),
-                 "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "eval-quality",
+                "--ckpt",
+                str(qwen3_ckpt_dir),
+                "--engine",
+                "reference",
+                "--chat",
+                "--suite",
+                "humaneval",
+                "--limit",
+                "2",
+                "--max-new-tokens",
+                "4",
+                "--dtype",
+                "float32",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     (record,) = load_records(out)
     assert record["extra"]["chat_template"] is True
     assert all("response" in row for row in record["per_problem"])
@@ -59,5 +82,8 @@ def test_eval_quality_with_chat_renders_the_template_and_records_the_responses(q
 
 
 def test_chat_without_a_template_is_one_line_error(ar_ckpt_dir, capsys):
-    assert main(["generate", "--ckpt", str(ar_ckpt_dir), "--engine", "reference", "--chat", "--prompt", "x"]) == 2
+    assert (
+        main(["generate", "--ckpt", str(ar_ckpt_dir), "--engine", "reference", "--chat", "--prompt", "x"])
+        == 2
+    )
     assert "chat_template" in capsys.readouterr().err

@@ -51,13 +51,17 @@ def test_unsupported_architecture(ckpt_copy):
 
 def test_tokenizer_vocabulary_mismatch(ckpt_copy):
     _edit_config(ckpt_copy, vocab_size=10)
-    with pytest.raises(CheckpointError, match=r"tokenizer\.json: vocabulary has \d+ tokens but .*vocab_size is 10"):
+    with pytest.raises(
+        CheckpointError, match=r"tokenizer\.json: vocabulary has \d+ tokens but .*vocab_size is 10"
+    ):
         load_checkpoint(ckpt_copy)
 
 
 def test_shape_mismatch_names_the_tensor(ckpt_copy):
     _edit_config(ckpt_copy, intermediate_size=96)
-    with pytest.raises(CheckpointError, match=r"mlp\.\w+_proj\.weight: shape \(128, 64\) but config\.json implies \(96, 64\)"):
+    with pytest.raises(
+        CheckpointError, match=r"mlp\.\w+_proj\.weight: shape \(128, 64\) but config\.json implies \(96, 64\)"
+    ):
         load_checkpoint(ckpt_copy)
 
 
@@ -95,19 +99,42 @@ def test_cli_prints_one_line_error(ckpt_copy, capsys):
     assert err.startswith("orl generate: error:") and "model.safetensors" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("hidden_size", True, r"config\.json: hidden_size: expected a positive integer, got true"),
-    ("head_dim", "32", r'config\.json: head_dim: expected a positive integer, got "32"'),
-    ("vocab_size", 1e9, r"config\.json: vocab_size: expected a positive integer, got 1000000000\.0"),
-    ("num_hidden_layers", 100000, r"config\.json: num_hidden_layers: 100000, but the weights hold layers 0\.\.1 \(2\)"),
-    ("vocab_size", 10**9, r"config\.json: vocab_size: 1000000000, but .*model\.safetensors: "
-                          r"model\.embed_tokens\.weight has shape \(\d+, 64\)"),
-    ("hidden_size", 2**20, r"config\.json: hidden_size: 1048576, but .*model\.embed_tokens\.weight has shape"),
-    ("num_key_value_heads", 3, r"config\.json: num_key_value_heads: 3 does not divide num_attention_heads 4"),
-    ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}, r"config\.json: rope_scaling\.rope_type: \"yarn\" is not supported"),
-    ("torch_dtype", "int8", r"config\.json: torch_dtype: expected one of float32, bfloat16, float16"),
-    ("hidden_act", "gelu", r'config\.json: hidden_act: expected one of "silu"'),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("hidden_size", True, r"config\.json: hidden_size: expected a positive integer, got true"),
+        ("head_dim", "32", r'config\.json: head_dim: expected a positive integer, got "32"'),
+        ("vocab_size", 1e9, r"config\.json: vocab_size: expected a positive integer, got 1000000000\.0"),
+        (
+            "num_hidden_layers",
+            100000,
+            r"config\.json: num_hidden_layers: 100000, but the weights hold layers 0\.\.1 \(2\)",
+        ),
+        (
+            "vocab_size",
+            10**9,
+            r"config\.json: vocab_size: 1000000000, but .*model\.safetensors: "
+            r"model\.embed_tokens\.weight has shape \(\d+, 64\)",
+        ),
+        (
+            "hidden_size",
+            2**20,
+            r"config\.json: hidden_size: 1048576, but .*model\.embed_tokens\.weight has shape",
+        ),
+        (
+            "num_key_value_heads",
+            3,
+            r"config\.json: num_key_value_heads: 3 does not divide num_attention_heads 4",
+        ),
+        (
+            "rope_scaling",
+            {"rope_type": "yarn", "factor": 4.0},
+            r"config\.json: rope_scaling\.rope_type: \"yarn\" is not supported",
+        ),
+        ("torch_dtype", "int8", r"config\.json: torch_dtype: expected one of float32, bfloat16, float16"),
+        ("hidden_act", "gelu", r'config\.json: hidden_act: expected one of "silu"'),
+    ],
+)
 def test_bad_config_fails_before_any_model_is_built(ckpt_copy, monkeypatch, field, value, message):
     import orl.model.checkpoint as checkpoint
 
@@ -132,14 +159,19 @@ def test_sharded_checkpoint_missing_a_shard_names_it(qwen3_copy):
     index = json.loads((qwen3_copy / "model.safetensors.index.json").read_text())
     shard = sorted(set(index["weight_map"].values()))[-1]
     (qwen3_copy / shard).unlink()
-    with pytest.raises(CheckpointError, match=rf"{shard}: file not found \(named by model\.safetensors\.index\.json"):
+    with pytest.raises(
+        CheckpointError, match=rf"{shard}: file not found \(named by model\.safetensors\.index\.json"
+    ):
         load_checkpoint(qwen3_copy)
 
 
 def test_sdar_checkpoint_without_any_mask_token_names_file_and_token(qwen3_copy):
     _edit_config(qwen3_copy, architectures=["SDARForCausalLM"], model_type="sdar", block_size=4)
-    with pytest.raises(CheckpointError, match=r"tokenizer_config\.json: mask_token: a block-diffusion checkpoint "
-                                              r"needs a mask token .*'<\|MASK\|>'"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"tokenizer_config\.json: mask_token: a block-diffusion checkpoint "
+        r"needs a mask token .*'<\|MASK\|>'",
+    ):
         load_checkpoint(qwen3_copy)
 
 
@@ -148,8 +180,11 @@ def test_tokenizer_config_naming_an_absent_token(qwen3_copy):
     config = json.loads(path.read_text())
     config["mask_token"] = "<|NOPE|>"
     path.write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match=r"tokenizer_config\.json: mask_token: the token '<\|NOPE\|>' is not in "
-                                              r".*tokenizer\.json"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"tokenizer_config\.json: mask_token: the token '<\|NOPE\|>' is not in "
+        r".*tokenizer\.json",
+    ):
         load_checkpoint(qwen3_copy)
 
 
@@ -158,7 +193,9 @@ def test_eos_id_outside_the_tokenizer(qwen3_copy):
     config = json.loads(path.read_text())
     config["eos_token_id"] = [151645, 999999]
     path.write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match=r"generation_config\.json: eos_token_id: token id 999999 is outside"):
+    with pytest.raises(
+        CheckpointError, match=r"generation_config\.json: eos_token_id: token id 999999 is outside"
+    ):
         load_checkpoint(qwen3_copy)
 
 

@@ -67,7 +67,9 @@ def test_a_misquote_is_caught(claims, tmp_path):
     assert "not found in" in citation_problems([missing], SEEDS)[0]
 
 
-@pytest.mark.skipif(PAGE is None, reason="no local copy of the project page (set ORL_PAGE_DIR to yifan1130/orl-dlm)")
+@pytest.mark.skipif(
+    PAGE is None, reason="no local copy of the project page (set ORL_PAGE_DIR to yifan1130/orl-dlm)"
+)
 def test_every_page_quote_is_on_the_page(claims):
     assert citation_problems(claims, SEEDS, PAGE) == []
 
@@ -82,8 +84,9 @@ def test_page_quotes_are_read_as_the_page_shows_them(claims, tmp_path):
     assert by_id["t2-qwendlm4b-orl-dlmrt-tokens-per-s"].value == 1298  # the seeds' figure stays, beside it
     assert [by_id[f"t2-{s}-vllm-strict-tokens-per-s"].value for s in ("dflash", "eagle3")] == [573, 353]
     claim = by_id["t2-dflash-vllm-strict-tokens-per-s"]
-    (tmp_path / "index.html").write_text('<div><span>DFlash &middot; strict verification</span>'
-                                         '<strong>573 tok/s</strong></div>')
+    (tmp_path / "index.html").write_text(
+        "<div><span>DFlash &middot; strict verification</span><strong>573 tok/s</strong></div>"
+    )
     assert citation_problems([claim], SEEDS, tmp_path) == []
     (tmp_path / "index.html").write_text("<div><span>DFlash strict</span><strong>575 tok/s</strong></div>")
     assert "not found in page:index.html#results" in citation_problems([claim], SEEDS, tmp_path)[0]
@@ -103,7 +106,9 @@ def test_every_table_names_its_claims_and_shows_them(claims, table):
         rows = shown[shown["claim"] == claim.id]
         assert len(rows) == len(declaring) >= 1, f"{claim.id} not shown on its lines of Table {table}"
         assert not rows["status"].str.contains("reads claim").any()
-        assert claim.metric in TABLE_COLUMNS[table], f"{claim.id}: {claim.metric} is not a Table {table} column"
+        assert claim.metric in TABLE_COLUMNS[table], (
+            f"{claim.id}: {claim.metric} is not a Table {table} column"
+        )
         assert (rows["paper"] == claim.compare_value).all()
 
 

@@ -38,11 +38,28 @@ def test_a_qwen3_checkpoint_converts_into_an_sdar_checkpoint(tmp_path):
 
     init = build_qwen3_checkpoint(tmp_path / "qwen3", tie=True, with_mask=True)
     config = tmp_path / "sdar.yaml"
-    config.write_text("convert: {steps: 2, batch_size: 2, warmup_steps: 1, checkpoint_every: 1}\n"
-                      "diffusion: {block_size: 4, block_layout: absolute}\n")
+    config.write_text(
+        "convert: {steps: 2, batch_size: 2, warmup_steps: 1, checkpoint_every: 1}\n"
+        "diffusion: {block_size: 4, block_layout: absolute}\n"
+    )
     out = tmp_path / "sdar"
-    assert main(["convert", "--preset", "smoke", "--config", str(config), "--init", str(init), "--out", str(out),
-                 "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "convert",
+                "--preset",
+                "smoke",
+                "--config",
+                str(config),
+                "--init",
+                str(init),
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     saved = json.loads((out / "config.json").read_text())
     assert saved["architectures"] == ["SDARForCausalLM"] and saved["block_size"] == 4
     assert saved["mask_token_id"] == 151669 and saved["block_layout"] == "absolute"

@@ -26,7 +26,9 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
 
 def snakemake(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 # The `orl` subcommands that run a model: each must get the profile's --device (the decoding ones --dtype
@@ -71,8 +73,18 @@ def orl_subcommand(command: str) -> str | None:
 def test_dry_run_lists_the_whole_chain_for_table2(tmp_path):
     run = snakemake("-n", "reproduce_table2", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
-    for rule in ("train_ar", "train_draft", "convert", "train_orl", "quantize_nvfp4", "sweep", "operating_point",
-                 "latency", "quality_row", "render_table"):
+    for rule in (
+        "train_ar",
+        "train_draft",
+        "convert",
+        "train_orl",
+        "quantize_nvfp4",
+        "sweep",
+        "operating_point",
+        "latency",
+        "quality_row",
+        "render_table",
+    ):
         assert f"{rule} " in run.stdout or f"rule {rule}:" in run.stdout, rule
 
 
@@ -119,8 +131,11 @@ def test_paper_config_runs_every_model_on_cuda(tmp_path):
     # checkpoint become "not run" records (their latency and their quality), as does a row whose engine this
     # build does not have.
     assert not any(job["rule"].startswith("train") for job in jobs)
-    lacking = [row for row in rows.in_table(2, dag=True)
-               if row.draft in ("eagle3", "dflash") or row.ckpt == "trado" or row.engine not in ENGINE_NAMES]
+    lacking = [
+        row
+        for row in rows.in_table(2, dag=True)
+        if row.draft in ("eagle3", "dflash") or row.ckpt == "trado" or row.engine not in ENGINE_NAMES
+    ]
     assert [job["rule"] for job in jobs].count("not_run") == 2 * len(lacking)
     assert f"--ckpt {tmp_path / 'models' / 'orl'}" in run.stdout
 
@@ -136,7 +151,11 @@ def profile_config(profile: str) -> dict:
 
 @pytest.mark.parametrize("profile", ["smoke", "tiny", "paper"])
 def test_reproduce_all_plans_on_every_profile(tmp_path, profile):
-    args = ["--configfile", str(paper_config(tmp_path))] if profile == "paper" else ["--config", f"profile={profile}"]
+    args = (
+        ["--configfile", str(paper_config(tmp_path))]
+        if profile == "paper"
+        else ["--config", f"profile={profile}"]
+    )
     run = snakemake("-n", "-p", "reproduce_all", "gate", *args, cwd=tmp_path)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     jobs = planned_jobs(run.stdout)
@@ -154,17 +173,22 @@ def test_reproduce_all_plans_on_every_profile(tmp_path, profile):
         trainings = [job for job in jobs if job["rule"] == rule]
         assert len(trainings) == count, rule
         assert sorted(re.search(r"--seed (\d+)", job["command"]).group(1) for job in trainings) == sorted(
-            str(seed) for seed in seeds for _ in range(count // max(1, len(seeds))))
+            str(seed) for seed in seeds for _ in range(count // max(1, len(seeds)))
+        )
     # Every suite of the profile is evaluated (Tables 1-3), with one prompt set: the same --limit everywhere.
     for suite in config["suites"]:
         assert any(f"--suite {suite} " in job["command"] for job in jobs if job["rule"] == "latency"), suite
-        assert any(job["rule"] == "bench_engine" and f"--suite {suite} " in job["command"] for job in jobs), suite
+        assert any(job["rule"] == "bench_engine" and f"--suite {suite} " in job["command"] for job in jobs), (
+            suite
+        )
     limits = {re.search(r"--limit (\d+)", job["command"]).group(1) if "--limit" in job["command"] else None
               for job in jobs if job["rule"] in ("latency", "sweep", "quality_row")}  # fmt: skip
     assert limits == {str(config["eval_limit"]) if config["eval_limit"] else None}
     # The speedup-vs-length runs: fixed length, one per configured length.
     lengths = [job for job in jobs if job["rule"] == "bench_length"]
-    assert len(lengths) == len(config["length_sweep"]) and all("--ignore-eos" in job["command"] for job in lengths)
+    assert len(lengths) == len(config["length_sweep"]) and all(
+        "--ignore-eos" in job["command"] for job in lengths
+    )
     if profile == "paper":  # what cannot run there is written as a record, not dropped from the DAG
         assert "bench_packing" not in rules and "not_run" in rules
 
@@ -184,8 +208,10 @@ def test_the_paper_profile_writes_what_it_cannot_measure_as_not_run(tmp_path):
     run = snakemake("-c1", target, "--configfile", str(config), cwd=tmp_path)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     (record,) = load_records(tmp_path / target)
-    assert record["status"] == ("not run: the replay train-step benchmark runs on the smoke and tiny profiles "
-                                "(one process, `orl bench-replay`)")
+    assert record["status"] == (
+        "not run: the replay train-step benchmark runs on the smoke and tiny profiles "
+        "(one process, `orl bench-replay`)"
+    )
     assert record["kind"] == "train" and record["system"] == ROW[rows.PACKING].system
 
 
@@ -194,10 +220,16 @@ def test_the_paper_profile_writes_what_it_cannot_measure_as_not_run(tmp_path):
     [
         (["--config", "profile=smoke", "colour=blue"], "colour"),
         (["--config", "profile=smoke", "eval_limit=many"], "eval_limit"),
-        (["--config", "profile=smoke", "extra_suites=[tinycode]"], "extra_suites: 'tinycode' is already in suites"),
+        (
+            ["--config", "profile=smoke", "extra_suites=[tinycode]"],
+            "extra_suites: 'tinycode' is already in suites",
+        ),
         (["--config", "profile=smoke", "suites=[tinycode-short]"], "suites"),
         (["--config", "profile=smoke", "device=gpu"], "device"),
-        (["--config", "profile=smoke", "ablations=[aec-nogate]"], "ablations: 'aec-nogate' is not an ablation"),
+        (
+            ["--config", "profile=smoke", "ablations=[aec-nogate]"],
+            "ablations: 'aec-nogate' is not an ablation",
+        ),
     ],
 )
 def test_bad_config_stops_before_any_job(tmp_path, args, message):
@@ -212,15 +244,24 @@ def test_the_paper_profile_trains_orl_under_torchrun_when_given_a_preset(tmp_pat
     one torchrun process per GPU (train_gpus), each job requesting that many GPUs; nothing else is trained."""
     train = tmp_path / "train.yaml"
     train.write_text("orl: {train_file: /data/mbpp-train.jsonl}\n")
-    config = paper_config(tmp_path, keys=("ar", "draft", "dlm"), preset="sdar-4b", train_gpus=4, seeds="[0, 1]",
-                          ablations="[no-aec]", train_config=str(train))
+    config = paper_config(
+        tmp_path,
+        keys=("ar", "draft", "dlm"),
+        preset="sdar-4b",
+        train_gpus=4,
+        seeds="[0, 1]",
+        ablations="[no-aec]",
+        train_config=str(train),
+    )
     run = snakemake("-n", "-p", "reproduce_table5", "--configfile", str(config), cwd=tmp_path)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     jobs = planned_jobs(run.stdout)
     trainings = [job for job in jobs if job["rule"] in ("train_orl", "train_ablation")]
     assert sorted(job["rule"] for job in trainings) == ["train_ablation"] * 2 + ["train_orl"] * 2
     for job in trainings:
-        assert "-m torch.distributed.run --standalone --nproc-per-node 4 -m orl.cli train-orl" in job["command"]
+        assert (
+            "-m torch.distributed.run --standalone --nproc-per-node 4 -m orl.cli train-orl" in job["command"]
+        )
         assert f"--preset sdar-4b --config {train} --init {tmp_path / 'models' / 'dlm'}" in job["command"]
         assert "gpu=4" in job["resources"] and "--device cuda" in job["command"]
     assert not {"train_ar", "train_draft", "convert"} & {job["rule"] for job in jobs}
@@ -270,8 +311,16 @@ def test_smoke_profile_reproduces_everything(tmp_path):
     # About 15 minutes on two loaded cores (60 jobs, most of them a few seconds of work after startup).
     # Without vLLM's environment (vllm_python ""), whether or not this checkout has built it: CI keeps it
     # optional.
-    run = snakemake("-c2", "reproduce_all", "gate", "--config", "profile=smoke", "vllm_python=", cwd=tmp_path,
-                    timeout=1800)
+    run = snakemake(
+        "-c2",
+        "reproduce_all",
+        "gate",
+        "--config",
+        "profile=smoke",
+        "vllm_python=",
+        cwd=tmp_path,
+        timeout=1800,
+    )
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     reports = tmp_path / "reports" / "smoke"
     for n in range(1, 6):
@@ -292,14 +341,22 @@ def test_smoke_profile_reproduces_everything(tmp_path):
     assert table2["dLLM + ORL"]["status"] == "measured" and table2["AR (hf)"]["status"] == "measured"
     assert table2["AR + EAGLE3 (vLLM)"]["status"].startswith("not run: ")
     assert table2["AR + draft (vLLM)"]["status"] == "not run: vLLM environment missing (make vllm-env)"
-    assert table2["AR + draft (vLLM)"]["verification"] == "strict" and table2["AR (vLLM)"]["verification"] == ""
+    assert (
+        table2["AR + draft (vLLM)"]["verification"] == "strict" and table2["AR (vLLM)"]["verification"] == ""
+    )
     # Every pass@1 and TPF of a measured line has its interval; Table 5's lines are over both seeds.
-    assert table2["dLLM + ORL"]["pass_at_1_lo"] and table2["dLLM + ORL"]["tpf_hi"] and table2["dLLM + ORL"]["matched"]
+    assert (
+        table2["dLLM + ORL"]["pass_at_1_lo"]
+        and table2["dLLM + ORL"]["tpf_hi"]
+        and table2["dLLM + ORL"]["matched"]
+    )
     with open(reports / "table5.csv", newline="") as handle:
         table5 = [row for row in csv.DictReader(handle) if row["status"] == "measured"]
     assert table5 and all(row["seeds"] == "2" and row["pass_at_1_sd"] != "" for row in table5)
-    assert all(row["gated_share"] != "" and row["aec_active_share"] != "" and row["retained_fraction"] != ""
-               for row in table5)
+    assert all(
+        row["gated_share"] != "" and row["aec_active_share"] != "" and row["retained_fraction"] != ""
+        for row in table5
+    )
     assert (tmp_path / "results" / "smoke" / "engine" / "length" / "64.jsonl").is_file()
     # Every aup record carries d3LLM's AUP, its y_max (percent) and the sweep points it came from.
     aups = [

@@ -40,15 +40,34 @@ sys.exit(main(sys.argv[2:]))
 
 
 def orl(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orl.cli", *map(str, args), "--no-progress"], env=ENV,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "orl.cli", *map(str, args), "--no-progress"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def torchrun(*args, script: list[str] | None = None) -> subprocess.CompletedProcess:
     target = script or ["-m", "orl.cli"]
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           *target, *map(str, args), "--no-progress"], env=ENV, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            *target,
+            *map(str, args),
+            "--no-progress",
+        ],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def log(out) -> list[dict]:
@@ -69,10 +88,13 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("ddp")
     steps = root / "steps.yaml"
     steps.write_text("convert: {steps: 50, checkpoint_every: 10}\n")
-    for result in (orl("train-ar", "--preset", "smoke", "--out", root / "ar"),
-                   orl("convert", "--preset", "smoke", "--config", steps, "--init", root / "ar", "--out", root / "one"),
-                   torchrun("convert", "--preset", "smoke", "--config", steps, "--init", root / "ar", "--out",
-                            root / "two")):
+    for result in (
+        orl("train-ar", "--preset", "smoke", "--out", root / "ar"),
+        orl("convert", "--preset", "smoke", "--config", steps, "--init", root / "ar", "--out", root / "one"),
+        torchrun(
+            "convert", "--preset", "smoke", "--config", steps, "--init", root / "ar", "--out", root / "two"
+        ),
+    ):
         assert result.returncode == 0, result.stderr[-3000:]
     return root, steps
 
@@ -100,9 +122,14 @@ def test_orl_replay_on_two_ranks_follows_the_single_process_loss_curve(runs):
     # greedy rollouts, so that the dlmrt test below can compare with this run.
     gate = root / "gate.yaml"
     gate.write_text("orl: {rollout_temperature: 0.0}\n")
-    for result in (orl("train-orl", "--preset", "smoke", "--config", gate, "--init", root / "one", "--out", root / "orl1"),
-                   torchrun("train-orl", "--preset", "smoke", "--config", gate, "--init", root / "one", "--out",
-                            root / "orl2")):
+    for result in (
+        orl(
+            "train-orl", "--preset", "smoke", "--config", gate, "--init", root / "one", "--out", root / "orl1"
+        ),
+        torchrun(
+            "train-orl", "--preset", "smoke", "--config", gate, "--init", root / "one", "--out", root / "orl2"
+        ),
+    ):
         assert result.returncode == 0, result.stderr[-3000:]
     assert_same_curve(root / "orl1", root / "orl2")
     assert {"loss_ce", "loss_kl", "loss_aec"} <= set(log(root / "orl2")[0])
@@ -110,7 +137,11 @@ def test_orl_replay_on_two_ranks_follows_the_single_process_loss_curve(runs):
     one, two = log(root / "orl1"), log(root / "orl2")
     assert any(0 < x["gated_share"] < 1 for x in one), [x["gated_share"] for x in one]
     for x, y in zip(one, two, strict=True):
-        assert abs(x["gated_share"] - y["gated_share"]) <= 1e-6, (x["step"], x["gated_share"], y["gated_share"])
+        assert abs(x["gated_share"] - y["gated_share"]) <= 1e-6, (
+            x["step"],
+            x["gated_share"],
+            y["gated_share"],
+        )
 
 
 def test_two_ranks_rolling_out_with_dlmrt_follow_the_single_process_recompute_curve(runs):
@@ -120,10 +151,23 @@ def test_two_ranks_rolling_out_with_dlmrt_follow_the_single_process_recompute_cu
     gate = root / "gate.yaml"
     gate.write_text("orl: {rollout_temperature: 0.0}\n")  # dlmrt rollouts decode greedily
     if not (root / "orl1" / "config.json").exists():  # written by the replay test above when it ran first
-        result = orl("train-orl", "--preset", "smoke", "--config", gate, "--init", root / "one", "--out", root / "orl1")
+        result = orl(
+            "train-orl", "--preset", "smoke", "--config", gate, "--init", root / "one", "--out", root / "orl1"
+        )
         assert result.returncode == 0, result.stderr[-3000:]
-    result = torchrun("train-orl", "--preset", "smoke", "--config", gate, "--init", root / "one", "--out",
-                      root / "orl2-dlmrt", "--rollout-engine", "dlmrt-eager")
+    result = torchrun(
+        "train-orl",
+        "--preset",
+        "smoke",
+        "--config",
+        gate,
+        "--init",
+        root / "one",
+        "--out",
+        root / "orl2-dlmrt",
+        "--rollout-engine",
+        "dlmrt-eager",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert_same_curve(root / "orl1", root / "orl2-dlmrt")
     summary = json.loads((root / "orl2-dlmrt" / "train_summary.json").read_text())
@@ -134,13 +178,27 @@ def test_a_rank_killed_mid_run_resumes_and_ends_bitwise_equal(runs, tmp_path):
     root, steps = runs
     script = tmp_path / "kill_rank_1.py"
     script.write_text(KILL_RANK_1)
-    args = ("convert", "--preset", "smoke", "--config", steps, "--init", root / "ar", "--out", tmp_path / "run")
-    killed = torchrun(*args, script=[str(script), "23"])  # rank 1 dies in step 24, after the step-20 checkpoint
+    args = (
+        "convert",
+        "--preset",
+        "smoke",
+        "--config",
+        steps,
+        "--init",
+        root / "ar",
+        "--out",
+        tmp_path / "run",
+    )
+    killed = torchrun(
+        *args, script=[str(script), "23"]
+    )  # rank 1 dies in step 24, after the step-20 checkpoint
     assert killed.returncode != 0 and not (tmp_path / "run" / "config.json").exists()
     assert json.loads((tmp_path / "run" / "train_state" / "state.json").read_text())["step"] == 20
     resumed = torchrun(*args)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert (tmp_path / "run" / "model.safetensors").read_bytes() == (root / "two" / "model.safetensors").read_bytes()
+    assert (tmp_path / "run" / "model.safetensors").read_bytes() == (
+        root / "two" / "model.safetensors"
+    ).read_bytes()
     assert log(tmp_path / "run") == log(root / "two")
 
 
@@ -154,16 +212,26 @@ def test_training_prompts_come_from_a_local_file_and_humaneval_is_refused(runs, 
     own.write_text("".join(json.dumps(p) + "\n" for p in tinycode.train_problems(7, 12, "easy")))
     config = tmp_path / "own.yaml"
     config.write_text(f"orl: {{train_file: {own}, iterations_steps: 2, checkpoint_every: 1}}\n")
-    result = orl("train-orl", "--preset", "smoke", "--config", config, "--init", root / "one", "--out",
-                 tmp_path / "own")
+    result = orl(
+        "train-orl",
+        "--preset",
+        "smoke",
+        "--config",
+        config,
+        "--init",
+        root / "one",
+        "--out",
+        tmp_path / "own",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     humaneval = tmp_path / "humaneval.jsonl"
     humaneval.write_text(json.dumps({**read_problems()["HumanEval/3"], "task_id": "Mine/3"}) + "\n")
     config.write_text(f"orl: {{train_file: {humaneval}}}\n")
-    refused = orl("train-orl", "--preset", "smoke", "--config", config, "--init", root / "one", "--out", tmp_path / "x")
+    refused = orl(
+        "train-orl", "--preset", "smoke", "--config", config, "--init", root / "one", "--out", tmp_path / "x"
+    )
     assert refused.returncode == 2 and "HumanEval problem" in refused.stderr and "line 1" in refused.stderr
     assert not (tmp_path / "x").exists()
-
 
 
 def test_a_single_cpu_process_keeps_glibcs_default_allocator(monkeypatch):

@@ -68,8 +68,13 @@ def reference_outputs(dlm, prompts):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_tokens_nfe_and_tpf_equal_the_reference_decoder(dlm, prompts, reference_outputs, policy, residual):
     # S = 3 steps per chunk: blocks end mid-chunk, so the predicated no-op steps are exercised.
-    engine = DlmrtEngine(dlm[residual], Policy.parse(policy), compiled=False, residual=residual == "on",
-                         config=DlmrtConfig(sync_every=3))
+    engine = DlmrtEngine(
+        dlm[residual],
+        Policy.parse(policy),
+        compiled=False,
+        residual=residual == "on",
+        config=DlmrtConfig(sync_every=3),
+    )
     expected = reference_outputs(policy, residual)
     assert outputs(engine, prompts) == expected
     assert any(len(tokens) < MAX_NEW for tokens, _, _ in expected), "no prompt stopped early at <eos>"
@@ -96,7 +101,9 @@ def test_residual_on_changes_the_computation_and_alpha_zero_equals_residual_off(
     logs_off = [off.generate(p, MAX_NEW) for p in prompts]
     logs_zero = [alpha_zero.generate(p, MAX_NEW) for p in prompts]
     logs_on = [on.generate(p, MAX_NEW) for p in prompts]
-    assert [(g.token_ids, g.nfe, g.steps) for g in logs_zero] == [(g.token_ids, g.nfe, g.steps) for g in logs_off]
+    assert [(g.token_ids, g.nfe, g.steps) for g in logs_zero] == [
+        (g.token_ids, g.nfe, g.steps) for g in logs_off
+    ]
     # With α > 0, steps k > 0 see a different input, so their distributions change.
     later_entropy = [[s.mean_entropy for s in g.steps if s.step > 0] for g in logs_on]
     later_entropy_off = [[s.mean_entropy for s in g.steps if s.step > 0] for g in logs_off]
@@ -111,7 +118,12 @@ def test_step_logs_match_the_reference_decoders(dlm, prompts):
         a, b = ref.generate(prompt, MAX_NEW), engine.generate(prompt, MAX_NEW)
         assert len(b.steps) == b.nfe == a.nfe
         for x, y in zip(a.steps, b.steps, strict=True):
-            assert (x.block, x.step, x.committed, x.masked_before) == (y.block, y.step, y.committed, y.masked_before)
+            assert (x.block, x.step, x.committed, x.masked_before) == (
+                y.block,
+                y.step,
+                y.committed,
+                y.masked_before,
+            )
             assert x.mean_entropy == pytest.approx(y.mean_entropy, abs=1e-4)
             assert x.mean_confidence == pytest.approx(y.mean_confidence, abs=1e-4)
 
@@ -130,7 +142,9 @@ def captured_engine(dlm):
 
 
 def test_chunks_compile_with_fullgraph_and_decode_like_eager(captured_engine, dlm, prompts):
-    eager = DlmrtEngine(dlm["on"], Policy.parse("threshold:0.9"), compiled=False, config=DlmrtConfig(sync_every=2))
+    eager = DlmrtEngine(
+        dlm["on"], Policy.parse("threshold:0.9"), compiled=False, config=DlmrtConfig(sync_every=2)
+    )
     assert captured_engine.mode == "compile"
     assert outputs(captured_engine, prompts) == outputs(eager, prompts)
 
@@ -177,15 +191,22 @@ def run_without_host_data(fn, state: DecodeState) -> None:
     fake = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
     fake = {k: (mode.from_tensor(v) if isinstance(v, torch.Tensor) else v) for k, v in fake.items()}
     cache = state.cache
-    fake["cache"] = type(cache)([mode.from_tensor(t) for t in cache.k], [mode.from_tensor(t) for t in cache.v])
+    fake["cache"] = type(cache)(
+        [mode.from_tensor(t) for t in cache.k], [mode.from_tensor(t) for t in cache.v]
+    )
     with torch.inference_mode(), mode:
         fn(DecodeState(**fake))
 
 
 @pytest.fixture
 def block_state(dlm, prompts):
-    engine = DlmrtEngine(dlm["on"], Policy.parse("threshold:0.9"), compiled=False, log_steps=True,
-                         config=DlmrtConfig(sync_every=3))
+    engine = DlmrtEngine(
+        dlm["on"],
+        Policy.parse("threshold:0.9"),
+        compiled=False,
+        log_steps=True,
+        config=DlmrtConfig(sync_every=3),
+    )
     engine.generate(prompts[0], MAX_NEW)
     return engine, next(iter(engine._slots.values())).state
 
@@ -196,12 +217,15 @@ def test_no_host_sync_inside_either_chunk(block_state):
     run_without_host_data(lambda s: denoise_chunk(engine.model, engine.spec, s), state)
 
 
-@pytest.mark.parametrize("leak", [
-    lambda s: s.masked.any().item(),
-    lambda s: s.status.tolist(),
-    lambda s: bool(s.masked.any()),
-    lambda s: s.tokens[s.masked],
-])
+@pytest.mark.parametrize(
+    "leak",
+    [
+        lambda s: s.masked.any().item(),
+        lambda s: s.status.tolist(),
+        lambda s: bool(s.masked.any()),
+        lambda s: s.tokens[s.masked],
+    ],
+)
 def test_the_no_sync_check_catches_an_injected_host_read(block_state, leak):
     engine, state = block_state
 
@@ -215,7 +239,9 @@ def test_the_no_sync_check_catches_an_injected_host_read(block_state, leak):
         run_without_host_data(leaky_chunk, state)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: sync debug mode and CUDA graph capture")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA: sync debug mode and CUDA graph capture"
+)
 def test_cuda_chunk_has_no_sync_and_graph_replay_matches_eager(smoke_models, prompts):
     ckpt = load_checkpoint(smoke_models[1], device="cuda")
     policy = Policy.parse("threshold:0.9")
@@ -224,7 +250,9 @@ def test_cuda_chunk_has_no_sync_and_graph_replay_matches_eager(smoke_models, pro
     assert outputs(graph, prompts) == outputs(eager, prompts)
     from orl.eval.engine_bench import host_sync_in_chunk
 
-    assert host_sync_in_chunk(eager, prompts[0], MAX_NEW) is None  # the first host sync inside the chunks, if any
+    assert (
+        host_sync_in_chunk(eager, prompts[0], MAX_NEW) is None
+    )  # the first host sync inside the chunks, if any
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where CUDA is missing")
@@ -243,9 +271,25 @@ def test_bench_engine_rounds_medians_step_time_and_profile_on_the_cpu(smoke_mode
     from orl.records import load_records
 
     out = tmp_path / "bench.jsonl"
-    argv = ["bench-engine", "--ckpt", str(smoke_models[1]), "--limit", "3", "--rounds", "3", "--repeats", "2",
-            "--max-new-tokens", "32", "--engines", "dlmrt-eager,reference", "--profile", "--out", str(out),
-            "--no-progress"]
+    argv = [
+        "bench-engine",
+        "--ckpt",
+        str(smoke_models[1]),
+        "--limit",
+        "3",
+        "--rounds",
+        "3",
+        "--repeats",
+        "2",
+        "--max-new-tokens",
+        "32",
+        "--engines",
+        "dlmrt-eager,reference",
+        "--profile",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "identical to reference: 3/3" in printed and "profile (eager):" in printed
@@ -279,7 +323,9 @@ def test_cudnn_attention_is_left_out_on_cuda_only():
 
 @pytest.mark.slow
 def test_inductor_compiled_engine_matches_the_reference(dlm, prompts, reference_outputs):
-    engine = DlmrtEngine(dlm["on"], Policy.parse("threshold:0.9"), compiled=True, config=DlmrtConfig(sync_every=2))
+    engine = DlmrtEngine(
+        dlm["on"], Policy.parse("threshold:0.9"), compiled=True, config=DlmrtConfig(sync_every=2)
+    )
     assert engine.mode == "compile"
     assert outputs(engine, prompts) == reference_outputs("threshold:0.9", "on")
 
@@ -329,7 +375,9 @@ def test_eos_fills_the_rest_of_its_block_and_stops_generation(random_dlm_dir, pr
     P = len(ckpt.tokenizer.encode(prompts[0]))
     ckpt.model = EosAt(ckpt.model, position=P + B + 3, eos_id=eos)  # <eos> at offset 3 of block 1
     policy = Policy.parse("fixed:1")
-    dl = DlmrtEngine(ckpt, policy, compiled=False, config=DlmrtConfig(sync_every=3)).generate(prompts[0], 4 * B)
+    dl = DlmrtEngine(ckpt, policy, compiled=False, config=DlmrtConfig(sync_every=3)).generate(
+        prompts[0], 4 * B
+    )
     ref = ReferenceDiffusion(ckpt, policy).generate(prompts[0], 4 * B)
     # Block 0: B steps. Block 1: step 0 commits <eos> at offset 3 and fills offsets 4.., then
     # 3 steps for offsets 0..2; then generation stops (blocks 2 and 3 are never started).
@@ -345,7 +393,9 @@ def test_cache_length_is_a_bounded_set_of_buckets():
     assert cache_bucket(100, 8, 160, 64) == 128
     assert cache_bucket(150, 8, 160, 64) == 160  # capped at the context
     assert cache_bucket(3000, 16, 40960, 256) == 4096
-    assert {cache_bucket(n, 16, 40960, 256) for n in range(1, 40960, 7)} == {2 ** k for k in range(8, 16)} | {40960}
+    assert {cache_bucket(n, 16, 40960, 256) for n in range(1, 40960, 7)} == {2**k for k in range(8, 16)} | {
+        40960
+    }
 
 
 def test_engine_reuses_its_buffers_and_runners_across_requests(dlm, prompts):
@@ -359,8 +409,9 @@ def test_bare_forward_replay_runs_the_requests_forwards_on_its_own_buffers(dlm, 
     from orl.engines.dlmrt.forwards import BareForwards
 
     # Small buckets: a request that stops early would fit a smaller bucket than the one it ran in.
-    engine = DlmrtEngine(dlm["off"], Policy.parse("threshold:0.9"), compiled=False,
-                         config=DlmrtConfig(min_cache_len=16))
+    engine = DlmrtEngine(
+        dlm["off"], Policy.parse("threshold:0.9"), compiled=False, config=DlmrtConfig(min_cache_len=16)
+    )
     bare = BareForwards(engine)
     counter = ForwardCounter(engine.model)
     for prompt in prompts:
@@ -408,8 +459,19 @@ def test_max_new_tokens_must_be_a_positive_integer(counted, bad):
 def test_unknown_policy_is_rejected_by_the_generate_command(smoke_models, capsys):
     from orl.cli import main
 
-    code = main(["generate", "--ckpt", str(smoke_models[1]), "--engine", "dlmrt-eager", "--policy", "greedy:2",
-                 "--prompt", "def f(x):"])
+    code = main(
+        [
+            "generate",
+            "--ckpt",
+            str(smoke_models[1]),
+            "--engine",
+            "dlmrt-eager",
+            "--policy",
+            "greedy:2",
+            "--prompt",
+            "def f(x):",
+        ]
+    )
     assert code == 2
     assert "unknown policy 'greedy'" in capsys.readouterr().err
 
@@ -425,9 +487,26 @@ def test_bench_engine_command_writes_records_and_prints_the_figures(smoke_models
     from orl.records import load_records
 
     out = tmp_path / "bench.jsonl"
-    code = main(["bench-engine", "--ckpt", str(smoke_models[1]), "--limit", "2", "--difficulty", "easy",
-                 "--max-new-tokens", "16", "--engines", "dlmrt-eager,reference", "--warmup", "1",
-                 "--out", str(out), "--no-progress"])
+    code = main(
+        [
+            "bench-engine",
+            "--ckpt",
+            str(smoke_models[1]),
+            "--limit",
+            "2",
+            "--difficulty",
+            "easy",
+            "--max-new-tokens",
+            "16",
+            "--engines",
+            "dlmrt-eager,reference",
+            "--warmup",
+            "1",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-3].startswith("overhead=") and float(lines[-3].split("=")[1]) > 0

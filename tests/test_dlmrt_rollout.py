@@ -110,14 +110,19 @@ def test_replaying_dlmrt_states_reproduces_the_next_steps_inputs(dlm, prompts):
     states = dlmrt.states
     with torch.no_grad():
         confidence = torch.softmax(replay_logits(dlm.model, states).float(), -1).amax(-1)
-    index = {key: i for i, key in enumerate(zip(states.request.tolist(), states.block.tolist(),
-                                                states.step.tolist(), strict=True))}
+    index = {
+        key: i
+        for i, key in enumerate(
+            zip(states.request.tolist(), states.block.tolist(), states.step.tolist(), strict=True)
+        )
+    }
     pairs = [(index[r, j, k - 1], i) for (r, j, k), i in index.items() if k > 0]
     assert pairs
     for before, after in pairs:
         masked = states.masked[before]
-        torch.testing.assert_close(confidence[before][masked], states.prev_confidence[after][masked],
-                                   atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            confidence[before][masked], states.prev_confidence[after][masked], atol=1e-4, rtol=1e-4
+        )
 
 
 def test_a_watcher_needs_one_step_per_chunk(dlm):
@@ -128,7 +133,9 @@ def test_a_watcher_needs_one_step_per_chunk(dlm):
         engine.generate_ids(dlm.tokenizer.encode("def f():"), MAX_NEW, watcher=object())
 
 
-def test_train_orl_with_dlmrt_rollouts_records_the_engine_and_keeps_it_in_the_resume_check(smoke_models, tmp_path):
+def test_train_orl_with_dlmrt_rollouts_records_the_engine_and_keeps_it_in_the_resume_check(
+    smoke_models, tmp_path
+):
     """`orl train-orl --rollout-engine dlmrt-eager`: the first refresh (the initial weights) decodes
     what the recompute rollout decodes; the record names the engine; resuming with the other engine
     is refused."""
@@ -137,11 +144,31 @@ def test_train_orl_with_dlmrt_rollouts_records_the_engine_and_keeps_it_in_the_re
     from orl.train.orl import train_orl
 
     # dlmrt rollouts decode greedily (rollout_temperature 0); the recompute run below does the same.
-    (tmp_path / "short.yaml").write_text("orl: {iterations_steps: 2, checkpoint_every: 1, rollout_temperature: 0.0}\n")
+    (tmp_path / "short.yaml").write_text(
+        "orl: {iterations_steps: 2, checkpoint_every: 1, rollout_temperature: 0.0}\n"
+    )
     out, record = tmp_path / "orl", tmp_path / "train.jsonl"
-    assert main(["train-orl", "--preset", "smoke", "--config", str(tmp_path / "short.yaml"), "--init",
-                 str(smoke_models[1]), "--out", str(out), "--no-progress", "--rollout-engine", "dlmrt-eager",
-                 "--record", str(record)]) == 0
+    assert (
+        main(
+            [
+                "train-orl",
+                "--preset",
+                "smoke",
+                "--config",
+                str(tmp_path / "short.yaml"),
+                "--init",
+                str(smoke_models[1]),
+                "--out",
+                str(out),
+                "--no-progress",
+                "--rollout-engine",
+                "dlmrt-eager",
+                "--record",
+                str(record),
+            ]
+        )
+        == 0
+    )
     written = json.loads(record.read_text().splitlines()[0])
     assert written["extra"]["rollout_engine"] == "dlmrt-eager"
     preset = load_preset("smoke", tmp_path / "short.yaml")

@@ -57,8 +57,16 @@ VLLM_EAGLE3_TENSORS = {
 
 def _dims(t: ModelConfig, n_aux: int) -> dict[str, int]:
     h = t.hidden_size
-    return {"H": h, "A*H": n_aux * h, "2*H": 2 * h, "Hq": t.num_attention_heads * t.head_dim,
-            "Hkv": t.num_key_value_heads * t.head_dim, "D": t.head_dim, "I": t.intermediate_size, "V": t.vocab_size}
+    return {
+        "H": h,
+        "A*H": n_aux * h,
+        "2*H": 2 * h,
+        "Hq": t.num_attention_heads * t.head_dim,
+        "Hkv": t.num_key_value_heads * t.head_dim,
+        "D": t.head_dim,
+        "I": t.intermediate_size,
+        "V": t.vocab_size,
+    }
 
 
 def _random_head(cfg: Eagle3Config, std: float = 0.2, seed: int = 0) -> Eagle3Head:
@@ -95,9 +103,18 @@ def test_the_written_head_is_what_vllms_eagle3_loader_reads(ar_ckpt_dir, tmp_pat
     assert config["hidden_size"] == t.hidden_size == config["target_hidden_size"]
     assert config["draft_vocab_size"] == config["vocab_size"] == t.vocab_size  # whole vocabulary: no d2t
     assert config["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2] == cfg.aux_layer_ids
-    assert config["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [0, 1, 2], "use_aux_hidden_state": True}
+    assert config["eagle_config"] == {
+        "eagle_aux_hidden_state_layer_ids": [0, 1, 2],
+        "use_aux_hidden_state": True,
+    }
     assert config["num_aux_hidden_states"] == 3
-    for field in ("intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps"):
+    for field in (
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "rms_norm_eps",
+    ):
         assert config[field] == getattr(t, field), field
     assert config["rope_parameters"]["rope_theta"] == t.rope_theta
     assert not config["norm_before_residual"] and "norm_before_fc" not in config and "fc_norm" not in config
@@ -130,9 +147,17 @@ def test_aux_states_are_the_residual_stream_after_the_chosen_layers(ar_ckpt_dir)
 
 
 def test_the_first_position_matches_a_hand_computation():
-    """At position 0 a query sees only its own key, so attention is o_proj(v): the layer written out by hand."""
-    t = ModelConfig(vocab_size=50, hidden_size=16, intermediate_size=24, num_hidden_layers=4,
-                    num_attention_heads=2, num_key_value_heads=1, head_dim=8)
+    """At position 0 a query sees only its own key, so attention is o_proj(v): the layer written out by
+    hand."""
+    t = ModelConfig(
+        vocab_size=50,
+        hidden_size=16,
+        intermediate_size=24,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+    )
     head = _random_head(Eagle3Config(t))
     embed = torch.nn.Embedding(50, 16)
     ids = torch.tensor([[4, 17, 23]])
@@ -145,11 +170,15 @@ def test_the_first_position_matches_a_hand_computation():
 
     lay = head.layer
     g = aux[0, 0] @ head.fc.weight.T  # fc of the concatenated states
-    x = torch.cat([rms(embed.weight[17], lay.input_layernorm), rms(g, lay.hidden_norm)])  # token 1 with state 0
+    x = torch.cat(
+        [rms(embed.weight[17], lay.input_layernorm), rms(g, lay.hidden_norm)]
+    )  # token 1 with state 0
     v = x @ lay.self_attn.v_proj.weight.T  # one kv head of 8, shared by both query heads
     residual = g + torch.cat([v, v]) @ lay.self_attn.o_proj.weight.T
     m = rms(residual, lay.post_attention_layernorm)
-    mlp = (F.silu(m @ lay.mlp.gate_proj.weight.T) * (m @ lay.mlp.up_proj.weight.T)) @ lay.mlp.down_proj.weight.T
+    mlp = (
+        F.silu(m @ lay.mlp.gate_proj.weight.T) * (m @ lay.mlp.up_proj.weight.T)
+    ) @ lay.mlp.down_proj.weight.T
     expected = rms(residual + mlp, head.norm) @ head.lm_head.weight.T
     torch.testing.assert_close(logits[0, 0], expected, rtol=1e-4, atol=1e-4)
 
@@ -157,8 +186,15 @@ def test_the_first_position_matches_a_hand_computation():
 def test_training_time_test_equals_step_by_step_drafting():
     """Step k of the unrolled training forward at anchor t is the k-th draft vLLM's proposer makes there:
     the first pass over the context, then single steps fed the head's own output and a growing cache."""
-    t = ModelConfig(vocab_size=40, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
-                    num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+    t = ModelConfig(
+        vocab_size=40,
+        hidden_size=16,
+        intermediate_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+    )
     head = _random_head(Eagle3Config(t), std=0.3)
     embed = torch.nn.Embedding(40, 16)
     torch.manual_seed(1)
@@ -172,14 +208,17 @@ def test_training_time_test_equals_step_by_step_drafting():
 
 
 def test_the_training_loss_decreases(ar_ckpt_dir, tmp_path):
-    cfg = Eagle3TrainConfig(prompts=6, eval_prompts=2, max_new_tokens=12, steps=12, batch_size=3, lr=3e-3,
-                            long_fraction=0.0)
+    cfg = Eagle3TrainConfig(
+        prompts=6, eval_prompts=2, max_new_tokens=12, steps=12, batch_size=3, lr=3e-3, long_fraction=0.0
+    )
     summary = train_eagle3(ar_ckpt_dir, tmp_path / "head", cfg)
     losses = summary["losses"]
     assert len(losses) == 12 and sum(losses[-3:]) / 3 < 0.8 * losses[0]
     assert summary["aux_layer_ids"] == [0, 1, 2] and summary["train_generated_tokens"] > 0
     assert summary["acceptance_length_estimate"] >= 1.0
-    assert json.loads((tmp_path / "head" / "config.json").read_text())["architectures"] == ["Eagle3Qwen3ForCausalLM"]
+    assert json.loads((tmp_path / "head" / "config.json").read_text())["architectures"] == [
+        "Eagle3Qwen3ForCausalLM"
+    ]
 
 
 def test_the_head_starts_from_the_targets_output_matrix(ar_ckpt_dir):
@@ -192,14 +231,27 @@ def test_the_head_starts_from_the_targets_output_matrix(ar_ckpt_dir):
 
 # ------------------------------------------------------------------------------ vLLM itself (its environment)
 
-needs_vllm_env = pytest.mark.skipif(not os.access(VLLM_PYTHON, os.X_OK),
-                                    reason=f"{serving.VLLM_ENV_MISSING}: {VLLM_PYTHON} is absent")
+needs_vllm_env = pytest.mark.skipif(
+    not os.access(VLLM_PYTHON, os.X_OK), reason=f"{serving.VLLM_ENV_MISSING}: {VLLM_PYTHON} is absent"
+)
 
 
-def _vllm_greedy(target: Path, prompts: list[list[int]], max_tokens: int, speculative: dict | None = None) -> dict:
-    request = {"target": str(target), "prompts": prompts, "max_tokens": max_tokens, "speculative_config": speculative}
-    run = subprocess.run([str(VLLM_PYTHON), str(REPO / "scripts" / "vllm_greedy.py"), json.dumps(request)],
-                         capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+def _vllm_greedy(
+    target: Path, prompts: list[list[int]], max_tokens: int, speculative: dict | None = None
+) -> dict:
+    request = {
+        "target": str(target),
+        "prompts": prompts,
+        "max_tokens": max_tokens,
+        "speculative_config": speculative,
+    }
+    run = subprocess.run(
+        [str(VLLM_PYTHON), str(REPO / "scripts" / "vllm_greedy.py"), json.dumps(request)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     line = next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))
     return json.loads(line.removeprefix("RESULT "))
@@ -222,14 +274,17 @@ def test_vllm_drafts_with_the_head_and_keeps_the_targets_greedy_tokens(tokenizer
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.2)  # clear argmax margins: no near-ties between engines
-    target = export_checkpoint(save_checkpoint(model, tokenizer, tmp_path / "ours"), tmp_path / "qwen3",
-                               "qwen3").out_dir
+    target = export_checkpoint(
+        save_checkpoint(model, tokenizer, tmp_path / "ours"), tmp_path / "qwen3", "qwen3"
+    ).out_dir
     ckpt = load_checkpoint(target)
     head_dir = write_head(_random_head(Eagle3Config(ckpt.model.config), std=0.05), ckpt, tmp_path / "eagle3")
     texts = ["def add(a, b):\n", "x = [1, 2"]
     prompts = [ckpt.tokenizer.encode(text) for text in texts]
     plain = _vllm_greedy(target, prompts, 12)
-    spec = _vllm_greedy(target, prompts, 12, {"method": "eagle3", "model": str(head_dir), "num_speculative_tokens": 3})
+    spec = _vllm_greedy(
+        target, prompts, 12, {"method": "eagle3", "model": str(head_dir), "num_speculative_tokens": 3}
+    )
     ours = [ReferenceAR(ckpt, ignore_eos=True).generate(text, 12).token_ids for text in texts]
     assert spec["tokens"] == plain["tokens"] == ours  # greedy verification is lossless
     assert all(m["num_spec_steps"] > 0 and m["num_draft_tokens"] > 0 for m in spec["spec"])  # it did draft

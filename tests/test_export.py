@@ -18,11 +18,15 @@ from .conftest import small_config
 def dlm_ckpt_dir(tokenizer, tmp_path_factory):
     """A random block-diffusion checkpoint of ours (after-prompt layout, residual α 0.5)."""
     torch.manual_seed(3)
-    model = Transformer(small_config(tokenizer, attention_mode="block-causal", block_size=4, residual_alpha=0.5))
+    model = Transformer(
+        small_config(tokenizer, attention_mode="block-causal", block_size=4, residual_alpha=0.5)
+    )
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.2)
-    return save_checkpoint(model, tokenizer, tmp_path_factory.mktemp("dlm"), extra_config={"orl_model_name": "d"})
+    return save_checkpoint(
+        model, tokenizer, tmp_path_factory.mktemp("dlm"), extra_config={"orl_model_name": "d"}
+    )
 
 
 def _logits(ckpt_dir, ids, mask=None):
@@ -40,8 +44,11 @@ def test_sdar_export_round_trips_with_identical_logits(dlm_ckpt_dir, tokenizer, 
     assert printed.startswith(f"exported {out}") and "always place blocks at absolute positions" in printed
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["SDARForCausalLM"] and config["model_type"] == "sdar"
-    assert (config["block_size"], config["mask_token_id"], config["block_layout"]) == (4, tokenizer.mask_id,
-                                                                                        "after-prompt")
+    assert (config["block_size"], config["mask_token_id"], config["block_layout"]) == (
+        4,
+        tokenizer.mask_id,
+        "after-prompt",
+    )
     assert config["orl_model_name"] == "d"
     tok_config = json.loads((out / "tokenizer_config.json").read_text())
     assert tok_config["mask_token"] == "[MASK]" and tok_config["eos_token"] == "<eos>"
@@ -61,8 +68,10 @@ def test_sdar_export_loads_in_transformers_tokenizer_with_its_mask_token(dlm_ckp
 
     out = export_checkpoint(dlm_ckpt_dir, tmp_path / "sdar", "sdar").out_dir
     theirs = AutoTokenizer.from_pretrained(str(out))
-    assert theirs.mask_token == "[MASK]" and theirs.convert_tokens_to_ids("[MASK]") == load_checkpoint(
-        dlm_ckpt_dir).tokenizer.mask_id
+    assert (
+        theirs.mask_token == "[MASK]"
+        and theirs.convert_tokens_to_ids("[MASK]") == load_checkpoint(dlm_ckpt_dir).tokenizer.mask_id
+    )
 
 
 def test_qwen3_export_is_plain_qwen3_for_transformers(ar_ckpt_dir, tmp_path):
@@ -85,9 +94,13 @@ def test_qwen3_export_is_plain_qwen3_for_transformers(ar_ckpt_dir, tmp_path):
 def test_export_refuses_the_wrong_family_and_an_existing_directory(ar_ckpt_dir, dlm_ckpt_dir, tmp_path):
     from orl.model.export import export_checkpoint
 
-    with pytest.raises(CheckpointError, match=r"is an AR checkpoint; --format sdar needs a block-diffusion one"):
+    with pytest.raises(
+        CheckpointError, match=r"is an AR checkpoint; --format sdar needs a block-diffusion one"
+    ):
         export_checkpoint(ar_ckpt_dir, tmp_path / "a", "sdar")
-    with pytest.raises(CheckpointError, match=r"is a block-diffusion checkpoint; as Qwen3 it would run as an AR"):
+    with pytest.raises(
+        CheckpointError, match=r"is a block-diffusion checkpoint; as Qwen3 it would run as an AR"
+    ):
         export_checkpoint(dlm_ckpt_dir, tmp_path / "b", "qwen3")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
@@ -101,7 +114,10 @@ def test_sdar_export_copies_modeling_code_from_a_local_release(dlm_ckpt_dir, tmp
 
     release = tmp_path / "release"
     release.mkdir()
-    auto_map = {"AutoConfig": "configuration_sdar.SDARConfig", "AutoModelForCausalLM": "modeling_sdar.SDARForCausalLM"}
+    auto_map = {
+        "AutoConfig": "configuration_sdar.SDARConfig",
+        "AutoModelForCausalLM": "modeling_sdar.SDARForCausalLM",
+    }
     (release / "config.json").write_text(json.dumps({"auto_map": auto_map}))
     for name in ("configuration_sdar.py", "modeling_sdar.py"):
         (release / name).write_text("# stand-in for the release's file\n")

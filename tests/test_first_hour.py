@@ -35,6 +35,7 @@ def one_line_error(capsys, argv: list[str], *expected: str) -> str:
 @pytest.fixture
 def no_decoding(monkeypatch):
     """Any decoding or training reached by a case fails the test: the checks must come first."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("work started before the arguments were checked")
 
@@ -46,48 +47,118 @@ def no_decoding(monkeypatch):
 
 @pytest.mark.parametrize("limit", ["0", "-3", "x"])
 def test_eval_quality_limit_must_be_positive(capsys, tmp_path, ar_ckpt_dir, no_decoding, limit):
-    one_line_error(capsys, ["eval-quality", "--ckpt", str(ar_ckpt_dir), "--limit", limit, "--out",
-                            str(tmp_path / "q.jsonl")], "--limit", "positive integer")
+    one_line_error(
+        capsys,
+        ["eval-quality", "--ckpt", str(ar_ckpt_dir), "--limit", limit, "--out", str(tmp_path / "q.jsonl")],
+        "--limit",
+        "positive integer",
+    )
 
 
 def test_eval_quality_unknown_difficulty(capsys, tmp_path, ar_ckpt_dir, no_decoding):
-    one_line_error(capsys, ["eval-quality", "--ckpt", str(ar_ckpt_dir), "--difficulty", "medum", "--out",
-                            str(tmp_path / "q.jsonl")], "--difficulty", "medum")
+    one_line_error(
+        capsys,
+        [
+            "eval-quality",
+            "--ckpt",
+            str(ar_ckpt_dir),
+            "--difficulty",
+            "medum",
+            "--out",
+            str(tmp_path / "q.jsonl"),
+        ],
+        "--difficulty",
+        "medum",
+    )
 
 
 def test_eval_quality_out_directory(capsys, tmp_path, ar_ckpt_dir, no_decoding):
-    one_line_error(capsys, ["eval-quality", "--ckpt", str(ar_ckpt_dir), "--out", str(tmp_path)],
-                   "--out", "is a directory")
+    one_line_error(
+        capsys,
+        ["eval-quality", "--ckpt", str(ar_ckpt_dir), "--out", str(tmp_path)],
+        "--out",
+        "is a directory",
+    )
 
 
 def test_hf_assisted_needs_a_draft(capsys, tmp_path, ar_ckpt_dir, no_decoding):
-    one_line_error(capsys, ["eval-quality", "--ckpt", str(ar_ckpt_dir), "--engine", "hf-assisted", "--limit", "1",
-                            "--out", str(tmp_path / "q.jsonl")], "hf-assisted", "--draft")
+    one_line_error(
+        capsys,
+        [
+            "eval-quality",
+            "--ckpt",
+            str(ar_ckpt_dir),
+            "--engine",
+            "hf-assisted",
+            "--limit",
+            "1",
+            "--out",
+            str(tmp_path / "q.jsonl"),
+        ],
+        "hf-assisted",
+        "--draft",
+    )
     assert not (tmp_path / "q.jsonl").exists()
 
 
 def test_a_draft_an_engine_ignores_is_refused(capsys, ar_ckpt_dir, no_decoding):
-    one_line_error(capsys, ["generate", "--ckpt", str(ar_ckpt_dir), "--engine", "hf", "--draft", str(ar_ckpt_dir),
-                            "--prompt", "x"], "--draft", "hf")
+    one_line_error(
+        capsys,
+        [
+            "generate",
+            "--ckpt",
+            str(ar_ckpt_dir),
+            "--engine",
+            "hf",
+            "--draft",
+            str(ar_ckpt_dir),
+            "--prompt",
+            "x",
+        ],
+        "--draft",
+        "hf",
+    )
 
 
 @pytest.mark.parametrize("engine", ["reference", "hf"])
 def test_a_commit_policy_on_an_ar_checkpoint_is_refused(capsys, ar_ckpt_dir, no_decoding, engine):
-    one_line_error(capsys, ["generate", "--ckpt", str(ar_ckpt_dir), "--engine", engine, "--policy", "threshold:0.5",
-                            "--prompt", "x"], "--policy threshold:0.5")
+    one_line_error(
+        capsys,
+        [
+            "generate",
+            "--ckpt",
+            str(ar_ckpt_dir),
+            "--engine",
+            engine,
+            "--policy",
+            "threshold:0.5",
+            "--prompt",
+            "x",
+        ],
+        "--policy threshold:0.5",
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the case is a CPU machine")
 def test_generate_on_a_serving_engine_without_cuda(capsys, ar_ckpt_dir):
-    one_line_error(capsys, ["generate", "--ckpt", str(ar_ckpt_dir), "--engine", "vllm", "--prompt", "x"],
-                   "--engine vllm: cannot run here")
+    one_line_error(
+        capsys,
+        ["generate", "--ckpt", str(ar_ckpt_dir), "--engine", "vllm", "--prompt", "x"],
+        "--engine vllm: cannot run here",
+    )
 
 
-@pytest.mark.parametrize(("value", "message"), [("", "got none"), ("0.5,2", "(0, 1]"), ("abc", "not a number"),
-                                                 ("0.5,0.5", "twice")])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("", "got none"), ("0.5,2", "(0, 1]"), ("abc", "not a number"), ("0.5,0.5", "twice")],
+)
 def test_sweep_thresholds_checked_before_decoding(capsys, tmp_path, ar_ckpt_dir, no_decoding, value, message):
-    one_line_error(capsys, ["sweep", "--ckpt", str(ar_ckpt_dir), "--thresholds", value, "--out",
-                            str(tmp_path / "s.jsonl")], "--thresholds", message)
+    one_line_error(
+        capsys,
+        ["sweep", "--ckpt", str(ar_ckpt_dir), "--thresholds", value, "--out", str(tmp_path / "s.jsonl")],
+        "--thresholds",
+        message,
+    )
 
 
 def test_sweep_values_parse():
@@ -98,42 +169,100 @@ def test_sweep_values_parse():
 def test_training_steps_must_be_positive(capsys, tmp_path, no_decoding, section, text):
     config = tmp_path / "bad.yaml"
     config.write_text(text + "\n")
-    one_line_error(capsys, ["train-ar", "--preset", "smoke", "--config", str(config), "--out", str(tmp_path / "o")],
-                   f"{section}.steps", "positive integer")
+    one_line_error(
+        capsys,
+        ["train-ar", "--preset", "smoke", "--config", str(config), "--out", str(tmp_path / "o")],
+        f"{section}.steps",
+        "positive integer",
+    )
     assert not (tmp_path / "o").exists()
 
 
 def test_orl_steps_must_be_positive(capsys, tmp_path, no_decoding):
     config = tmp_path / "bad.yaml"
     config.write_text("orl: {iterations_steps: 0}\n")
-    one_line_error(capsys, ["train-orl", "--preset", "smoke", "--config", str(config), "--init", str(tmp_path),
-                            "--out", str(tmp_path / "o")], "orl.iterations_steps")
+    one_line_error(
+        capsys,
+        [
+            "train-orl",
+            "--preset",
+            "smoke",
+            "--config",
+            str(config),
+            "--init",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        "orl.iterations_steps",
+    )
 
 
-@pytest.mark.parametrize("text, field", [("orl: {rollouts_per_prompt: 0}", "orl.rollouts_per_prompt"),
-                                         ("orl: {batch_size: -1}", "orl.batch_size")])
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ("orl: {rollouts_per_prompt: 0}", "orl.rollouts_per_prompt"),
+        ("orl: {batch_size: -1}", "orl.batch_size"),
+    ],
+)
 def test_orl_counts_are_checked_but_batch_size_zero_means_all(capsys, tmp_path, no_decoding, text, field):
     config = tmp_path / "bad.yaml"
     config.write_text(text + "\n")
-    one_line_error(capsys, ["train-orl", "--preset", "smoke", "--config", str(config), "--init", str(tmp_path),
-                            "--out", str(tmp_path / "o")], field)
+    one_line_error(
+        capsys,
+        [
+            "train-orl",
+            "--preset",
+            "smoke",
+            "--config",
+            str(config),
+            "--init",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        field,
+    )
 
 
 def test_convert_steps_must_be_positive(capsys, tmp_path, no_decoding):
     config = tmp_path / "bad.yaml"
     config.write_text("convert: {steps: 0}\n")
-    one_line_error(capsys, ["convert", "--preset", "smoke", "--config", str(config), "--init", str(tmp_path),
-                            "--out", str(tmp_path / "o")], "convert.steps")
+    one_line_error(
+        capsys,
+        [
+            "convert",
+            "--preset",
+            "smoke",
+            "--config",
+            str(config),
+            "--init",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        "convert.steps",
+    )
 
 
 def test_train_orl_warns_when_nothing_was_retained(capsys, tmp_path, monkeypatch):
-    summary = {"steps": 10, "refreshes": 2, "self_generated_tokens": 0, "wall_s": 1.0, "reference_targets": 16}
+    summary = {
+        "steps": 10,
+        "refreshes": 2,
+        "self_generated_tokens": 0,
+        "wall_s": 1.0,
+        "reference_targets": 16,
+    }
     monkeypatch.setattr("orl.train.orl.check_init", lambda *a, **k: None)
     monkeypatch.setattr("orl.train.orl.train_orl", lambda *a, **k: summary)
     monkeypatch.setattr("orl.commands.train_orl.make_rollout", lambda *a, **k: None)
-    assert main(["train-orl", "--preset", "smoke", "--init", str(tmp_path), "--out", str(tmp_path / "o")]) == 0
+    assert (
+        main(["train-orl", "--preset", "smoke", "--init", str(tmp_path), "--out", str(tmp_path / "o")]) == 0
+    )
     err = capsys.readouterr().err
-    assert "warning:" in err and "no self-generated token was retained" in err and "reference solutions" in err
+    assert (
+        "warning:" in err and "no self-generated token was retained" in err and "reference solutions" in err
+    )
 
 
 def test_generate_help_says_what_it_prints(capsys):
@@ -160,22 +289,38 @@ def test_rows_lists_every_table(capsys):
 
 
 def test_records_show(capsys, tmp_path):
-    record = make_record("quality", system="dLLM + ORL", engine="dlmrt", model={"name": "m", "precision": "float32"},
-                         metrics={"pass_at_1": 0.5, "tpf": 0.959}, suite="tinycode", split="test",
-                         n_problems=2)
+    record = make_record(
+        "quality",
+        system="dLLM + ORL",
+        engine="dlmrt",
+        model={"name": "m", "precision": "float32"},
+        metrics={"pass_at_1": 0.5, "tpf": 0.959},
+        suite="tinycode",
+        split="test",
+        n_problems=2,
+    )
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(record) + "\n")
     assert main(["records", "show", str(path)]) == 0
-    assert "1: quality | dLLM + ORL | dlmrt | tinycode | measured | pass_at_1=0.5 tpf=0.959" in capsys.readouterr().out
+    assert (
+        "1: quality | dLLM + ORL | dlmrt | tinycode | measured | pass_at_1=0.5 tpf=0.959"
+        in capsys.readouterr().out
+    )
 
 
 # --- One TPF rule for `orl records validate` and `orl submit` (orl/records/rules.py, docs/metrics.md) ---
 
 
 def test_tpf_below_one_is_one_rule_for_validate_and_submit(capsys, tmp_path):
-    record = make_record("latency", system="dLLM + ORL", engine="dlmrt", model={"name": "m", "precision": "float32"},
-                         metrics={"tpf": 0.959, "tokens_per_s": 10.0, "latency_median_s": 0.1}, suite="tinycode",
-                         n_problems=2)
+    record = make_record(
+        "latency",
+        system="dLLM + ORL",
+        engine="dlmrt",
+        model={"name": "m", "precision": "float32"},
+        metrics={"tpf": 0.959, "tokens_per_s": 10.0, "latency_median_s": 0.1},
+        suite="tinycode",
+        n_problems=2,
+    )
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(record) + "\n")
     assert main(["records", "validate", str(path)]) == 0
@@ -196,7 +341,9 @@ def test_a_configfile_must_name_its_profile(tmp_path):
 
 
 def test_a_config_typo_is_one_line():
-    problem = config_problem({"profile": "smoke", "colour": "blue"}, REPO / "workflows" / "config" / "schema.yaml")
+    problem = config_problem(
+        {"profile": "smoke", "colour": "blue"}, REPO / "workflows" / "config" / "schema.yaml"
+    )
     assert problem.startswith("unknown key 'colour' (known keys: ") and "\n" not in problem
 
 
@@ -209,13 +356,35 @@ def test_snakemake_refuses_a_configfile_without_profile(tmp_path):
 
 
 def test_render_warns_about_systems_no_row_reads(capsys, tmp_path):
-    record = make_record("quality", system="my system", engine="dlmrt", model={"name": "m", "precision": "float32"},
-                         metrics={"pass_at_1": 0.5, "tpf": 2.0}, suite="tinycode", split="test",
-                         n_problems=2)
+    record = make_record(
+        "quality",
+        system="my system",
+        engine="dlmrt",
+        model={"name": "m", "precision": "float32"},
+        metrics={"pass_at_1": 0.5, "tpf": 2.0},
+        suite="tinycode",
+        split="test",
+        n_problems=2,
+    )
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "q.jsonl").write_text(json.dumps(record) + "\n")
-    assert main(["render", "--profile", "smoke", "--results", str(tmp_path / "results"), "--out",
-                 str(tmp_path / "reports"), "--tables", "2", "--no-index"]) == 0
+    assert (
+        main(
+            [
+                "render",
+                "--profile",
+                "smoke",
+                "--results",
+                str(tmp_path / "results"),
+                "--out",
+                str(tmp_path / "reports"),
+                "--tables",
+                "2",
+                "--no-index",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "'my system'" in err and "orl rows" in err
 
@@ -247,8 +416,12 @@ def test_table2_opens_on_a_compact_headline(tiny_table2, tmp_path):
     assert "| system | verification | TPF | tokens/s | pass@1 | matched | speedup vs AR |" in head
     assert re.search(r"\| dLLM \+ ORL \| none \(dLLM commits\) \| [0-9.]+ \[[0-9.]+, [0-9.]+\] \|", head)
     assert "**Not run**" in head and "- AR (vLLM) (vllm): needs CUDA and vllm (tinycode" in head
-    assert "not run" not in head.split("**Not run**")[0].lower().replace("lines measured", "")  # none in the tables
-    assert "## All columns" in md and "| system | engine | verification | suite |" in md  # the full table, after
+    assert "not run" not in head.split("**Not run**")[0].lower().replace(
+        "lines measured", ""
+    )  # none in the tables
+    assert (
+        "## All columns" in md and "| system | engine | verification | suite |" in md
+    )  # the full table, after
     tex = paths["tex"].read_text()
     assert all(line.count("&") <= 6 for line in tex.splitlines())  # 7 columns: fits a page
     html = paths["html"].read_text()
@@ -284,10 +457,14 @@ def test_every_option_shows_its_default():
             if isinstance(action, argparse._SubParsersAction):
                 for sub, subparser in action.choices.items():
                     yield from walk(subparser, f"{name} {sub}")
-            elif action.option_strings and not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            elif action.option_strings and not isinstance(
+                action, (argparse._HelpAction, argparse._VersionAction)
+            ):
                 assert action.help, f"{name} {action.option_strings[0]}: no help text"
                 if action.default not in (None, False):
-                    assert "default" in formatter._get_help_string(action), f"{name} {action.option_strings[0]}"
+                    assert "default" in formatter._get_help_string(action), (
+                        f"{name} {action.option_strings[0]}"
+                    )
                 yield action
 
     assert len(list(walk(build_parser(), "orl"))) > 100
@@ -295,17 +472,23 @@ def test_every_option_shows_its_default():
 
 def test_quantize_takes_ckpt_like_every_command(capsys, tmp_path):
     one_line_error(capsys, ["quantize", "--out", str(tmp_path / "q")], "CKPT: required")
-    one_line_error(capsys, ["quantize", str(tmp_path / "a"), "--ckpt", str(tmp_path / "b"), "--out",
-                            str(tmp_path / "q")], "checkpoint given twice")
+    one_line_error(
+        capsys,
+        ["quantize", str(tmp_path / "a"), "--ckpt", str(tmp_path / "b"), "--out", str(tmp_path / "q")],
+        "checkpoint given twice",
+    )
 
 
 def test_accuracy_figure_averages_seeds_per_threshold():
     from orl.report.figures import mean_curves
 
-    curves = {("ORL", "dlmrt", "tinycode", "a"): [(4.0, 0.8, 0.9, None), (6.0, 0.6, 0.5, None)],
-              ("ORL", "dlmrt", "tinycode", "b"): [(5.0, 0.7, 0.9, None), (8.0, 0.5, 0.5, None)]}
-    assert mean_curves(curves) == {("ORL", "dlmrt", "tinycode"): [(0.9, 4.5, 0.75, 0.7, 0.8),
-                                                                  (0.5, 7.0, 0.55, 0.5, 0.6)]}
+    curves = {
+        ("ORL", "dlmrt", "tinycode", "a"): [(4.0, 0.8, 0.9, None), (6.0, 0.6, 0.5, None)],
+        ("ORL", "dlmrt", "tinycode", "b"): [(5.0, 0.7, 0.9, None), (8.0, 0.5, 0.5, None)],
+    }
+    assert mean_curves(curves) == {
+        ("ORL", "dlmrt", "tinycode"): [(0.9, 4.5, 0.75, 0.7, 0.8), (0.5, 7.0, 0.55, 0.5, 0.6)]
+    }
 
 
 def test_the_report_page_shows_every_table():

@@ -55,8 +55,12 @@ def test_decode_forwards_and_suite_metrics():
     ar = suite_metrics([{"tokens": 5, "nfe": 4, "nfe_prefill": 1}, {"tokens": 3, "nfe": 2, "nfe_prefill": 1}])
     assert ar == {"tpf": 8 / 6, "tpf_prefill": 1.0, "nfe_mean": 3.0, "nfe_prefill_mean": 1.0}
     # A dLLM: 16 tokens in 2 blocks with 5 steps, 7 tokens in 1 block with 2 steps.
-    dllm = suite_metrics([{"tokens": 16, "nfe": 5, "nfe_prefill": 1, "blocks": 2},
-                          {"tokens": 7, "nfe": 2, "nfe_prefill": 1, "blocks": 1}])
+    dllm = suite_metrics(
+        [
+            {"tokens": 16, "nfe": 5, "nfe_prefill": 1, "blocks": 2},
+            {"tokens": 7, "nfe": 2, "nfe_prefill": 1, "blocks": 1},
+        ]
+    )
     assert dllm["tpf"] == 23 / 7 and dllm["tpf_prefill"] == 23 / 9
     assert dllm["tpf_commit"] == 23 / (7 + 3) and dllm["tpf_ceiling"] == 23 / 3 and dllm["blocks_mean"] == 1.5
     # An entry without a field (a record made before it existed) leaves out what needs it: never a guess.
@@ -138,8 +142,9 @@ def test_dllm_decodes_at_a_block_size_other_than_its_own(dlm_dir):
     dl = diffusion_engine("dlmrt-eager", ckpt, policy=policy, block_size=8).generate(PROMPT, 20)
     assert (dl.token_ids, dl.nfe, dl.blocks) == (ref.token_ids, ref.nfe, ref.blocks)
     assert dl.block_size == 8 and dl.blocks <= math.ceil(20 / 8)
-    fixed = diffusion_engine("dlmrt-eager", ckpt, policy=Policy.parse("fixed:1"), ignore_eos=True,
-                             block_size=8)
+    fixed = diffusion_engine(
+        "dlmrt-eager", ckpt, policy=Policy.parse("fixed:1"), ignore_eos=True, block_size=8
+    )
     gen = fixed.generate(PROMPT, 16)
     assert (gen.blocks, gen.nfe) == (2, 16)  # one commit per step: a whole block of 8 per block
     with pytest.raises(InputError, match="--block-size"):
@@ -148,8 +153,11 @@ def test_dllm_decodes_at_a_block_size_other_than_its_own(dlm_dir):
 
 def _with_counts(records: list[dict], system: str, suite: str, block: int) -> dict:
     """One quality record of `system` as it would be written now: nfe_prefill and blocks per problem."""
-    record = next(r for r in records if (r["kind"], r["system"], r["suite"], r["status"])
-                  == ("quality", system, suite, "measured"))
+    record = next(
+        r
+        for r in records
+        if (r["kind"], r["system"], r["suite"], r["status"]) == ("quality", system, suite, "measured")
+    )
     for entry in record["per_problem"]:
         entry.update(nfe_prefill=1, blocks=max(1, -(-entry["tokens"] // block)))
     record["metrics"]["nfe_prefill_mean"] = 1.0

@@ -22,8 +22,16 @@ BASELINE = REPO / "results" / "gate" / "tiny-baseline.jsonl"
 
 
 def _key(record: dict) -> str:
-    return json.dumps([record["kind"], record["system"], record["engine"], record.get("suite"), record["policy"],
-                       record["created"]])
+    return json.dumps(
+        [
+            record["kind"],
+            record["system"],
+            record["engine"],
+            record.get("suite"),
+            record["policy"],
+            record["created"],
+        ]
+    )
 
 
 def gate_files() -> list[Path]:
@@ -76,7 +84,11 @@ def test_a_machine_twice_as_slow_passes_a_system_twice_as_slow_fails(fresh):
 
 
 def test_write_gate_needs_the_reference_row(tmp_path):
-    records = [r for r in load_records(BASELINE) if r["system"] not in ("reference timing", rows.ROW[rows.GATE_REFERENCE].system)]
+    records = [
+        r
+        for r in load_records(BASELINE)
+        if r["system"] not in ("reference timing", rows.ROW[rows.GATE_REFERENCE].system)
+    ]
     source = tmp_path / "latency.jsonl"
     source.write_text("".join(json.dumps(r) + "\n" for r in records))
     with pytest.raises(InputError, match="orl.rows.GATE_REFERENCE"):

@@ -29,13 +29,18 @@ def test_two_runs_of_at_most_eight_minutes_each_preflight_first():
         assert mine[0][1] == "preflight", f"run {run} does not start with its preflight"
         assert sum(limit for limit, _ in mine) <= 480, f"run {run} plans {sum(limit for limit, _ in mine)} s"
         assert len({step for _, step in mine}) == len(mine)
-    assert ("scale_qwen3_4b_b16" in [step for r, _, step in steps if r == 1]), "the most valuable row comes first"
+    assert "scale_qwen3_4b_b16" in [step for r, _, step in steps if r == 1], (
+        "the most valuable row comes first"
+    )
 
 
-@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has a GPU: the preflight would pass")
+@pytest.mark.skipif(
+    shutil.which("nvidia-smi") is not None, reason="this machine has a GPU: the preflight would pass"
+)
 def test_preflight_stops_the_run_where_there_is_no_gpu(tmp_path):
-    run = subprocess.run(["bash", str(SCRIPT), "--run", "1", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        ["bash", str(SCRIPT), "--run", "1", str(tmp_path / "out")], capture_output=True, text=True, timeout=60
+    )
     assert run.returncode != 0
     log = (tmp_path / "out" / "gpu_check.log").read_text()
     assert "preflight failed: run 1 stopped" in log and "scale_qwen3_4b_b16" not in log

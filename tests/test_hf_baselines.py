@@ -152,11 +152,14 @@ def test_dflash_is_lossless_and_tpf_above_one(smoke_models, prompts, reference_t
         # every verification commits its accepted drafts plus one bonus token
         assert gen.num_tokens <= gen.nfe + gen.nfe_prefill + gen.extra["accepted_tokens"]
         tokens, nfe = tokens + gen.num_tokens, nfe + gen.nfe + gen.nfe_prefill
-    assert tokens / nfe > 1.0  # the dLLM converted from the target agrees with it often (every target forward)
+    assert (
+        tokens / nfe > 1.0
+    )  # the dLLM converted from the target agrees with it often (every target forward)
 
 
-def test_dflash_respects_budget_and_random_drafter_stays_lossless(smoke_models, prompts, reference_tokens,
-                                                                  tmp_path):
+def test_dflash_respects_budget_and_random_drafter_stays_lossless(
+    smoke_models, prompts, reference_tokens, tmp_path
+):
     from orl.engines.dflash import DFlashEngine
     from orl.tokenizer import load_tokenizer
 

@@ -20,4 +20,7 @@ def test_a_new_file_gets_a_plain_writes_mode_and_a_rewrite_keeps_the_files_own(t
     record.chmod(0o600)
     atomic_write_text(record, '{"a": 1}\n')
     assert _mode(record) == 0o600 and record.read_text() == '{"a": 1}\n'
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt", "record.jsonl"]  # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "plain.txt",
+        "record.jsonl",
+    ]  # no temporary file left

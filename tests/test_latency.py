@@ -20,8 +20,14 @@ class FakeEngine:
 
     name = "fake"
 
-    def __init__(self, tpf: int, seconds_per_forward: float, clock: list[float], device: str = "cpu",
-                 shapes: dict[str, int] | None = None):
+    def __init__(
+        self,
+        tpf: int,
+        seconds_per_forward: float,
+        clock: list[float],
+        device: str = "cpu",
+        shapes: dict[str, int] | None = None,
+    ):
         self.tpf, self.spf, self.clock, self.device = tpf, seconds_per_forward, clock, torch.device(device)
         self.shapes = shapes or {}  # prompt -> compiled shape it runs in (None: nothing compiled)
         self.prompts_seen: list[str] = []
@@ -84,7 +90,9 @@ def test_gpu_engines_are_synchronised_around_each_request(clock, monkeypatch):
     calls = []
     engine = FakeEngine(tpf=1, seconds_per_forward=0.1, clock=clock, device="cuda:0")
     assert callable(latency.synchronizer(engine.device))  # built (not called: no GPU needed)
-    monkeypatch.setattr(latency, "synchronizer", lambda device: (lambda: calls.append(len(engine.prompts_seen))))
+    monkeypatch.setattr(
+        latency, "synchronizer", lambda device: lambda: calls.append(len(engine.prompts_seen))
+    )
     measure_latency(engine, ["aa", "bbb"], max_new_tokens=8, warmup=1, progress=False)
     assert calls == [0, 1, 1, 2, 2, 3]  # before and after each of the 3 requests
 
@@ -108,7 +116,9 @@ def test_after_request_runs_outside_the_timing_and_gives_the_overhead(clock):
         clock[0] += 100.0  # far slower than the request: it must not be in the request's time
         return generation.nfe * 0.5
 
-    run = measure_latency(engine, ["aa", "bbbb"], max_new_tokens=8, warmup=0, after_request=bare, progress=False)
+    run = measure_latency(
+        engine, ["aa", "bbbb"], max_new_tokens=8, warmup=0, after_request=bare, progress=False
+    )
     assert [t.wall_s for t in run.timings] == [2.0, 4.0]
     assert run.overhead == pytest.approx(6.0 / 3.0)
 

@@ -20,8 +20,15 @@ def _run(capsys, *argv) -> tuple[int, list[str]]:
 
 
 def _gen(tokens: int, nfe: int, draft: int = 0, extra: dict | None = None) -> Generation:
-    return Generation(token_ids=[7] * tokens, text="", nfe=nfe, nfe_prefill=1, wall_time_s=0.1,
-                      draft_forwards=draft, extra=extra or {})
+    return Generation(
+        token_ids=[7] * tokens,
+        text="",
+        nfe=nfe,
+        nfe_prefill=1,
+        wall_time_s=0.1,
+        draft_forwards=draft,
+        extra=extra or {},
+    )
 
 
 def _info(name: str, **what) -> EngineInfo:
@@ -37,19 +44,43 @@ def test_speculative_metrics_one_definition():
     assert spec == {"draft_forwards_mean": 1.5, "acceptance_length": 2.5}
     # vLLM / SGLang: their prefill forward verified nothing and yielded one token; it is left out of
     # both sides. 9 tokens in 4 forwards (3 decode + 1 prefill), 3 verifying: (9 - 1) / 3; then (5 - 1) / 2.
-    served = [_gen(9, 3, extra={"verify_forwards": 3, "server_acceptance_length": 3.0}),
-              _gen(5, 2, extra={"verify_forwards": 2, "server_acceptance_length": 2.5})]
-    assert speculative_metrics(_info("sglang", counts_draft_forwards=False), served) == {"acceptance_length": (8 + 4) / (3 + 2)}  # no draft forwards
+    served = [
+        _gen(9, 3, extra={"verify_forwards": 3, "server_acceptance_length": 3.0}),
+        _gen(5, 2, extra={"verify_forwards": 2, "server_acceptance_length": 2.5}),
+    ]
+    assert speculative_metrics(_info("sglang", counts_draft_forwards=False), served) == {
+        "acceptance_length": (8 + 4) / (3 + 2)
+    }  # no draft forwards
     assert acceptance_length([_gen(1, 0, extra={"verify_forwards": 0})]) is None
-    assert acceptance_rate([_gen(3, 1, extra={"drafted_tokens": 8, "accepted_tokens": 2}),
-                            _gen(3, 1, extra={"drafted_tokens": 2, "accepted_tokens": 1})]) == 0.3
+    assert (
+        acceptance_rate(
+            [
+                _gen(3, 1, extra={"drafted_tokens": 8, "accepted_tokens": 2}),
+                _gen(3, 1, extra={"drafted_tokens": 2, "accepted_tokens": 1}),
+            ]
+        )
+        == 0.3
+    )
     assert acceptance_rate([_gen(3, 3)]) is None
 
 
 def test_bench_latency_hf_writes_a_latency_record(ar_ckpt_dir, tmp_path, capsys):
     out = tmp_path / "hf.jsonl"
-    code, lines = _run(capsys, "--engine", "hf", "--ckpt", ar_ckpt_dir, "--limit", 3, "--warmup", 1,
-                       "--max-new-tokens", 8, "--out", out)
+    code, lines = _run(
+        capsys,
+        "--engine",
+        "hf",
+        "--ckpt",
+        ar_ckpt_dir,
+        "--limit",
+        3,
+        "--warmup",
+        1,
+        "--max-new-tokens",
+        8,
+        "--out",
+        out,
+    )
     assert code == 0
     match = LAST_LINE.match(lines[-1])
     assert match, lines[-1]
@@ -73,9 +104,27 @@ def test_bench_latency_hf_writes_a_latency_record(ar_ckpt_dir, tmp_path, capsys)
 def test_bench_latency_dflash_reports_acceptance(smoke_models, tmp_path, capsys):
     ar, dlm = smoke_models
     out = tmp_path / "dflash.jsonl"
-    code, lines = _run(capsys, "--engine", "dflash", "--ckpt", ar, "--draft", dlm, "--suite", "tinycode",
-                       "--limit", 2, "--warmup", 0, "--max-new-tokens", 16, "--system", "AR + DFlash-style",
-                       "--out", out)
+    code, lines = _run(
+        capsys,
+        "--engine",
+        "dflash",
+        "--ckpt",
+        ar,
+        "--draft",
+        dlm,
+        "--suite",
+        "tinycode",
+        "--limit",
+        2,
+        "--warmup",
+        0,
+        "--max-new-tokens",
+        16,
+        "--system",
+        "AR + DFlash-style",
+        "--out",
+        out,
+    )
     assert code == 0 and LAST_LINE.match(lines[-1])
     (record,) = load_records(out)
     metrics = record["metrics"]
@@ -90,10 +139,15 @@ def test_bench_latency_vllm_not_run_here(ar_ckpt_dir, tmp_path, capsys, monkeypa
     from orl.engines import serving
 
     # Whatever this machine has, simulate the CPU-only case the table must show.
-    monkeypatch.setattr(serving, "environment_reason",
-                        lambda package, device="cuda": serving.unavailable_reason(package, cuda=False, installed=False))
+    monkeypatch.setattr(
+        serving,
+        "environment_reason",
+        lambda package, device="cuda": serving.unavailable_reason(package, cuda=False, installed=False),
+    )
     out = tmp_path / "vllm.jsonl"
-    code, lines = _run(capsys, "--engine", "vllm", "--method", "ar", "--ckpt", ar_ckpt_dir, "--limit", 2, "--out", out)
+    code, lines = _run(
+        capsys, "--engine", "vllm", "--method", "ar", "--ckpt", ar_ckpt_dir, "--limit", 2, "--out", out
+    )
     assert code == 0
     assert lines[-1].endswith("not run: needs CUDA and vllm")
     (record,) = load_records(out)
@@ -123,18 +177,50 @@ def test_bench_latency_server_that_fails_to_start_is_not_run(ar_ckpt_dir, tmp_pa
     draft.mkdir()
     (draft / "config.json").write_text('{"architectures": ["Qwen3ForCausalLM"]}')
     out = tmp_path / "engine.jsonl"
-    code, lines = _run(capsys, "--engine", "vllm", "--method", "draft_model", "--ckpt", ar_ckpt_dir, "--draft", draft,
-                       "--device", "cuda", "--limit", 1, "--kind", "engine_bench", "--out", out)
+    code, lines = _run(
+        capsys,
+        "--engine",
+        "vllm",
+        "--method",
+        "draft_model",
+        "--ckpt",
+        ar_ckpt_dir,
+        "--draft",
+        draft,
+        "--device",
+        "cuda",
+        "--limit",
+        1,
+        "--kind",
+        "engine_bench",
+        "--out",
+        out,
+    )
     assert code == 0
     (record,) = load_records(out)
     assert record["kind"] == "engine_bench" and record["engine"] == "vllm"
-    assert record["status"].startswith("not run: vllm cannot serve") and "NotImplementedError" in record["status"]
+    assert (
+        record["status"].startswith("not run: vllm cannot serve")
+        and "NotImplementedError" in record["status"]
+    )
     assert "not supported yet" in lines[-1]
 
 
 def test_bench_latency_bad_input_is_one_line_error(ar_ckpt_dir, tmp_path, capsys):
-    code = main(["bench-latency", "--engine", "dflash", "--ckpt", str(ar_ckpt_dir), "--limit", "1",
-                 "--out", str(tmp_path / "x.jsonl"), "--no-progress"])
+    code = main(
+        [
+            "bench-latency",
+            "--engine",
+            "dflash",
+            "--ckpt",
+            str(ar_ckpt_dir),
+            "--limit",
+            "1",
+            "--out",
+            str(tmp_path / "x.jsonl"),
+            "--no-progress",
+        ]
+    )
     assert code == 2
     assert "--draft" in capsys.readouterr().err
     assert not (tmp_path / "x.jsonl").exists()

@@ -37,9 +37,12 @@ def forbidden(module: str, prefixes: tuple[str, ...]) -> bool:
 
 def violations(folder: Path, prefixes: tuple[str, ...]) -> list[str]:
     """`path:line: imports module` for every import under `folder` of a module under one of `prefixes`."""
-    return [f"{path.relative_to(folder.parent)}:{line}: imports {module}"
-            for path in sorted(folder.rglob("*.py"))
-            for line, module in imported_modules(path) if forbidden(module, prefixes)]
+    return [
+        f"{path.relative_to(folder.parent)}:{line}: imports {module}"
+        for path in sorted(folder.rglob("*.py"))
+        for line, module in imported_modules(path)
+        if forbidden(module, prefixes)
+    ]
 
 
 def test_engines_import_nothing_above_them():
@@ -49,8 +52,11 @@ def test_engines_import_nothing_above_them():
 def test_only_the_registry_reaches_into_dlmrt():
     """What the AR engine shares with dlmrt (the chunk runners, cache buckets) lives in engines/capture.py;
     outside dlmrt's own folder only the registry (which builds it) imports it."""
-    outside = [v for v in violations(ROOT / "engines", ("orl.engines.dlmrt",))
-               if not v.startswith(("engines/dlmrt/", "engines/registry.py"))]
+    outside = [
+        v
+        for v in violations(ROOT / "engines", ("orl.engines.dlmrt",))
+        if not v.startswith(("engines/dlmrt/", "engines/registry.py"))
+    ]
     assert outside == []
 
 
@@ -59,13 +65,16 @@ def test_decoding_imports_neither_training_nor_engines():
     assert violations(ROOT / "orl" / "decoding", ("orl.train", "orl.engines", *ABOVE_ENGINES)) == []
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("from orl.train.rollout import X", True),
-    ("from orl import eval", True),
-    ("def f():\n    import orl.records.store", True),
-    ("from orl.decoding.rollout import X", False),
-    ("from orl.trainer import X", False),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("from orl.train.rollout import X", True),
+        ("from orl import eval", True),
+        ("def f():\n    import orl.records.store", True),
+        ("from orl.decoding.rollout import X", False),
+        ("from orl.trainer import X", False),
+    ],
+)
 def test_the_walk_sees_every_form_of_import(tmp_path, source, expected):
     (tmp_path / "m.py").write_text(source)
     assert bool(violations(tmp_path, ABOVE_ENGINES)) is expected
@@ -74,7 +83,10 @@ def test_the_walk_sees_every_form_of_import(tmp_path, source, expected):
 def test_nothing_outside_dlmrt_writes_its_decoding_state():
     """dlmrt's chunk probes are engine methods (DlmrtEngine.slot_for / rewind): the harness runs a slot's
     runners, it never moves the state's buffers itself."""
-    touched = [f"{path.relative_to(ROOT)}:{n}" for path in sorted((ROOT / "orl").rglob("*.py"))
-               for n, line in enumerate(path.read_text().splitlines(), 1)
-               if ".state.start" in line or "._slots" in line]
+    touched = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in sorted((ROOT / "orl").rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if ".state.start" in line or "._slots" in line
+    ]
     assert touched == []

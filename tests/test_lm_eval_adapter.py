@@ -85,9 +85,13 @@ def test_simple_evaluate_offline_through_dlmrt(smoke_models, no_network):
 
     limit = 3
     results = lm_eval.simple_evaluate(
-        model="orl", model_args=f"engine=dlmrt-eager,ckpt={smoke_models[1]},policy=threshold:0.9",
-        tasks=["tinycode_gen"], task_manager=TaskManager(include_path=str(adapter.TASKS_DIR)), limit=limit,
-        bootstrap_iters=0, log_samples=True,
+        model="orl",
+        model_args=f"engine=dlmrt-eager,ckpt={smoke_models[1]},policy=threshold:0.9",
+        tasks=["tinycode_gen"],
+        task_manager=TaskManager(include_path=str(adapter.TASKS_DIR)),
+        limit=limit,
+        bootstrap_iters=0,
+        log_samples=True,
     )
     scores = results["results"]["tinycode_gen"]
     assert 0.0 <= scores["exact_match,none"] <= 1.0 and 0.0 <= scores["first_line_match,none"] <= 1.0
@@ -96,8 +100,9 @@ def test_simple_evaluate_offline_through_dlmrt(smoke_models, no_network):
     # Each response is the engine's own greedy completion, cut at the task's stop strings.
     engine = build_engine("dlmrt-eager", smoke_models[1], policy=Policy.parse("threshold:0.9"))
     for sample in samples:
-        expected = adapter.cut_at_stop(engine.generate(sample["doc"]["prompt"], 64).text,
-                                       ["\ndef ", "\nclass ", "\nif __name__"])
+        expected = adapter.cut_at_stop(
+            engine.generate(sample["doc"]["prompt"], 64).text, ["\ndef ", "\nclass ", "\nif __name__"]
+        )
         assert sample["resps"][0][0] == expected
 
 
@@ -107,8 +112,11 @@ def test_simple_evaluate_offline_through_compiled_dlmrt(smoke_models, no_network
     from lm_eval.tasks import TaskManager
 
     results = lm_eval.simple_evaluate(
-        model="orl", model_args=f"engine=dlmrt,ckpt={smoke_models[1]},policy=threshold:0.9",
-        tasks=["tinycode_gen"], task_manager=TaskManager(include_path=str(adapter.TASKS_DIR)), limit=2,
+        model="orl",
+        model_args=f"engine=dlmrt,ckpt={smoke_models[1]},policy=threshold:0.9",
+        tasks=["tinycode_gen"],
+        task_manager=TaskManager(include_path=str(adapter.TASKS_DIR)),
+        limit=2,
         bootstrap_iters=0,
     )
     assert results["results"]["tinycode_gen"]["sample_len"] == 2
@@ -119,16 +127,18 @@ def test_generate_until_honours_until_and_max_gen_toks(ar_ckpt_dir):
     prompt = "def f(x):\n"
     full = lm.engine.generate(prompt, 6).text
     assert full, "the random model produced an empty completion; pick another prompt"
-    stop = full[len(full) // 2:][:2] or full[:1]
-    out = lm.generate_until([_request("generate_until", prompt, {"until": [stop], "max_gen_toks": 6})],
-                            disable_tqdm=True)
+    stop = full[len(full) // 2 :][:2] or full[:1]
+    out = lm.generate_until(
+        [_request("generate_until", prompt, {"until": [stop], "max_gen_toks": 6})], disable_tqdm=True
+    )
     assert out == [adapter.cut_at_stop(full, [stop])]
     assert len(out[0]) < len(full)
     from orl.errors import InputError
 
     with pytest.raises(InputError, match="greedily"):
-        lm.generate_until([_request("generate_until", prompt, {"do_sample": True, "temperature": 0.7})],
-                          disable_tqdm=True)
+        lm.generate_until(
+            [_request("generate_until", prompt, {"do_sample": True, "temperature": 0.7})], disable_tqdm=True
+        )
 
 
 def test_loglikelihood_matches_transformers(ar_ckpt_dir):
@@ -136,12 +146,14 @@ def test_loglikelihood_matches_transformers(ar_ckpt_dir):
 
     lm = adapter.OrlLM(engine="reference", ckpt=str(ar_ckpt_dir))
     context, continuation = "def f(x):\n", "    return x + 1\n"
-    (logprob, _), = lm.loglikelihood([_request("loglikelihood", context, continuation)])
+    ((logprob, _),) = lm.loglikelihood([_request("loglikelihood", context, continuation)])
     ctx, cont = lm._split(context, continuation)
-    hf = AutoModelForCausalLM.from_pretrained(str(ar_ckpt_dir), local_files_only=True, dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(
+        str(ar_ckpt_dir), local_files_only=True, dtype=torch.float32
+    ).eval()
     with torch.no_grad():
         logits = hf(torch.tensor([ctx + cont])).logits[0].float()
-    expected = torch.log_softmax(logits[len(ctx) - 1:-1], -1).gather(-1, torch.tensor(cont)[:, None]).sum()
+    expected = torch.log_softmax(logits[len(ctx) - 1 : -1], -1).gather(-1, torch.tensor(cont)[:, None]).sum()
     assert logprob == pytest.approx(float(expected), abs=1e-3)
     assert logprob < 0
 
@@ -163,8 +175,9 @@ def test_is_greedy_and_rolling(ar_ckpt_dir):
     text = "def g(n):\n    return n\n"
     (rolling,) = lm.loglikelihood_rolling([_request("loglikelihood_rolling", text)])
     ids = ckpt.tokenizer.encode(text)
-    assert rolling == pytest.approx(adapter.continuation_logprob(ckpt.model, [ckpt.tokenizer.eos_id], ids,
-                                                                 max_pos)[0], abs=1e-4)
+    assert rolling == pytest.approx(
+        adapter.continuation_logprob(ckpt.model, [ckpt.tokenizer.eos_id], ids, max_pos)[0], abs=1e-4
+    )
 
 
 def test_loglikelihood_of_a_diffusion_model_explains_why_not(smoke_models):
@@ -187,23 +200,33 @@ def test_chat_template_for_instruct_checkpoints_as_transformers_renders_it(sdar_
     lm = adapter.OrlLM(engine="reference", ckpt=str(sdar_ckpt.dir), device="cpu", max_gen_toks=8)
     assert lm.is_diffusion and lm.block_size == sdar_ckpt.block_size
     history = [{"role": "user", "content": "def add(a, b):"}]
-    assert lm.apply_chat_template(history) == hf.apply_chat_template(history, tokenize=False,
-                                                                    add_generation_prompt=True)
+    assert lm.apply_chat_template(history) == hf.apply_chat_template(
+        history, tokenize=False, add_generation_prompt=True
+    )
     prefill = [*history, {"role": "assistant", "content": "    return"}]
     assert lm.apply_chat_template(prefill, add_generation_prompt=False) == hf.apply_chat_template(
-        prefill, tokenize=False, add_generation_prompt=False)
+        prefill, tokenize=False, add_generation_prompt=False
+    )
     with pytest.raises(NotImplementedError, match="block-diffusion"):
         lm.loglikelihood([_request("loglikelihood", "a", "b")])
 
     seen = []
     real_generate = lm.engine.generate
     lm.engine.generate = lambda prompt, budget: seen.append(prompt) or real_generate(prompt, budget)
-    results = lm_eval.simple_evaluate(model=lm, tasks=["tinycode_gen"], limit=2, bootstrap_iters=0, log_samples=True,
-                                      task_manager=TaskManager(include_path=str(adapter.TASKS_DIR)),
-                                      apply_chat_template=True)
+    results = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=["tinycode_gen"],
+        limit=2,
+        bootstrap_iters=0,
+        log_samples=True,
+        task_manager=TaskManager(include_path=str(adapter.TASKS_DIR)),
+        apply_chat_template=True,
+    )
     prompts = [sample["doc"]["prompt"] for sample in results["samples"]["tinycode_gen"]]
-    assert sorted(seen) == sorted(hf.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                                          add_generation_prompt=True) for p in prompts)
+    assert sorted(seen) == sorted(
+        hf.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+        for p in prompts
+    )
 
 
 def test_a_checkpoint_without_a_template_says_so(ar_ckpt_dir):

@@ -52,11 +52,21 @@ def test_kv_cache_forward_matches_full_forward(tokenizer):
     with torch.no_grad():
         full = model(ids)
         head = torch.arange(8)
-        first = model(ids[:, :8], mask=mask_from_limits(causal_limits(head.expand(2, 8)), key_idx),
-                      cache=cache, slots=head, positions=head.expand(2, 8))
+        first = model(
+            ids[:, :8],
+            mask=mask_from_limits(causal_limits(head.expand(2, 8)), key_idx),
+            cache=cache,
+            slots=head,
+            positions=head.expand(2, 8),
+        )
         tail = torch.arange(8, 12)
-        second = model(ids[:, 8:], mask=mask_from_limits(causal_limits(tail.expand(2, 4)), key_idx),
-                       cache=cache, slots=tail, positions=tail.expand(2, 4))
+        second = model(
+            ids[:, 8:],
+            mask=mask_from_limits(causal_limits(tail.expand(2, 4)), key_idx),
+            cache=cache,
+            slots=tail,
+            positions=tail.expand(2, 4),
+        )
     assert torch.allclose(torch.cat([first, second], 1), full, atol=1e-5)
 
 
@@ -77,9 +87,19 @@ def test_attention_bias_loads_with_matching_logits(tmp_path):
 
     from .real_checkpoints import build_qwen_tokenizer
 
-    config = Qwen3Config(vocab_size=151669, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, attention_bias=True,
-                         max_position_embeddings=128, tie_word_embeddings=False, eos_token_id=151645)
+    config = Qwen3Config(
+        vocab_size=151669,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        attention_bias=True,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        eos_token_id=151645,
+    )
     torch.manual_seed(0)
     theirs = Qwen3ForCausalLM(config).eval()
     with torch.no_grad():

@@ -27,8 +27,10 @@ from orl.tasks import load_suite
 from orl.train.distributed import World
 from orl.train.pretrain import training_linear
 
-pytestmark = [pytest.mark.usefixtures("one_thread"),
-              pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN (mkldnn)")]
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN (mkldnn)"),
+]
 
 
 @pytest.mark.parametrize("shape", [(5, 64), (1, 16, 64), (2, 3, 64)])
@@ -111,7 +113,9 @@ def test_training_through_onednn_gives_f_linears_loss_and_gradients(smoke_models
     for name, param in grads[0].items():
         torch.testing.assert_close(grads[1][name].grad, param.grad, rtol=1e-4, atol=1e-5, msg=name)
     assert type(swapped.lm_head) is OneDnnLinear
-    assert "TrainingLinear" in type(swapped.lm_head(torch.randn(2, model.config.hidden_size)).grad_fn).__name__
+    assert (
+        "TrainingLinear" in type(swapped.lm_head(torch.randn(2, model.config.hidden_size)).grad_fn).__name__
+    )
     with torch.no_grad():
         assert swapped.eval().lm_head(torch.randn(2, model.config.hidden_size)).grad_fn is None
 

@@ -57,7 +57,9 @@ def test_operating_point_is_the_fastest_match_and_edges_are_marked():
     # Nothing matches: the most accurate point, at the top of the grid, marked.
     weak = choose_operating_point([_candidate(0.5, [1] * 50 + [0] * 50, 6.0),
                                    _candidate(0.9, [1] * 60 + [0] * 40, 2.0)], reference, 0.01)  # fmt: skip
-    assert (weak.value, weak.matched, weak.edge) == (0.9, False, "highest") and weak.why.startswith("not matched")
+    assert (weak.value, weak.matched, weak.edge) == (0.9, False, "highest") and weak.why.startswith(
+        "not matched"
+    )
     with pytest.raises(InputError):
         choose_operating_point([], reference)
 
@@ -65,12 +67,28 @@ def test_operating_point_is_the_fastest_match_and_edges_are_marked():
 def _record(kind, passed, *, tau=None, tpf=2.0, system="dLLM + ORL", engine="dlmrt", per_problem=True):
     from orl.records import make_record
 
-    outcomes = [{"task_id": f"T/{i}", "passed": bool(p), "result": "passed" if p else "failed", "tokens": 10, "nfe": 2}
-                for i, p in enumerate(passed)]  # fmt: skip
-    return make_record(kind, system=system, engine=engine, model={"name": "tiny", "precision": "float32"},
-                       policy={"name": "threshold", "params": {"tau": tau}} if tau is not None else None,
-                       suite="tinycode", n_problems=len(passed), metrics={"pass_at_1": float(np.mean(passed)), "tpf": tpf},
-                       per_problem=outcomes if per_problem else None, split="test")  # fmt: skip
+    outcomes = [
+        {
+            "task_id": f"T/{i}",
+            "passed": bool(p),
+            "result": "passed" if p else "failed",
+            "tokens": 10,
+            "nfe": 2,
+        }
+        for i, p in enumerate(passed)
+    ]
+    return make_record(
+        kind,
+        system=system,
+        engine=engine,
+        model={"name": "tiny", "precision": "float32"},
+        policy={"name": "threshold", "params": {"tau": tau}} if tau is not None else None,
+        suite="tinycode",
+        n_problems=len(passed),
+        metrics={"pass_at_1": float(np.mean(passed)), "tpf": tpf},
+        per_problem=outcomes if per_problem else None,
+        split="test",
+    )
 
 
 def test_operating_point_command_writes_the_choice_and_its_record(tmp_path, capsys):

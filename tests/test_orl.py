@@ -35,7 +35,9 @@ def test_replaying_a_captured_state_reproduces_its_logits(dlm, pack_tokens):
 
     decode_blocks(dlm.model, prompts, rule, max_new_tokens=32, pad_id=dlm.tokenizer.pad_id, observer=observe)
     states = capture.states()
-    assert rule.alpha == 1.0 and len(states) >= len(prompts) and (states.step > 0).any(), "want residual states"
+    assert rule.alpha == 1.0 and len(states) >= len(prompts) and (states.step > 0).any(), (
+        "want residual states"
+    )
     with torch.no_grad():
         replayed = replay_logits(dlm.model, states, pack_tokens=pack_tokens)
     assert (replayed - torch.stack(logits)).abs().max().item() <= 1e-5
@@ -51,8 +53,13 @@ def test_rollout_matches_the_reference_decoder(dlm):
     problems = tinycode.train_problems(7, 5, "easy")
     policy = Policy("threshold", 0.6)
     rule = decode_rule(dlm.model.config, dlm.tokenizer.eos_ids, policy)
-    result = rollout(dlm.model, [dlm.tokenizer.encode(p["prompt"]) for p in problems], rule, max_new_tokens=32,
-                     pad_id=dlm.tokenizer.pad_id)
+    result = rollout(
+        dlm.model,
+        [dlm.tokenizer.encode(p["prompt"]) for p in problems],
+        rule,
+        max_new_tokens=32,
+        pad_id=dlm.tokenizer.pad_id,
+    )
     reference = ReferenceDiffusion(dlm, policy)
     for i, p in enumerate(problems):
         gen = reference.generate(p["prompt"], 32)
@@ -109,8 +116,18 @@ def test_seed_changes_the_prompts_the_resume_check_and_the_record(smoke_models, 
     base, other = load_preset("smoke"), load_preset("smoke", overrides={"orl": {"seed": 1}})
     assert rollout_prompts(base, 0) != rollout_prompts(other, 0)
     out, record = tmp_path / "orl", tmp_path / "train.jsonl"
-    args = ["train-orl", "--preset", "smoke", "--init", str(smoke_models[1]), "--out", str(out), "--no-progress",
-            "--config", str(tmp_path / "short.yaml")]
+    args = [
+        "train-orl",
+        "--preset",
+        "smoke",
+        "--init",
+        str(smoke_models[1]),
+        "--out",
+        str(out),
+        "--no-progress",
+        "--config",
+        str(tmp_path / "short.yaml"),
+    ]
     (tmp_path / "short.yaml").write_text("orl: {iterations_steps: 2, checkpoint_every: 1}\n")
     assert main([*args, "--seed", "3", "--record", str(record)]) == 0
     written = json.loads(record.read_text().splitlines()[0])
@@ -120,8 +137,12 @@ def test_seed_changes_the_prompts_the_resume_check_and_the_record(smoke_models, 
     # Resuming the same folder with another seed is refused by the digest.
     (out / "config.json").unlink()  # as if unfinished
     with pytest.raises(CheckpointError, match="config_digest"):
-        train_orl(load_preset("smoke", tmp_path / "short.yaml", {"orl": {"seed": 4}}), smoke_models[1], out,
-                  progress=False)
+        train_orl(
+            load_preset("smoke", tmp_path / "short.yaml", {"orl": {"seed": 4}}),
+            smoke_models[1],
+            out,
+            progress=False,
+        )
 
 
 def test_captured_states_move_to_the_training_device_whole():
@@ -131,16 +152,42 @@ def test_captured_states_move_to_the_training_device_whole():
 
     n, b = 2, 4
     states = CapturedStates(
-        context=[torch.arange(3), torch.arange(5)], mask_origin=torch.zeros(n, dtype=torch.long),
-        request=torch.arange(n), block=torch.zeros(n, dtype=torch.long), step=torch.ones(n, dtype=torch.long),
-        tokens=torch.zeros(n, b, dtype=torch.long), masked=torch.ones(n, b, dtype=torch.bool),
-        residual=torch.zeros(n, b, 8), weight=torch.zeros(n, b), prev_entropy=torch.ones(n, b),
-        prev_confidence=torch.zeros(n, b), confidence=torch.zeros(n, b), source_entropy=torch.zeros(n),
-        targets=torch.zeros(n, b, dtype=torch.long))
+        context=[torch.arange(3), torch.arange(5)],
+        mask_origin=torch.zeros(n, dtype=torch.long),
+        request=torch.arange(n),
+        block=torch.zeros(n, dtype=torch.long),
+        step=torch.ones(n, dtype=torch.long),
+        tokens=torch.zeros(n, b, dtype=torch.long),
+        masked=torch.ones(n, b, dtype=torch.bool),
+        residual=torch.zeros(n, b, 8),
+        weight=torch.zeros(n, b),
+        prev_entropy=torch.ones(n, b),
+        prev_confidence=torch.zeros(n, b),
+        confidence=torch.zeros(n, b),
+        source_entropy=torch.zeros(n),
+        targets=torch.zeros(n, b, dtype=torch.long),
+    )
     moved = states.to("meta")
-    tensors = [*moved.context, *(getattr(moved, name) for name in ("mask_origin", "request", "block", "step", "tokens",
-                                                                    "masked", "residual", "weight", "prev_entropy",
-                                                                    "prev_confidence", "confidence",
-                                                                    "source_entropy", "targets"))]
+    tensors = [
+        *moved.context,
+        *(
+            getattr(moved, name)
+            for name in (
+                "mask_origin",
+                "request",
+                "block",
+                "step",
+                "tokens",
+                "masked",
+                "residual",
+                "weight",
+                "prev_entropy",
+                "prev_confidence",
+                "confidence",
+                "source_entropy",
+                "targets",
+            )
+        ),
+    ]
     assert all(t.device.type == "meta" for t in tensors) and len(moved) == n
     assert states.masked.device.type == "cpu"  # the buffer itself stays where it is

@@ -44,7 +44,7 @@ def test_aec_averages_normalised_entropy_over_the_states_own_masked_positions():
     total, pairs = parts.terms()
     active, hinge = parts.stats()
     assert pairs.item() == 2 and active.item() == 1  # state 0 contracted enough (0.667 < 0.675)
-    assert total.item() == pytest.approx(0.625 ** 2, abs=1e-6) and hinge.item() == pytest.approx(total.item())
+    assert total.item() == pytest.approx(0.625**2, abs=1e-6) and hinge.item() == pytest.approx(total.item())
     # Step 0 has no source state: no pair.
     assert aec_parts(logits, masked, torch.tensor([0, 0]), source, 0.25).terms()[1].item() == 0
 
@@ -90,7 +90,9 @@ def test_capped_reverse_kl_by_hand():
 def test_dparallel_entropy_counts_correct_predictions_at_its_temperature():
     logits = torch.tensor([[[2.0, 0.0, 0.0], [0.0, 2.0, 0.0]]])
     targets = torch.tensor([[0, 0]])  # the first is predicted correctly, the second not
-    total, count = dparallel_entropy_terms(logits, targets, torch.ones(1, 2, dtype=torch.bool), temperature=0.5)
+    total, count = dparallel_entropy_terms(
+        logits, targets, torch.ones(1, 2, dtype=torch.bool), temperature=0.5
+    )
     p = torch.softmax(logits[0, 0] / 0.5, -1)
     assert count.item() == 1 and total.item() == pytest.approx(float(-(p * p.log()).sum()), rel=1e-5)
 
@@ -125,8 +127,14 @@ def _decode_logits(ckpt, prompts, policy):
 
     rule = decode_rule(ckpt.model.config, ckpt.tokenizer.eos_ids, policy)
     seen = []
-    out = decode_blocks(ckpt.model, prompts, rule, max_new_tokens=24, pad_id=ckpt.tokenizer.pad_id,
-                        observer=lambda view: seen.append(view.logits.clone()))
+    out = decode_blocks(
+        ckpt.model,
+        prompts,
+        rule,
+        max_new_tokens=24,
+        pad_id=ckpt.tokenizer.pad_id,
+        observer=lambda view: seen.append(view.logits.clone()),
+    )
     return out.completions, seen, rule
 
 
@@ -187,7 +195,9 @@ def test_replay_with_the_captured_z_reproduces_the_rollouts_logits(smoke_models,
         capture(view)
         logits.extend(view.logits[i].float().clone() for i in view.active.nonzero().flatten().tolist())
 
-    decode_blocks(ckpt.model, prompts, rule, max_new_tokens=24, pad_id=ckpt.tokenizer.pad_id, observer=observe)
+    decode_blocks(
+        ckpt.model, prompts, rule, max_new_tokens=24, pad_id=ckpt.tokenizer.pad_id, observer=observe
+    )
     states = capture.states()
     assert (states.step > 0).any() and (states.weight[states.step > 0] == 1.0).all()
     groups = context_groups(states, share_context)
@@ -233,8 +243,12 @@ def smoke_orl(smoke_models, tmp_path_factory):
     from orl.train.orl import train_orl
 
     out = tmp_path_factory.mktemp("orl2") / "orl"
-    summary = train_orl(load_preset("smoke", overrides={"orl": {"isolation": "fallback"}}), smoke_models[1], out,
-                        progress=False)
+    summary = train_orl(
+        load_preset("smoke", overrides={"orl": {"isolation": "fallback"}}),
+        smoke_models[1],
+        out,
+        progress=False,
+    )
     return out, summary
 
 
@@ -317,7 +331,9 @@ def test_no_ablations_first_update_is_orls(smoke_models, tmp_path, monkeypatch):
     from orl.train.orl import ABLATIONS
 
     preset = load_preset("smoke", overrides={"orl": {"isolation": "fallback", "iterations_steps": 2}})
-    grads = {a: _first_update_gradients(monkeypatch, preset, smoke_models[1], tmp_path / a, a) for a in ABLATIONS}
+    grads = {
+        a: _first_update_gradients(monkeypatch, preset, smoke_models[1], tmp_path / a, a) for a in ABLATIONS
+    }
     orl = grads["none"]
     assert "residual_adapter.w2.weight" in orl and orl["residual_adapter.w2.weight"].abs().sum() > 0
     for ablation in ABLATIONS[1:]:
@@ -325,8 +341,9 @@ def test_no_ablations_first_update_is_orls(smoke_models, tmp_path, monkeypatch):
         # A parameter a variant lacks (the adapter of no-residual) has no update there: a zero gradient.
         names = set(orl) | set(other)
         zero = torch.zeros(())
-        assert any(not torch.allclose(orl.get(n, zero), other.get(n, zero)) for n in names), \
+        assert any(not torch.allclose(orl.get(n, zero), other.get(n, zero)) for n in names), (
             f"{ablation}'s first update is ORL's"
+        )
 
 
 def test_rollouts_sample_at_t_roll_each_row_from_its_own_seed(base):

@@ -75,7 +75,13 @@ def test_workflow_and_makefile_install_existing_extras():
 
 
 def test_extras_pattern_sees_names():
-    assert _extras_in('make EXTRAS=dev,eval,gpu venv; pip install -e ".[dev,x]"') == ["dev", "eval", "gpu", "dev", "x"]
+    assert _extras_in('make EXTRAS=dev,eval,gpu venv; pip install -e ".[dev,x]"') == [
+        "dev",
+        "eval",
+        "gpu",
+        "dev",
+        "x",
+    ]
 
 
 def _site_packages_of_this_interpreter() -> list[str]:
@@ -96,31 +102,83 @@ def test_wheel_installs_non_editable_and_generates(tmp_path, smoke_models):
     for folder in set(SETUPTOOLS["package-dir"].values()):
         shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                    "-w", str(wheels), str(src)], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(wheels),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     (wheel,) = wheels.glob("orl_harness-*.whl")
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
-                                "['purelib'])"], check=True, capture_output=True, text=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     # Directories named in a .pth are added to sys.path without reading their own .pth files, so the
     # checkout's editable install (a .pth finder there) stays out of the fresh environment.
     (site / "_deps.pth").write_text("\n".join(_site_packages_of_this_interpreter()) + "\n")
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    str(wheel)], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
 
-    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import orl, orl.decoding, orl.engines.dlmrt, "
-                            "orl.train.config as c; print(orl.__file__); print(sorted(c.PRESETS))"],
-                           cwd=tmp_path, check=True, capture_output=True, text=True).stdout.splitlines()
+    where = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import orl, orl.decoding, orl.engines.dlmrt, "
+            "orl.train.config as c; print(orl.__file__); print(sorted(c.PRESETS))",
+        ],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
     assert Path(where[0]).is_relative_to(venv), f"orl imported from {where[0]}, not the installed wheel"
     assert "smoke" in where[1]
 
     _, dlm = smoke_models
-    out = subprocess.run([str(venv / "bin" / "orl"), "generate", "--ckpt", str(dlm), "--engine", "dlmrt-eager",
-                          "--max-new-tokens", "8", "--prompt", "def f(x):\n"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [
+            str(venv / "bin" / "orl"),
+            "generate",
+            "--ckpt",
+            str(dlm),
+            "--engine",
+            "dlmrt-eager",
+            "--max-new-tokens",
+            "8",
+            "--prompt",
+            "def f(x):\n",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert re.search(r"^nfe=\d+ tokens=\d+ tpf=[0-9.]+$", out.stdout.splitlines()[-1]), out.stdout
-    version = subprocess.run([str(venv / "bin" / "orl"), "--version"], cwd=tmp_path, capture_output=True, text=True)
+    version = subprocess.run(
+        [str(venv / "bin" / "orl"), "--version"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert version.returncode == 0 and "0.1.0" in version.stdout, version

@@ -18,13 +18,23 @@ from orl.model.transformer import ModelConfig, Transformer
 def _model(embedding: torch.Tensor, adapter: bool = False) -> Transformer:
     """A one-layer model whose input embedding is `embedding` (what the residual mixes over)."""
     vocab, dim = embedding.shape
-    model = Transformer(ModelConfig(vocab_size=vocab, hidden_size=dim, intermediate_size=8, num_hidden_layers=1,
-                                    num_attention_heads=1, num_key_value_heads=1, head_dim=4))
+    model = Transformer(
+        ModelConfig(
+            vocab_size=vocab,
+            hidden_size=dim,
+            intermediate_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=1,
+            num_key_value_heads=1,
+            head_dim=4,
+        )
+    )
     with torch.no_grad():
         model.model.embed_tokens.weight.copy_(embedding)
     if adapter:
         model.add_residual_adapter()
     return model
+
 
 EOS = torch.tensor([1])
 
@@ -113,7 +123,9 @@ def test_eos_commit_fills_every_later_position_and_the_block_then_finishes():
     assert out.tokens[0].tolist() == [mask, mask, eos, eos, eos]
     assert out.masked[0].tolist() == [True, True, False, False, False]
     assert out.committed[0].tolist() == [False, False, True, True, True]
-    assert not block_finished_with_eos(out.tokens, out.masked, torch.tensor([eos]))[0]  # positions before <eos> are open
+    assert not block_finished_with_eos(out.tokens, out.masked, torch.tensor([eos]))[
+        0
+    ]  # positions before <eos> are open
     out = denoise_step(Policy.parse("fixed:2"), logits, out.tokens, out.masked, torch.tensor([eos]))
     assert out.tokens[0].tolist() == [3, 4, eos, eos, eos] and not out.masked.any()
     assert block_finished_with_eos(out.tokens, out.masked, torch.tensor([eos]))[0]
@@ -178,16 +190,31 @@ def test_residual_off_alpha_zero_and_step_zero_all_give_the_plain_mask_embedding
     assert torch.equal(mixed[~masked], plain[~masked])
 
 
-@pytest.mark.parametrize("spec", ["nope:1", "threshold", "threshold:abc", "threshold:0", "threshold:1.5",
-                                  "fixed:0", "fixed:1.5", "factor:-1"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "nope:1",
+        "threshold",
+        "threshold:abc",
+        "threshold:0",
+        "threshold:1.5",
+        "fixed:0",
+        "fixed:1.5",
+        "factor:-1",
+    ],
+)
 def test_bad_policy_specs_are_rejected_with_the_flag_named(spec):
     with pytest.raises(InputError, match="--policy"):
         Policy.parse(spec)
 
 
 def test_policy_round_trips_through_its_string_and_record():
-    for spec, record in [("threshold:0.9", {"tau": 0.9}), ("strict-threshold:0.9", {"tau": 0.9}),
-                         ("fixed:2", {"k": 2}), ("factor:1", {"f": 1.0})]:
+    for spec, record in [
+        ("threshold:0.9", {"tau": 0.9}),
+        ("strict-threshold:0.9", {"tau": 0.9}),
+        ("fixed:2", {"k": 2}),
+        ("factor:1", {"f": 1.0}),
+    ]:
         policy = Policy.parse(spec)
         assert Policy.parse(str(policy)) == policy
         assert policy.to_record()["params"] == record
@@ -195,13 +222,16 @@ def test_policy_round_trips_through_its_string_and_record():
         assert str(policy) == spec
 
 
-@pytest.mark.parametrize("record, message", [
-    ({"name": "greedy", "params": {}}, "expected {'name'"),
-    ({"name": "threshold", "params": {"k": 2}}, r"params.tau: expected a number"),
-    ({"name": "threshold", "params": {"tau": True}}, r"params.tau: expected a number"),
-    ({"name": "fixed", "params": {"k": 0}}, "positive integer"),
-    ("threshold:0.9", "expected {'name'"),
-])
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"name": "greedy", "params": {}}, "expected {'name'"),
+        ({"name": "threshold", "params": {"k": 2}}, r"params.tau: expected a number"),
+        ({"name": "threshold", "params": {"tau": True}}, r"params.tau: expected a number"),
+        ({"name": "fixed", "params": {"k": 0}}, "positive integer"),
+        ("threshold:0.9", "expected {'name'"),
+    ],
+)
 def test_bad_policy_records_name_the_field(record, message):
     with pytest.raises(InputError, match=message):
         Policy.from_record(record, "x.jsonl line 3: policy")
@@ -211,8 +241,13 @@ def test_a_policy_knows_its_parameter_label_and_sweep_points():
     policy = Policy.parse("threshold:0.9")
     assert (policy.parameter, policy.label()) == ("tau", "τ=0.9")
     assert [str(p) for p in (policy.with_value(0.5), Policy.parse("factor:1").with_value(2))] == [
-        "threshold:0.5", "factor:2"]
-    assert Policy.parse("fixed:1").with_value(3) == Policy("fixed", 3) and Policy.parse("fixed:2").parameter == "k"
+        "threshold:0.5",
+        "factor:2",
+    ]
+    assert (
+        Policy.parse("fixed:1").with_value(3) == Policy("fixed", 3)
+        and Policy.parse("fixed:2").parameter == "k"
+    )
     with pytest.raises(InputError, match=r"--thresholds: a threshold must be in \(0, 1\]"):
         policy.with_value(2, "--thresholds")
     with pytest.raises(InputError, match="unknown policy 'greedy'"):
@@ -238,7 +273,9 @@ def test_in_a_graph_the_value_is_a_tensor_except_a_rank_cut():
     assert torch.is_tensor(graph.value) and graph.value.dtype == torch.float32
     assert Policy.parse("fixed:2").in_graph("cpu") == Policy("fixed", 2)
     confidence = torch.tensor([[0.95, 0.5, 0.9, 0.3]])
-    assert torch.equal(commit_mask(graph, confidence, ALL), commit_mask(Policy.parse("threshold:0.9"), confidence, ALL))
+    assert torch.equal(
+        commit_mask(graph, confidence, ALL), commit_mask(Policy.parse("threshold:0.9"), confidence, ALL)
+    )
 
 
 def test_reading_a_policy_does_not_import_torch():
@@ -246,8 +283,10 @@ def test_reading_a_policy_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from orl.decoding.policy import Policy; Policy.parse('threshold:0.9').label(); "
-            "import orl.report.matching; assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys; from orl.decoding.policy import Policy; Policy.parse('threshold:0.9').label(); "
+        "import orl.report.matching; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -261,8 +300,9 @@ def test_any_of_several_end_tokens_fills_and_finishes_the_block():
     eos_ids = torch.tensor([7, 1])  # e.g. Qwen's <|im_end|> and <|endoftext|>
     logits = _logits_favouring([3, 1, 2, 2], vocab=8)
     logits[0, 1, 1] = 50.0
-    out = denoise_step(Policy.parse("fixed:1"), logits, torch.full((1, 4), 5), torch.ones(1, 4, dtype=torch.bool),
-                       eos_ids)
+    out = denoise_step(
+        Policy.parse("fixed:1"), logits, torch.full((1, 4), 5), torch.ones(1, 4, dtype=torch.bool), eos_ids
+    )
     assert out.tokens[0].tolist() == [5, 1, 7, 7]  # filled with the primary end token
     assert out.masked[0].tolist() == [True, False, False, False]
 
@@ -270,8 +310,14 @@ def test_any_of_several_end_tokens_fills_and_finishes_the_block():
 def test_without_the_fill_positions_after_eos_stay_masked():
     logits = _logits_favouring([3, 1, 2, 2])
     logits[0, 1, 1] = 50.0
-    out = denoise_step(Policy.parse("fixed:1"), logits, torch.full((1, 4), 5), torch.ones(1, 4, dtype=torch.bool),
-                       EOS, eos_fill=False)
+    out = denoise_step(
+        Policy.parse("fixed:1"),
+        logits,
+        torch.full((1, 4), 5),
+        torch.ones(1, 4, dtype=torch.bool),
+        EOS,
+        eos_fill=False,
+    )
     assert out.masked[0].tolist() == [True, False, True, True]
 
 
@@ -300,7 +346,9 @@ def _right_to_left_tail(text: list[int], block: int, vocab: int = 8) -> torch.Te
 
 def test_committing_the_last_eos_commits_the_whole_predicted_tail_at_once():
     logits = _right_to_left_tail([3, 4], 6)
-    out = denoise_step(Policy.parse("fixed:1"), logits, torch.full((1, 6), 5), torch.ones(1, 6, dtype=torch.bool), EOS)
+    out = denoise_step(
+        Policy.parse("fixed:1"), logits, torch.full((1, 6), 5), torch.ones(1, 6, dtype=torch.bool), EOS
+    )
     assert out.tokens[0].tolist() == [5, 5, 1, 1, 1, 1]
     assert out.committed[0].tolist() == [False, False, True, True, True, True]
 
@@ -320,8 +368,14 @@ def test_the_run_stops_at_a_position_not_predicted_eos(breaker):
 
 def test_without_the_fill_there_is_no_run():
     logits = _right_to_left_tail([3, 4], 6)
-    out = denoise_step(Policy.parse("fixed:1"), logits, torch.full((1, 6), 5), torch.ones(1, 6, dtype=torch.bool), EOS,
-                       eos_fill=False)
+    out = denoise_step(
+        Policy.parse("fixed:1"),
+        logits,
+        torch.full((1, 6), 5),
+        torch.ones(1, 6, dtype=torch.bool),
+        EOS,
+        eos_fill=False,
+    )
     assert out.committed[0].tolist() == [False] * 5 + [True]
 
 
@@ -365,22 +419,36 @@ def test_fixed_1_tpf_is_at_least_one_when_the_tail_is_predicted_eos(length):
         rule = DecodeRule(policy=Policy.parse(policy), block=B, mask_id=7, eos_ids=(1,))
         result = decode_blocks(model, [prompt], rule, max_new_tokens=32, pad_id=0)
         assert result.completions[0] == text + [1]
-        assert len(result.completions[0]) >= result.nfe[0], policy  # TPF >= 1: no forward only for dropped tail
+        assert len(result.completions[0]) >= result.nfe[0], (
+            policy
+        )  # TPF >= 1: no forward only for dropped tail
         if policy == "fixed:1":
             assert result.nfe[0] == length + 1  # one forward per kept token, the <eos> included
     # Without the run, fixed(1) spends a forward on every dropped tail position.
     rule = DecodeRule(policy=Policy.parse("fixed:1"), block=B, mask_id=7, eos_ids=(1,), eos_fill=False)
-    assert decode_blocks(model, [prompt], rule, max_new_tokens=32, pad_id=0).nfe[0] == -(-(length + 1) // B) * B
+    assert (
+        decode_blocks(model, [prompt], rule, max_new_tokens=32, pad_id=0).nfe[0] == -(-(length + 1) // B) * B
+    )
 
 
 def test_parity_measures_a_decisions_margin_from_the_policys_own_bound():
     from orl.eval.parity import StepRecord, decision_margin
 
     confidence = torch.tensor([0.905, 0.5, 0.2, 0.1])
-    step = StepRecord(confidence=confidence, top2=torch.tensor([[0.905, 0.05]] + [[0.5, 0.1]] * 3),
-                      masked=torch.ones(4, dtype=torch.bool), committed=torch.tensor([True, False, False, False]),
-                      tokens=torch.zeros(4, dtype=torch.long))
+    step = StepRecord(
+        confidence=confidence,
+        top2=torch.tensor([[0.905, 0.05]] + [[0.5, 0.1]] * 3),
+        masked=torch.ones(4, dtype=torch.bool),
+        committed=torch.tensor([True, False, False, False]),
+        tokens=torch.zeros(4, dtype=torch.long),
+    )
     first = torch.tensor([True, False, False, False])
-    assert decision_margin(Policy.parse("threshold:0.9"), step, first) == pytest.approx(0.005, abs=1e-6)  # from τ
-    assert decision_margin(Policy.parse("factor:1"), step, first) == pytest.approx(0.405, abs=1e-6)  # from 1 - 1/2
-    assert decision_margin(Policy.parse("fixed:1"), step, first) == pytest.approx(0.405, abs=1e-6)  # from the next rank
+    assert decision_margin(Policy.parse("threshold:0.9"), step, first) == pytest.approx(
+        0.005, abs=1e-6
+    )  # from τ
+    assert decision_margin(Policy.parse("factor:1"), step, first) == pytest.approx(
+        0.405, abs=1e-6
+    )  # from 1 - 1/2
+    assert decision_margin(Policy.parse("fixed:1"), step, first) == pytest.approx(
+        0.405, abs=1e-6
+    )  # from the next rank

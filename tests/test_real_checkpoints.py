@@ -32,7 +32,10 @@ def test_sharded_bf16_qwen3_loads_in_its_own_dtype(qwen3_ckpt_dir):
     assert ckpt.precision == "bfloat16" and ckpt.arch == "Qwen3ForCausalLM" and not ckpt.is_diffusion
     assert model.lm_head.weight is model.model.embed_tokens.weight  # tied, one tensor
     assert (model.config.rope_theta, model.config.max_position_embeddings, model.config.vocab_size) == (
-        1e6, 40960, 151936)
+        1e6,
+        40960,
+        151936,
+    )
     assert ckpt.tokenizer.eos_ids == (IM_END, ENDOFTEXT) and ckpt.tokenizer.pad_id == ENDOFTEXT
     assert ckpt.tokenizer.mask_id is None
     assert load_checkpoint(qwen3_ckpt_dir, dtype=torch.float16).precision == "float16"
@@ -49,7 +52,9 @@ def test_sdar_checkpoint_is_the_block_diffusion_family_with_absolute_blocks(sdar
 
 @pytest.mark.parametrize("which", ["qwen3", "sdar"])
 def test_causal_logits_match_transformers_qwen3(which, qwen3_ckpt_dir, sdar_ckpt):
-    ours_dir, hf_dir = (qwen3_ckpt_dir, qwen3_ckpt_dir) if which == "qwen3" else (sdar_ckpt.dir, sdar_ckpt.hf_dir)
+    ours_dir, hf_dir = (
+        (qwen3_ckpt_dir, qwen3_ckpt_dir) if which == "qwen3" else (sdar_ckpt.dir, sdar_ckpt.hf_dir)
+    )
     ours = load_checkpoint(ours_dir, dtype=torch.float32).model
     theirs = load_hf_qwen3(hf_dir)
     ids = torch.randint(0, 151669, (2, 19), generator=torch.Generator().manual_seed(0))
@@ -64,8 +69,11 @@ def test_block_causal_logits_match_transformers_with_a_4d_mask(layout, sdar_ckpt
     theirs = load_hf_qwen3(sdar_ckpt.hf_dir)
     seq, block, prompt_len = 18, 4, 7
     idx = torch.arange(seq)
-    limits = absolute_block_limits(idx[None], block) if layout == "absolute" else \
-        block_causal_limits(idx[None], prompt_len, block)
+    limits = (
+        absolute_block_limits(idx[None], block)
+        if layout == "absolute"
+        else block_causal_limits(idx[None], prompt_len, block)
+    )
     mask = mask_from_limits(limits, idx)  # [1, t, t]
     assert not bool(mask.all()) and not bool(torch.equal(mask[0], torch.ones(seq, seq).tril().bool()))
     ids = torch.randint(0, 151669, (1, seq), generator=torch.Generator().manual_seed(1))
@@ -106,8 +114,21 @@ def test_greedy_tokens_of_reference_and_hf_engines_equal_an_independent_loop(eng
     # Compared up to the first eos of either kind: the stopping rule is the decoder's, the tokens are the
     # model's.
     assert _until_eos(gen.token_ids, tok.eos_ids) == _until_eos(expected, tok.eos_ids)
-    code = main(["generate", "--ckpt", str(qwen3_ckpt_dir), "--engine", engine, "--dtype", "float32",
-                 "--prompt", PROMPT, "--max-new-tokens", "12"])
+    code = main(
+        [
+            "generate",
+            "--ckpt",
+            str(qwen3_ckpt_dir),
+            "--engine",
+            engine,
+            "--dtype",
+            "float32",
+            "--prompt",
+            PROMPT,
+            "--max-new-tokens",
+            "12",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and out.startswith(PROMPT + tok.decode_completion(expected))
     assert f"tokens={len(gen.token_ids)}" in out.splitlines()[-1]
@@ -155,20 +176,36 @@ class ScriptedLM(torch.nn.Module):
 
 def test_sdar_oracle_masks_positions_and_commits_by_hand():
     assert transfer_counts(4, 4) == [1, 1, 1, 1] and transfer_counts(4, 3) == [2, 1, 1]
-    assert sdar_block_mask(2, 2).tolist() == [[True, True, False, False], [True, True, False, False],
-                                              [True, True, True, True], [True, True, True, True]]
+    assert sdar_block_mask(2, 2).tolist() == [
+        [True, True, False, False],
+        [True, True, False, False],
+        [True, True, True, True],
+        [True, True, True, True],
+    ]
     lm, M = ScriptedLM(), ScriptedLM.MASK
     prompt = [1, 2, 3, 4, 5]  # P = 5, B = 4: block 0 is all prompt, block 1 = [prompt tail, 3 masks]
-    out = sdar_generate(lm, prompt, mask_id=M, gen_length=10, block_length=4, denoising_steps=4,
-                        remasking_strategy="low_confidence_static", stop_ids=[19])
+    out = sdar_generate(
+        lm,
+        prompt,
+        mask_id=M,
+        gen_length=10,
+        block_length=4,
+        denoising_steps=4,
+        remasking_strategy="low_confidence_static",
+        stop_ids=[19],
+    )
     # Block 1 commits by confidence 6 (score 6), 7 (5), 5 (3); block 2: 9, 11, 10, 8. Token 19
     # (position 9) is a stop id, so block 3 (positions 12-15) is never decoded.
     assert out.tokens == [1, 2, 3, 4, 5, 15, 16, 17, 18, 19, 20, 21]
     assert (out.denoise_forwards, out.store_forwards, out.overwrites) == (7, 2, 0)
     inputs = [c[0] for c in lm.calls]
     assert len(lm.calls) == out.denoise_forwards  # SDAR's store forwards change nothing and are only counted
-    assert inputs[:4] == [[1, 2, 3, 4, 5, M, M, M], [1, 2, 3, 4, 5, M, 16, M], [1, 2, 3, 4, 5, M, 16, 17],
-                          [1, 2, 3, 4, 5, 15, 16, 17, M, M, M, M]]
+    assert inputs[:4] == [
+        [1, 2, 3, 4, 5, M, M, M],
+        [1, 2, 3, 4, 5, M, 16, M],
+        [1, 2, 3, 4, 5, M, 16, 17],
+        [1, 2, 3, 4, 5, 15, 16, 17, M, M, M, M],
+    ]
     assert all(c[1] == list(range(len(c[0]))) for c in lm.calls)  # absolute positions from 0
     mask = lm.calls[0][2][0, 0]
     # Block 0 (all prompt) is bidirectional; block 1 (prompt tail + masks) sees block 0 and all of itself,
@@ -179,16 +216,31 @@ def test_sdar_oracle_masks_positions_and_commits_by_hand():
 
 def test_sdar_oracle_dynamic_threshold_and_the_topk_overwrite_by_hand():
     lm, M = ScriptedLM(), ScriptedLM.MASK
-    out = sdar_generate(lm, [1, 2, 3, 4, 5], mask_id=M, gen_length=6, block_length=4, denoising_steps=4,
-                        remasking_strategy="low_confidence_dynamic", confidence_threshold=0.85)
+    out = sdar_generate(
+        lm,
+        [1, 2, 3, 4, 5],
+        mask_id=M,
+        gen_length=6,
+        block_length=4,
+        denoising_steps=4,
+        remasking_strategy="low_confidence_dynamic",
+        confidence_threshold=0.85,
+    )
     # p = e^s / (e^s + 49): s=10 -> 0.998, s=6 -> 0.89 pass 0.85; s=5 -> 0.75, s=3 -> 0.29 do not.
     # Block 1: 6 alone passes, then top-1: 7, then 5. Block 2: 9 and 11 together, then 10, then 8.
     assert out.tokens == [1, 2, 3, 4, 5, 15, 16, 17, 18, 19, 20, 21]
     assert (out.denoise_forwards, out.store_forwards) == (6, 2)
     # With 2 commits per step the prompt-tail block has 3 masks: the second step's top-2 takes the
     # last mask and one non-masked position, which SDAR's loop overwrites with the current argmax.
-    quirk = sdar_generate(ScriptedLM(), [1, 2, 3, 4, 5], mask_id=M, gen_length=3, block_length=4,
-                          denoising_steps=2, remasking_strategy="low_confidence_static")
+    quirk = sdar_generate(
+        ScriptedLM(),
+        [1, 2, 3, 4, 5],
+        mask_id=M,
+        gen_length=3,
+        block_length=4,
+        denoising_steps=2,
+        remasking_strategy="low_confidence_static",
+    )
     assert quirk.overwrites == 1 and quirk.denoise_forwards == 2
 
 
@@ -198,10 +250,26 @@ def test_sdar_oracle_runs_greedy_on_the_sdar_fixture(sdar_ckpt):
     tok = load_tokenizer(sdar_ckpt.dir)
     model = load_hf_qwen3(sdar_ckpt.hf_dir)
     prompt = tok.encode(PROMPT)
-    fixed = sdar_generate(model, prompt, mask_id=tok.mask_id, gen_length=12, block_length=4, denoising_steps=4,
-                          remasking_strategy="low_confidence_static", stop_ids=list(tok.eos_ids))
-    dynamic = sdar_generate(model, prompt, mask_id=tok.mask_id, gen_length=12, block_length=4, denoising_steps=4,
-                            confidence_threshold=0.9, stop_ids=list(tok.eos_ids))
+    fixed = sdar_generate(
+        model,
+        prompt,
+        mask_id=tok.mask_id,
+        gen_length=12,
+        block_length=4,
+        denoising_steps=4,
+        remasking_strategy="low_confidence_static",
+        stop_ids=list(tok.eos_ids),
+    )
+    dynamic = sdar_generate(
+        model,
+        prompt,
+        mask_id=tok.mask_id,
+        gen_length=12,
+        block_length=4,
+        denoising_steps=4,
+        confidence_threshold=0.9,
+        stop_ids=list(tok.eos_ids),
+    )
     for out in (fixed, dynamic):
         assert out.tokens[: len(prompt)] == prompt and SDAR_MASK_ID not in out.completion
         assert len(out.tokens) % 4 == 0 and out.overwrites == 0

@@ -43,7 +43,10 @@ def _latency_record(**overrides) -> dict:
 
 
 def test_round_trip(tmp_path):
-    records = [_latency_record(), not_run("latency", system="vLLM AR", engine="vllm", reason="no CUDA device")]
+    records = [
+        _latency_record(),
+        not_run("latency", system="vLLM AR", engine="vllm", reason="no CUDA device"),
+    ]
     path = tmp_path / "r.jsonl"
     write_records(path, records)
     assert load_records(path) == records
@@ -113,7 +116,9 @@ BAD_RECORDS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("mutate, expected", [case[1:] for case in BAD_RECORDS], ids=[c[0] for c in BAD_RECORDS])
+@pytest.mark.parametrize(
+    "mutate, expected", [case[1:] for case in BAD_RECORDS], ids=[c[0] for c in BAD_RECORDS]
+)
 def test_invalid_record_is_rejected_with_line_and_field(tmp_path, mutate, expected):
     path = tmp_path / "x.jsonl"
     _write_lines(path, [json.dumps(_latency_record()), _mutated(mutate)])
@@ -201,7 +206,9 @@ def test_schema_file_is_package_data_and_self_consistent():
 
 _json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
     max_leaves=20,
 )
 

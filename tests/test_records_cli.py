@@ -35,8 +35,14 @@ def _jsonl(path, rows):
 
 
 def test_validate_ok_and_bad(tmp_path, capsys):
-    record = make_record("quality", system="AR (hf)", engine="hf", model={"name": "tiny", "precision": "float32"},
-                         metrics={"pass_at_1": 0.5}, split="test")  # fmt: skip
+    record = make_record(
+        "quality",
+        system="AR (hf)",
+        engine="hf",
+        model={"name": "tiny", "precision": "float32"},
+        metrics={"pass_at_1": 0.5},
+        split="test",
+    )
     good = tmp_path / "good.jsonl"
     write_records(good, [record, record])
     assert _main(["records", "validate", str(good)]) == 0

@@ -18,22 +18,62 @@ def run(machine_factor: float = 1.0) -> list[dict]:
     """One run's records; every wall time scaled by `machine_factor` (a slower machine)."""
     threshold = {"name": "threshold", "params": {"tau": 0.9}}
     records = [
-        make_record("kernel_bench", system="reference timing", engine="torch", model=MODEL,
-                    metrics={"wall_s": 0.25 * machine_factor}),
-        make_record("quality", system="dLLM + ORL", engine="dlmrt", model=MODEL, policy=threshold, suite="tinycode",
-                    n_problems=164, split="test",
-                    metrics={"pass_at_1": 0.42, "tpf": 3.75, "nfe_mean": 12.0, "tokens": 7380}),
-        make_record("latency", system="dLLM + ORL", engine="dlmrt", model=MODEL, policy=threshold, suite="tinycode",
-                    n_problems=164, metrics={"tpf": 3.75, "latency_median_s": 0.5 * machine_factor,
-                                             "latency_p90_s": 0.7 * machine_factor,
-                                             "tokens_per_s": 90.0 / machine_factor}),
-        make_record("latency", system="AR (hf)", engine="hf", model={"name": "tiny-ar", "precision": "float32"},
-                    suite="tinycode", n_problems=164,
-                    metrics={"tpf": 1.0, "latency_median_s": 1.5 * machine_factor, "latency_p90_s": 2.0 * machine_factor,
-                             "tokens_per_s": 30.0 / machine_factor}),
-        make_record("engine_bench", system="dLLM + ORL", engine="dlmrt", model=MODEL, suite="tinycode",
-                    metrics={"speedup_vs_eager": 2.4, "tokens_per_s": 95.0 / machine_factor}),
-    ]  # fmt: skip
+        make_record(
+            "kernel_bench",
+            system="reference timing",
+            engine="torch",
+            model=MODEL,
+            metrics={"wall_s": 0.25 * machine_factor},
+        ),
+        make_record(
+            "quality",
+            system="dLLM + ORL",
+            engine="dlmrt",
+            model=MODEL,
+            policy=threshold,
+            suite="tinycode",
+            n_problems=164,
+            split="test",
+            metrics={"pass_at_1": 0.42, "tpf": 3.75, "nfe_mean": 12.0, "tokens": 7380},
+        ),
+        make_record(
+            "latency",
+            system="dLLM + ORL",
+            engine="dlmrt",
+            model=MODEL,
+            policy=threshold,
+            suite="tinycode",
+            n_problems=164,
+            metrics={
+                "tpf": 3.75,
+                "latency_median_s": 0.5 * machine_factor,
+                "latency_p90_s": 0.7 * machine_factor,
+                "tokens_per_s": 90.0 / machine_factor,
+            },
+        ),
+        make_record(
+            "latency",
+            system="AR (hf)",
+            engine="hf",
+            model={"name": "tiny-ar", "precision": "float32"},
+            suite="tinycode",
+            n_problems=164,
+            metrics={
+                "tpf": 1.0,
+                "latency_median_s": 1.5 * machine_factor,
+                "latency_p90_s": 2.0 * machine_factor,
+                "tokens_per_s": 30.0 / machine_factor,
+            },
+        ),
+        make_record(
+            "engine_bench",
+            system="dLLM + ORL",
+            engine="dlmrt",
+            model=MODEL,
+            suite="tinycode",
+            metrics={"speedup_vs_eager": 2.4, "tokens_per_s": 95.0 / machine_factor},
+        ),
+    ]
     return records
 
 

@@ -39,12 +39,14 @@ def relaxed(delta: float) -> Verification:
 def _example() -> tuple[torch.Tensor, list[int]]:
     """Four positions over a vocabulary of 4: the draft's token is the argmax at 0, at 0.6 of the top
     probability at 1, at 0.25 of it at 2; the target's choice after the draft is token 2."""
-    logits = torch.tensor([
-        [2.0, 1.0, 0.0, -1.0],
-        [0.0, math.log(0.6), -5.0, -5.0],
-        [1.0, 0.0, -3.0, 1.0 + math.log(0.25)],
-        [0.0, 0.0, 3.0, 0.0],
-    ])
+    logits = torch.tensor(
+        [
+            [2.0, 1.0, 0.0, -1.0],
+            [0.0, math.log(0.6), -5.0, -5.0],
+            [1.0, 0.0, -3.0, 1.0 + math.log(0.25)],
+            [0.0, 0.0, 3.0, 0.0],
+        ]
+    )
     return logits, [0, 1, 3]
 
 
@@ -73,8 +75,19 @@ def test_accept_checks_shapes():
         accept(torch.zeros(2, 4), [1, 2])
 
 
-@pytest.mark.parametrize("spec", ["relaxed:0", "relaxed:1.5", "relaxed:nan", "relaxed:-0.1", "relaxed:x",
-                                  "relaxed", "loose:0.5", "strict:0.5"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "relaxed:0",
+        "relaxed:1.5",
+        "relaxed:nan",
+        "relaxed:-0.1",
+        "relaxed:x",
+        "relaxed",
+        "loose:0.5",
+        "strict:0.5",
+    ],
+)
 def test_bad_delta_is_refused(spec):
     with pytest.raises(InputError, match="--verification"):
         Verification.parse(spec)
@@ -178,8 +191,11 @@ def flat_pair(tokenizer, tmp_path_factory):
     and two drafts that know nothing of it: an AR model and a block-diffusion model."""
     root = tmp_path_factory.mktemp("flat")
     target = _random(tokenizer, root / "target", seed=1, std=0.01)
-    return target, _random(tokenizer, root / "draft", seed=2, std=0.2), _random(
-        tokenizer, root / "dlm", seed=3, std=0.2, diffusion=True)
+    return (
+        target,
+        _random(tokenizer, root / "draft", seed=2, std=0.2),
+        _random(tokenizer, root / "dlm", seed=3, std=0.2, diffusion=True),
+    )
 
 
 def _ratios(target_dir, prompt_ids: list[int], generated: list[int]) -> torch.Tensor:
@@ -189,7 +205,7 @@ def _ratios(target_dir, prompt_ids: list[int], generated: list[int]) -> torch.Te
     model = load_checkpoint(target_dir).model
     ids = torch.tensor([prompt_ids + generated])
     with torch.no_grad():
-        logits = model(ids)[0, len(prompt_ids) - 1:-1].float()
+        logits = model(ids)[0, len(prompt_ids) - 1 : -1].float()
     chosen = logits.gather(-1, torch.tensor(generated)[:, None])[:, 0]
     return (chosen - logits.max(-1).values).exp()
 
@@ -227,9 +243,16 @@ def test_choose_delta_is_the_fastest_point_within_half_a_point_of_the_reference(
     from orl.rows import RELAXED_TOLERANCE
 
     ref = {"per_problem": _outcomes([True] * 150 + [False] * 50)}  # 0.75
-    points = [{"verification": f"relaxed:{d:g}", "delta": d, "pass_at_1": p / 200, "acceptance_length": a,
-               "per_problem": _outcomes([True] * p + [False] * (200 - p))}
-              for d, p, a in ((1.0, 151, 3.0), (0.7, 150, 3.4), (0.5, 149, 3.6), (0.3, 140, 4.2))]
+    points = [
+        {
+            "verification": f"relaxed:{d:g}",
+            "delta": d,
+            "pass_at_1": p / 200,
+            "acceptance_length": a,
+            "per_problem": _outcomes([True] * p + [False] * (200 - p)),
+        }
+        for d, p, a in ((1.0, 151, 3.0), (0.7, 150, 3.4), (0.5, 149, 3.6), (0.3, 140, 4.2))
+    ]
     chosen = choose_delta(points, ref, "ref.jsonl", RELAXED_TOLERANCE)
     # 0.745 is within 0.5 points of 0.75; 0.70 is not: δ = 0.5 is the fastest match.
     assert chosen.policy == "relaxed:0.5" and chosen.value == 0.5 and chosen.matched
@@ -245,16 +268,49 @@ def test_spec_sweep_deltas_writes_a_choice_the_engines_read(tmp_path, capsys):
 
     problems = load_suite("tinycode", limit=1)
     reference = tmp_path / "orl.jsonl"
-    write_records(reference, [make_record(
-        "quality", system="dLLM + ORL", engine="dlmrt", model={"name": "x", "ckpt": None, "ckpt_sha256": None,
-                                                                 "precision": "float32"},
-        metrics={"pass_at_1": 0.0}, suite="tinycode", split="test", n_problems=1,
-        per_problem=[{"task_id": p["task_id"], "passed": False, "result": "failed", "completion": "",
-                      "nfe": 1, "tokens": 1} for p in problems])])
+    write_records(
+        reference,
+        [
+            make_record(
+                "quality",
+                system="dLLM + ORL",
+                engine="dlmrt",
+                model={"name": "x", "ckpt": None, "ckpt_sha256": None, "precision": "float32"},
+                metrics={"pass_at_1": 0.0},
+                suite="tinycode",
+                split="test",
+                n_problems=1,
+                per_problem=[
+                    {
+                        "task_id": p["task_id"],
+                        "passed": False,
+                        "result": "failed",
+                        "completion": "",
+                        "nfe": 1,
+                        "tokens": 1,
+                    }
+                    for p in problems
+                ],
+            )
+        ],
+    )
     out = tmp_path / "delta.json"
-    base = ["spec-sweep", "--engine", "hf-assisted", "--ckpt", str(BASE / "ar"),
-            "--draft", str(BASE / "draft"), "--limit", "1", "--max-new-tokens", "8", "--out", str(out),
-            "--no-progress"]
+    base = [
+        "spec-sweep",
+        "--engine",
+        "hf-assisted",
+        "--ckpt",
+        str(BASE / "ar"),
+        "--draft",
+        str(BASE / "draft"),
+        "--limit",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     assert main([*base, "--deltas", "1,0.5", "--reference", str(reference)]) == 0
     printed = capsys.readouterr().out
     written = json.loads(out.read_text())

@@ -120,7 +120,8 @@ def table2_records(gpu=None, model="tiny-qwendlm"):
 def test_table2_measured_missing_and_not_run_rows(claims):
     frame = build_table2(table2_records(), claims)
     assert list(dict.fromkeys(frame["system"])) == [
-        "AR (ours: static cache, compiled)", "AR (hf)", "AR (vLLM)", "AR (SGLang)", "AR + draft (hf assisted)",
+        "AR (ours: static cache, compiled)", "AR (hf)", "AR (vLLM)", "AR (SGLang)", "AR + draft (hf "
+        "assisted)",
         "AR + draft (hf assisted, relaxed)", "AR + draft (vLLM)", "AR + draft (SGLang STANDALONE)",
         "AR + EAGLE3 (vLLM)", "AR + EAGLE3 (vLLM, relaxed)", "AR + EAGLE3 (SGLang)",
         "AR + EAGLE3 (SGLang, relaxed)", "AR + DFlash (vLLM)", "AR + DFlash (vLLM, relaxed)",

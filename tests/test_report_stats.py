@@ -33,7 +33,11 @@ def problems(passed: int, tokens: int = 20, nfe: int = 4, suite: str = "tinycode
 
 
 def requests(tokens: int, nfe: int, wall: float) -> dict:
-    return {"per_request": [{"tokens": tokens, "nfe": nfe, "wall_s": wall * (1 + 0.1 * (i % 3))} for i in range(N)]}
+    return {
+        "per_request": [
+            {"tokens": tokens, "nfe": nfe, "wall_s": wall * (1 + 0.1 * (i % 3))} for i in range(N)
+        ]
+    }
 
 
 def record(kind, system, engine, *, sha=None, suite="tinycode", tau=None, metrics=None, **fields):

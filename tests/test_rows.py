@@ -23,7 +23,10 @@ def _source_files():
         path = REPO / name
         files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
         for file in files:
-            if file.suffix in {".py", ".smk", ".yaml", ".yml", ".rst", ""} and "__pycache__" not in file.parts:
+            if (
+                file.suffix in {".py", ".smk", ".yaml", ".yml", ".rst", ""}
+                and "__pycache__" not in file.parts
+            ):
                 if not any(file == e or e in file.parents for e in EXCEPTED):
                     yield file
 
@@ -54,7 +57,9 @@ def test_rows_and_claims_agree():
         for line in row.lines:
             for claim_id in line.claims:
                 assert claim_id in claims, f"row {row.key!r}: claim {claim_id!r} is not in the ledger"
-                assert claims[claim_id].table == line.table, f"{claim_id}: Table {line.table} line, ledger says {claims[claim_id].table}"
+                assert claims[claim_id].table == line.table, (
+                    f"{claim_id}: Table {line.table} line, ledger says {claims[claim_id].table}"
+                )
                 declared.setdefault(claim_id, set()).add(row.system)
     for claim in claims.values():
         if claim.table is not None:
@@ -68,8 +73,13 @@ def test_ablations_are_the_trainers():
 
     assert set(rows.ABLATIONS) <= set(TRAINER_ABLATIONS) - {"none"}
     assert [row.system for row in rows.ABLATIONS.values()] == [
-        "ORL: stale rollouts", "ORL: no AEC", "ORL: no gate", "ORL: no residual", "ORL: entropy-weighted residual",
-        "dParallel (certainty forcing)"]
+        "ORL: stale rollouts",
+        "ORL: no AEC",
+        "ORL: no gate",
+        "ORL: no residual",
+        "ORL: entropy-weighted residual",
+        "dParallel (certainty forcing)",
+    ]
 
 
 def test_table_order_and_roles():
@@ -81,19 +91,35 @@ def test_table_order_and_roles():
         "ar_sglang_dflash_relaxed", "ar_dflash", "ar_dflash_relaxed", "dlm", "trado",
         "orl", "orl_nvfp4"]  # fmt: skip
     assert [row.key for role in ("ar", "ar_hf", "ar_vllm") for row, _ in rows.with_role(2, role)] == [
-        "ar_compiled", "ar_hf", "ar_vllm"]
+        "ar_compiled",
+        "ar_hf",
+        "ar_vllm",
+    ]
     table1 = rows.lines(1)
     assert [(line.family.label, line.suite, line.label) for _, line in table1[:6]] == [
-        ("tiny QwenDLM", "tinycode", "base"), ("tiny QwenDLM", "tinycode", "+ORL"),
-        ("tiny QwenDLM", "tinycode-long", "base"), ("tiny QwenDLM", "tinycode-long", "+ORL"),
-        ("tiny QwenDLM", "humaneval", "base"), ("tiny QwenDLM", "humaneval", "+ORL")]
+        ("tiny QwenDLM", "tinycode", "base"),
+        ("tiny QwenDLM", "tinycode", "+ORL"),
+        ("tiny QwenDLM", "tinycode-long", "base"),
+        ("tiny QwenDLM", "tinycode-long", "+ORL"),
+        ("tiny QwenDLM", "humaneval", "base"),
+        ("tiny QwenDLM", "humaneval", "+ORL"),
+    ]
     assert [line.label for _, line in rows.lines(3)] == [
-        "dlmrt (graph-captured)", "dlmrt eager", "reference decoder", "SGLang dLLM (LowConfidence; no ORL residual)",
-        "vLLM"]
+        "dlmrt (graph-captured)",
+        "dlmrt eager",
+        "reference decoder",
+        "SGLang dLLM (LowConfidence; no ORL residual)",
+        "vLLM",
+    ]
     assert [row.key for row, _ in rows.with_role(3, "serving")] == ["orl_sglang", "orl_vllm"]
     # Matched accuracy is against the AR target's greedy pass@1 (docs/method.md §4).
     reference = rows.ROW[rows.MATCH_REFERENCE]
-    assert reference.ckpt == "ar" and reference.engine == "hf" and not reference.sweep and reference.draft is None
+    assert (
+        reference.ckpt == "ar"
+        and reference.engine == "hf"
+        and not reference.sweep
+        and reference.draft is None
+    )
 
 
 def _broken(**changes) -> tuple[Row, ...]:
@@ -130,5 +156,7 @@ def test_adding_a_row_is_one_entry(monkeypatch):
     monkeypatch.setattr(rows, "ROWS", extended)
     frame = build_table2([], load_claims(DEFAULT_CLAIMS_PATH))
     line = frame[frame["system"] == "AR + n-gram (vLLM)"].iloc[0]
-    assert line["engine"] == "vllm" and line["status"].startswith("not run: no record (expected a record of kind 'latency'")
+    assert line["engine"] == "vllm" and line["status"].startswith(
+        "not run: no record (expected a record of kind 'latency'"
+    )
     assert line["status"].endswith("; needs CUDA and vllm)")

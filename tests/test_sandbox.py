@@ -43,9 +43,35 @@ MODES = [pytest.param("bwrap", marks=needs_bwrap), "fallback"]
 # ------------------------------------------------------------------------------------------
 
 PLAIN_VALUES = [
-    None, True, False, 0, -1, 2**63, -(2**63), 10**5000, -(10**5000) + 7, 1.5, -0.0, 1e308, 5e-324,
-    float("inf"), float("-inf"), "", "naïve ☃", "\udc80 lone surrogate", b"", b"\x00\xff", bytearray(b"ab"),
-    [], [1, [2, [3]]], (), (1, (2,)), {1, 2}, frozenset({"a"}), {}, {"a": 1, 2: [3], (4, 5): {6}},
+    None,
+    True,
+    False,
+    0,
+    -1,
+    2**63,
+    -(2**63),
+    10**5000,
+    -(10**5000) + 7,
+    1.5,
+    -0.0,
+    1e308,
+    5e-324,
+    float("inf"),
+    float("-inf"),
+    "",
+    "naïve ☃",
+    "\udc80 lone surrogate",
+    b"",
+    b"\x00\xff",
+    bytearray(b"ab"),
+    [],
+    [1, [2, [3]]],
+    (),
+    (1, (2,)),
+    {1, 2},
+    frozenset({"a"}),
+    {},
+    {"a": 1, 2: [3], (4, 5): {6}},
     {frozenset({1}): (None, b"x")},
 ]
 
@@ -161,23 +187,23 @@ ROUND_TRIP = {
     "task_id": "Wire/echo",
     "prompt": "def echo(*args, **kwargs):\n",
     "test": "import math\n\ndef check(candidate):\n"
-            "    value = ((1, 2), {3}, frozenset({4}), b'x', bytearray(b'y'), None, 10**100, -0.0, {(1, 2): [3]})\n"
-            "    back = candidate(*value, key='k')\n"
-            "    assert back == [list(value), {'key': 'k'}], back\n"
-            "    assert [type(v) for v in back[0]] == [type(v) for v in value]\n"
-            "    assert math.copysign(1, back[0][7]) == -1\n"
-            "    assert math.isnan(candidate(float('nan'))[0][0])"
-            " and candidate(float('inf'))[0][0] == float('inf')\n",
+    "    value = ((1, 2), {3}, frozenset({4}), b'x', bytearray(b'y'), None, 10**100, -0.0, {(1, 2): [3]})\n"
+    "    back = candidate(*value, key='k')\n"
+    "    assert back == [list(value), {'key': 'k'}], back\n"
+    "    assert [type(v) for v in back[0]] == [type(v) for v in value]\n"
+    "    assert math.copysign(1, back[0][7]) == -1\n"
+    "    assert math.isnan(candidate(float('nan'))[0][0])"
+    " and candidate(float('inf'))[0][0] == float('inf')\n",
     "entry_point": "echo",
 }
 RAISES = {
     "task_id": "Wire/raises",
     "prompt": "class BadInput(Exception):\n    pass\n\n\ndef parse(text):\n",
     "test": "def check(candidate):\n    assert candidate('12') == 12\n"
-            "    for bad, error in (('x', ValueError), ('', BadInput), (None, TypeError)):\n"
-            "        try:\n            candidate(bad)\n        except error as exc:\n"
-            "            assert str(exc) == 'no: ' + repr(bad)\n        else:\n"
-            "            raise AssertionError('did not raise')\n",
+    "    for bad, error in (('x', ValueError), ('', BadInput), (None, TypeError)):\n"
+    "        try:\n            candidate(bad)\n        except error as exc:\n"
+    "            assert str(exc) == 'no: ' + repr(bad)\n        else:\n"
+    "            raise AssertionError('did not raise')\n",
     "entry_point": "parse",
 }
 RAISES_SOLUTION = body("""
@@ -197,7 +223,9 @@ def test_plain_data_and_exceptions_cross_as_the_tests_expect(mode):
     problems = [ROUND_TRIP, RAISES, RAISES, ROUND_TRIP]
     completions = ["    return [list(args), kwargs]\n", RAISES_SOLUTION, body("return int(text)"),
                    "    return [list(args), {'key': 'other'}]\n"]  # fmt: skip
-    results = check_many(problems, completions, workers=2, progress=False, timeout_s=TIMEOUT_S, isolation=mode)
+    results = check_many(
+        problems, completions, workers=2, progress=False, timeout_s=TIMEOUT_S, isolation=mode
+    )
     assert [r.result for r in results[:2]] == ["passed", "passed"]
     assert results[2].result == "failed: AssertionError"  # ValueError, but with its own message
     assert results[3].result.startswith("failed: AssertionError")
@@ -207,9 +235,13 @@ def test_plain_data_and_exceptions_cross_as_the_tests_expect(mode):
 def test_a_sample_tree_cannot_hold_more_than_its_memory_limit(mode):
     """Three children of 700 MB each under a 1 GB limit: the run fails for its memory."""
     result = check_completion(ADD, THREE_CHILDREN_OF_700_MB, timeout_s=30, isolation=mode)
-    assert result.result.startswith("failed: memory limit: the run's processes held more than 1024 MB together")
+    assert result.result.startswith(
+        "failed: memory limit: the run's processes held more than 1024 MB together"
+    )
     assert result.memory_bound in ("cgroup", "watchdog+tmpfs") and result.duration_s < 30
-    small = check_completion(ADD, body("block = b'x' * (300 << 20)\nreturn a + b"), timeout_s=30, isolation=mode)
+    small = check_completion(
+        ADD, body("block = b'x' * (300 << 20)\nreturn a + b"), timeout_s=30, isolation=mode
+    )
     assert small.passed, small.result
 
 
@@ -221,7 +253,9 @@ def test_canonical_solutions_and_return_none_on_all_of_humaneval():
     assert len(problems) == 164
     modes = ["fallback"] + (["bwrap"] if BWRAP_PROBLEM is None else [])
     for mode in modes:
-        canonical = check_many(problems, [p["canonical_solution"] for p in problems], progress=False, isolation=mode)
+        canonical = check_many(
+            problems, [p["canonical_solution"] for p in problems], progress=False, isolation=mode
+        )
         assert [(r.task_id, r.result) for r in canonical if not r.passed] == [], mode
         nothing = check_many(problems, ["    return None\n"] * len(problems), progress=False, isolation=mode)
         assert sum(r.passed for r in nothing) == 0, mode
@@ -243,9 +277,13 @@ def without_bwrap(monkeypatch):
 
 
 def test_missing_bwrap_is_an_error_unless_the_fallback_is_asked_for(without_bwrap):
-    with pytest.raises(SandboxUnavailable, match="isolation 'bwrap' is required but cannot run here: bwrap is not"):
+    with pytest.raises(
+        SandboxUnavailable, match="isolation 'bwrap' is required but cannot run here: bwrap is not"
+    ):
         check_completion(ADD, body("return a + b"))
-    with pytest.warns(RuntimeWarning, match=r"bwrap is not installed \(.*\); running model-generated code in the fallback"):
+    with pytest.warns(
+        RuntimeWarning, match=r"bwrap is not installed \(.*\); running model-generated code in the fallback"
+    ):
         assert resolve_isolation("auto").startswith("fallback")
     result = check_completion(ADD, body("return a + b"), timeout_s=TIMEOUT_S, isolation="fallback")
     assert result.passed and result.isolation.startswith("fallback")

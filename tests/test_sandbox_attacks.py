@@ -31,7 +31,7 @@ WEAK_LIMITS = {
 }
 WEAK_FORGERY_LIMITS = {  # and without root, not even the verdict: the candidate runs as the harness's user
     "forgery": "the weak fallback without root runs the candidate as the harness's user, "
-               "who may ptrace the harness",
+    "who may ptrace the harness",
 }
 
 
@@ -87,12 +87,18 @@ def _run_suite(isolation: str, tmp_path: Path) -> dict:
             "canary_alive": canary.exists() and canary.read_text() == "must survive\n",
             "planted": (canary.parent / "planted.txt").exists(),
             "got_connection": got_connection,
-            "host_files": [f for f in ("/var/tmp", "/run/lock", "/dev/shm", "/tmp") if Path(f, host_marker).exists()],
+            "host_files": [
+                f for f in ("/var/tmp", "/run/lock", "/dev/shm", "/tmp") if Path(f, host_marker).exists()
+            ],
             "leftover_daemons": _processes_with(ctx["daemon_marker"].encode(), "cmdline"),
             "leftover_sleepers": _processes_with(ctx["sleep_marker"].encode(), "cmdline"),
-            "leftover_runs": {name: _processes_with(f"ORL_SANDBOX_RUN={r.run_id}".encode(), "environ")
-                              for name, r in zip(cases, results, strict=True)},  # fmt: skip
-            "leftover_folders": [p for p in os.listdir(tempfile.gettempdir()) if p.startswith(PREFIX + owner_tag())],
+            "leftover_runs": {
+                name: _processes_with(f"ORL_SANDBOX_RUN={r.run_id}".encode(), "environ")
+                for name, r in zip(cases, results, strict=True)
+            },  # fmt: skip
+            "leftover_folders": [
+                p for p in os.listdir(tempfile.gettempdir()) if p.startswith(PREFIX + owner_tag())
+            ],
         }
     finally:
         os.environ.pop("ORL_TEST_SECRET", None)

@@ -43,7 +43,10 @@ def suites() -> dict:
 
 def _suite(suites: dict, mode: str) -> dict:
     if mode not in suites:
-        suites[mode] = {**_batch(mode, CASES), **_batch(mode, SMALL_MEMORY, SandboxLimits(memory_mb=SMALL_MEMORY_MB))}
+        suites[mode] = {
+            **_batch(mode, CASES),
+            **_batch(mode, SMALL_MEMORY, SandboxLimits(memory_mb=SMALL_MEMORY_MB)),
+        }
     return suites[mode]
 
 
@@ -115,7 +118,9 @@ def _unblock(path: Path) -> None:
 
 
 def _latency_record() -> dict:
-    record = json.loads((REPO / "results" / "tiny" / "quality" / "humaneval" / "row_dlm.jsonl").read_text().splitlines()[0])
+    record = json.loads(
+        (REPO / "results" / "tiny" / "quality" / "humaneval" / "row_dlm.jsonl").read_text().splitlines()[0]
+    )
     record["kind"], record["per_problem"] = "latency", None
     record["metrics"] = {"tokens_per_s": 10.0, "latency_median_s": 1.0}
     record["env"] = {**record["env"], "gpu_name": "NVIDIA H200", "torch": "2.13.0", "date": "2026-12-01"}

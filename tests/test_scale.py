@@ -30,7 +30,12 @@ def test_real_shapes_give_the_real_parameter_counts():
     assert 0.59e9 < count(small) < 0.61e9 and 4.0e9 < count(big) < 4.03e9
     assert weight_bytes_read(big) == count(big) * 2
     sdar = arch_config("sdar-4b-b16")
-    assert (sdar.block_size, sdar.block_layout, sdar.mask_token_id, sdar.hidden_size) == (16, "absolute", 151669, 2560)
+    assert (sdar.block_size, sdar.block_layout, sdar.mask_token_id, sdar.hidden_size) == (
+        16,
+        "absolute",
+        151669,
+        2560,
+    )
 
 
 def test_floor_from_known_byte_counts():
@@ -51,7 +56,9 @@ def test_compute_floor_and_roofline_from_known_counts():
     assert flops == 2 * 16 * weights + 2 * 2 * 36 * 32 * 128 * 16 * 1000
     bound = Floor(weight_bytes=8_000_000_000, kv_bytes=0, bandwidth=4.0e12, flops=flops, flops_per_s=1.0e12)
     assert bound.compute_seconds == pytest.approx(flops / 1.0e12) and bound.seconds == pytest.approx(2e-3)
-    assert bound.roofline_seconds == bound.compute_seconds > bound.seconds  # 0.13 TFLOP at 1 TFLOP/s: compute-bound
+    assert (
+        bound.roofline_seconds == bound.compute_seconds > bound.seconds
+    )  # 0.13 TFLOP at 1 TFLOP/s: compute-bound
     assert Floor(8, 0, 4.0).roofline_seconds == Floor(8, 0, 4.0).seconds == 2.0  # no arithmetic counted
     assert gemm_rate("cpu", torch.float32, 64, repeats=1) > 0
 
@@ -68,7 +75,10 @@ def test_random_models_are_allocated_once_in_their_dtype_with_tied_heads():
     model = random_model(arch_config("tiny"), "cpu", torch.bfloat16)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert model.lm_head.weight is model.model.embed_tokens.weight
-    assert float(model.model.norm.weight.float().mean()) == 1.0 and float(model.lm_head.weight.float().std()) > 0.01
+    assert (
+        float(model.model.norm.weight.float().mean()) == 1.0
+        and float(model.lm_head.weight.float().std()) > 0.01
+    )
 
 
 def test_unknown_arch_and_fixed_block_are_refused():
@@ -81,9 +91,36 @@ def test_unknown_arch_and_fixed_block_are_refused():
 
 def test_bench_scale_writes_one_record_per_engine_and_the_floor_ratio(tmp_path, capsys):
     out = tmp_path / "scale.jsonl"
-    code = main(["bench-scale", "--arch", "tiny", "--block", "8", "--max-new-tokens", "16", "--prompt-len", "8",
-                 "--requests", "1", "--warmup", "1", "--repeats", "2", "--copy-mb", "64", "--gemm-size", "64", "--threads", "1",
-                 "--engines", "dlmrt-eager,reference,hf", "--out", str(out), "--no-progress"])
+    code = main(
+        [
+            "bench-scale",
+            "--arch",
+            "tiny",
+            "--block",
+            "8",
+            "--max-new-tokens",
+            "16",
+            "--prompt-len",
+            "8",
+            "--requests",
+            "1",
+            "--warmup",
+            "1",
+            "--repeats",
+            "2",
+            "--copy-mb",
+            "64",
+            "--gemm-size",
+            "64",
+            "--threads",
+            "1",
+            "--engines",
+            "dlmrt-eager,reference,hf",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == "floor_ratio=n/a (no dlmrt row)"
@@ -101,7 +138,9 @@ def test_bench_scale_writes_one_record_per_engine_and_the_floor_ratio(tmp_path, 
     m = eager["metrics"]
     assert m["flops_per_forward"] > 2 * 8 * m["weight_bytes_read"] / 4 and m["gemm_gflop_per_s"] > 0
     assert m["compute_floor_s"] == pytest.approx(m["flops_per_forward"] / (m["gemm_gflop_per_s"] * 1e9))
-    assert m["roofline_ratio"] == pytest.approx(m["time_per_forward_s"] / max(m["floor_s"], m["compute_floor_s"]))
+    assert m["roofline_ratio"] == pytest.approx(
+        m["time_per_forward_s"] / max(m["floor_s"], m["compute_floor_s"])
+    )
     assert "compute_floor_s" not in ref["metrics"] and "roofline_ratio" not in hf["metrics"]
     assert eager["metrics"]["tpf"] == ref["metrics"]["tpf"] == 1.0  # fixed:1, every request to the budget
     assert hf["metrics"]["tpf"] == pytest.approx(16 / 15)  # the prefill's token, then one per decode forward

@@ -28,7 +28,9 @@ MAX_NEW = 12
 @pytest.fixture(scope="module")
 def ours(sdar_ckpt):
     ckpt = load_checkpoint(sdar_ckpt.dir, dtype=torch.float32)
-    assert ckpt.model.config.block_layout == "absolute" and ckpt.model.config.block_size == sdar_ckpt.block_size
+    assert (
+        ckpt.model.config.block_layout == "absolute" and ckpt.model.config.block_size == sdar_ckpt.block_size
+    )
     return ckpt
 
 
@@ -42,10 +44,17 @@ def oracle(sdar_ckpt, ours):
         key = (prompt, strategy, threshold)
         if key not in cache:
             with torch.no_grad():
-                out = sdar_generate(model, tok.encode(prompt), mask_id=ours.model.config.mask_token_id,
-                                    gen_length=MAX_NEW, block_length=B, denoising_steps=B,
-                                    remasking_strategy=strategy, confidence_threshold=threshold,
-                                    stop_ids=list(tok.eos_ids))
+                out = sdar_generate(
+                    model,
+                    tok.encode(prompt),
+                    mask_id=ours.model.config.mask_token_id,
+                    gen_length=MAX_NEW,
+                    block_length=B,
+                    denoising_steps=B,
+                    remasking_strategy=strategy,
+                    confidence_threshold=threshold,
+                    stop_ids=list(tok.eos_ids),
+                )
             assert out.overwrites == 0  # one token per step never rewrites a committed position
             # SDAR's loop returns whole blocks; ours stop at the budget (a hard cap, as max_tokens is in
             # vLLM).
@@ -55,8 +64,11 @@ def oracle(sdar_ckpt, ours):
     return run
 
 
-CASES = [("fixed:1", "low_confidence_static", 0.85), ("strict-threshold:0.2", "low_confidence_dynamic", 0.2),
-         ("strict-threshold:0.05", "low_confidence_dynamic", 0.05)]
+CASES = [
+    ("fixed:1", "low_confidence_static", 0.85),
+    ("strict-threshold:0.2", "low_confidence_dynamic", 0.2),
+    ("strict-threshold:0.05", "low_confidence_dynamic", 0.05),
+]
 
 
 def test_prompt_lengths_cover_every_position_in_a_block(ours, sdar_ckpt):
@@ -75,7 +87,9 @@ def test_reference_decoder_reproduces_sdars_loop(ours, oracle, policy, strategy,
 @pytest.mark.parametrize("policy, strategy, threshold", CASES)
 def test_dlmrt_reproduces_sdars_loop(ours, oracle, policy, strategy, threshold):
     eager = DlmrtEngine(ours, Policy.parse(policy), compiled=False)
-    compiled = DlmrtEngine(ours, Policy.parse(policy), config=DlmrtConfig(mode="compile", compile_backend="aot_eager"))
+    compiled = DlmrtEngine(
+        ours, Policy.parse(policy), config=DlmrtConfig(mode="compile", compile_backend="aot_eager")
+    )
     for prompt in PROMPTS:
         expected = oracle(prompt, strategy, threshold)
         for engine in (eager, compiled):
@@ -95,8 +109,26 @@ def test_orl_generate_on_an_sdar_directory(sdar_ckpt, ours, oracle, capsys):
     prompt = PROMPTS[0]
     tokens, nfe = oracle(prompt, "low_confidence_static")
     for engine in ("dlmrt-eager", "reference"):
-        assert main(["generate", "--ckpt", str(sdar_ckpt.dir), "--engine", engine, "--policy", "fixed:1",
-                     "--dtype", "float32", "--max-new-tokens", str(MAX_NEW), "--prompt", prompt]) == 0
+        assert (
+            main(
+                [
+                    "generate",
+                    "--ckpt",
+                    str(sdar_ckpt.dir),
+                    "--engine",
+                    engine,
+                    "--policy",
+                    "fixed:1",
+                    "--dtype",
+                    "float32",
+                    "--max-new-tokens",
+                    str(MAX_NEW),
+                    "--prompt",
+                    prompt,
+                ]
+            )
+            == 0
+        )
         last = capsys.readouterr().out.strip().splitlines()[-1]
         assert last == f"nfe={nfe} tokens={len(tokens)} tpf={len(tokens) / nfe:.3f}"
 
@@ -105,8 +137,10 @@ def test_the_budget_is_a_hard_cap(ours, sdar_ckpt):
     """Fixed-length runs return exactly the budget whatever the prompt's place in its block (SDAR's own loop
     would return whole blocks), and TPF counts the returned tokens over every forward spent."""
     budget = sdar_ckpt.block_size + 2  # not a multiple of B: the last block reaches past it in both layouts
-    engines = [ReferenceDiffusion(ours, Policy.parse("fixed:1"), ignore_eos=True),
-               DlmrtEngine(ours, Policy.parse("fixed:1"), compiled=False, ignore_eos=True)]
+    engines = [
+        ReferenceDiffusion(ours, Policy.parse("fixed:1"), ignore_eos=True),
+        DlmrtEngine(ours, Policy.parse("fixed:1"), compiled=False, ignore_eos=True),
+    ]
     for prompt in PROMPTS[:3]:
         for engine in engines:
             gen = engine.generate(prompt, budget)

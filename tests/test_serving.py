@@ -43,7 +43,11 @@ def folders(ar_ckpt_dir, tmp_path):
     shutil.copy(ar_ckpt_dir / "tokenizer.json", sdar / "tokenizer.json")
     (sdar / "config.json").write_text(json.dumps({**SDAR, "max_position_embeddings": 160}))
     out = {"ar": ar_ckpt_dir, "sdar": sdar}
-    for name, arch in (("draft", "Qwen3ForCausalLM"), ("eagle3", "LlamaForCausalLM"), ("dflash", "DFlashDraftModel")):
+    for name, arch in (
+        ("draft", "Qwen3ForCausalLM"),
+        ("eagle3", "LlamaForCausalLM"),
+        ("dflash", "DFlashDraftModel"),
+    ):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps({"architectures": [arch]}))
         out[name] = tmp_path / name
@@ -102,25 +106,57 @@ def test_vllm_calls(folders):
     assert plain.constructor == "vllm.LLM" and plain.kwargs["model"] == str(folders["ar"])
     assert plain.kwargs["max_num_seqs"] == 1 and plain.kwargs["skip_tokenizer_init"] is True
     assert plain.kwargs["enable_prefix_caching"] is False and "speculative_config" not in plain.kwargs
-    assert plain.sampling_for(32) == {"temperature": 0.0, "detokenize": False, "stop_token_ids": [1, 2],
-                                      "max_tokens": 32}
-    draft = serving_call("vllm", "draft_model", folders["ar"], eos_ids=EOS, draft_dir=folders["draft"],
-                         num_speculative_tokens=4, dtype="bfloat16")
-    assert draft.kwargs["speculative_config"] == {"method": "draft_model", "model": str(folders["draft"]),
-                                                  "num_speculative_tokens": 4}
-    assert draft.kwargs["dtype"] == "bfloat16" and draft.kwargs["per_request_spec_decode_metrics"] == "summary"
+    assert plain.sampling_for(32) == {
+        "temperature": 0.0,
+        "detokenize": False,
+        "stop_token_ids": [1, 2],
+        "max_tokens": 32,
+    }
+    draft = serving_call(
+        "vllm",
+        "draft_model",
+        folders["ar"],
+        eos_ids=EOS,
+        draft_dir=folders["draft"],
+        num_speculative_tokens=4,
+        dtype="bfloat16",
+    )
+    assert draft.kwargs["speculative_config"] == {
+        "method": "draft_model",
+        "model": str(folders["draft"]),
+        "num_speculative_tokens": 4,
+    }
+    assert (
+        draft.kwargs["dtype"] == "bfloat16" and draft.kwargs["per_request_spec_decode_metrics"] == "summary"
+    )
     # An EAGLE-3 head shipped as LlamaForCausalLM still runs eagle3: the row says so, not the name.
     eagle = serving_call("vllm", "eagle3", folders["ar"], eos_ids=EOS, draft_dir=folders["eagle3"])
     assert eagle.kwargs["speculative_config"]["method"] == "eagle3"
     assert eagle.kwargs["speculative_config"]["num_speculative_tokens"] == 5
     dflash = serving_call("vllm", "dflash", folders["ar"], eos_ids=EOS, draft_dir=folders["dflash"])
-    assert dflash.kwargs["speculative_config"] == {"method": "dflash", "model": str(folders["dflash"]),
-                                                   "num_speculative_tokens": 15, "attention_backend": "FLASH_ATTN"}
+    assert dflash.kwargs["speculative_config"] == {
+        "method": "dflash",
+        "model": str(folders["dflash"]),
+        "num_speculative_tokens": 15,
+        "attention_backend": "FLASH_ATTN",
+    }
     # A speed run: vLLM would still stop on stop_token_ids, so there are none.
     speed = serving_call("vllm", "ar", folders["ar"], eos_ids=EOS, ignore_eos=True)
-    assert speed.sampling_for(8) == {"temperature": 0.0, "detokenize": False, "ignore_eos": True, "max_tokens": 8}
+    assert speed.sampling_for(8) == {
+        "temperature": 0.0,
+        "detokenize": False,
+        "ignore_eos": True,
+        "max_tokens": 8,
+    }
     with pytest.raises(InputError, match="num-speculative-tokens"):
-        serving_call("vllm", "eagle3", folders["ar"], eos_ids=EOS, draft_dir=folders["eagle3"], num_speculative_tokens=0)
+        serving_call(
+            "vllm",
+            "eagle3",
+            folders["ar"],
+            eos_ids=EOS,
+            draft_dir=folders["eagle3"],
+            num_speculative_tokens=0,
+        )
     with pytest.raises(InputError, match="--dtype"):
         serving_call("vllm", "ar", folders["ar"], eos_ids=EOS, dtype="int8")
 
@@ -131,26 +167,53 @@ def test_sglang_calls(folders, tmp_path):
     assert ar.kwargs["max_running_requests"] == 1 and ar.kwargs["disable_radix_cache"] is True
     assert "speculative_algorithm" not in ar.kwargs and ar.dllm_config is None
     assert ar.sampling_for(16) == {"temperature": 0.0, "stop_token_ids": [1, 2], "max_new_tokens": 16}
-    standalone = serving_call("sglang", "standalone", folders["ar"], eos_ids=EOS, draft_dir=folders["draft"],
-                              num_speculative_tokens=3)
+    standalone = serving_call(
+        "sglang",
+        "standalone",
+        folders["ar"],
+        eos_ids=EOS,
+        draft_dir=folders["draft"],
+        num_speculative_tokens=3,
+    )
     assert {k: v for k, v in standalone.kwargs.items() if k.startswith("speculative")} == {
-        "speculative_algorithm": "STANDALONE", "speculative_draft_model_path": str(folders["draft"]),
-        "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+        "speculative_algorithm": "STANDALONE",
+        "speculative_draft_model_path": str(folders["draft"]),
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+    }
     eagle = serving_call("sglang", "eagle3", folders["ar"], eos_ids=EOS, draft_dir=folders["eagle3"])
-    assert eagle.kwargs["speculative_algorithm"] == "EAGLE3" and eagle.kwargs["speculative_num_draft_tokens"] == 6
+    assert (
+        eagle.kwargs["speculative_algorithm"] == "EAGLE3"
+        and eagle.kwargs["speculative_num_draft_tokens"] == 6
+    )
     dflash = serving_call("sglang", "dflash", folders["ar"], eos_ids=EOS, draft_dir=folders["dflash"])
-    assert dflash.kwargs["speculative_algorithm"] == "DFLASH" and dflash.kwargs["speculative_num_draft_tokens"] == 16
+    assert (
+        dflash.kwargs["speculative_algorithm"] == "DFLASH"
+        and dflash.kwargs["speculative_num_draft_tokens"] == 16
+    )
     assert "speculative_num_steps" not in dflash.kwargs  # DFLASH drafts its block in one step
     yaml_path = tmp_path / "dllm.yaml"
-    dllm = serving_call("sglang", "dllm", folders["sdar"], eos_ids=EOS, policy=Policy.parse("strict-threshold:0.8"),
-                        dllm_config_path=yaml_path, ignore_eos=True)
-    assert dllm.kwargs["dllm_algorithm"] == "LowConfidence" and dllm.kwargs["dllm_algorithm_config"] == str(yaml_path)
+    dllm = serving_call(
+        "sglang",
+        "dllm",
+        folders["sdar"],
+        eos_ids=EOS,
+        policy=Policy.parse("strict-threshold:0.8"),
+        dllm_config_path=yaml_path,
+        ignore_eos=True,
+    )
+    assert dllm.kwargs["dllm_algorithm"] == "LowConfidence" and dllm.kwargs["dllm_algorithm_config"] == str(
+        yaml_path
+    )
     assert dllm.dllm_config == {"threshold": 0.8, "block_size": 4} and dllm.notes == (NO_RESIDUAL,)
     assert dllm.sampling_for(8) == {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": 8}
     serving.write_dllm_config(dllm)
     assert yaml.safe_load(yaml_path.read_text()) == {"threshold": 0.8, "block_size": 4}
     with pytest.raises(InputError, match="dllm_config_path"):
-        serving_call("sglang", "dllm", folders["sdar"], eos_ids=EOS, policy=Policy.parse("strict-threshold:0.8"))
+        serving_call(
+            "sglang", "dllm", folders["sdar"], eos_ids=EOS, policy=Policy.parse("strict-threshold:0.8")
+        )
 
 
 def test_sglang_dllm_settings_say_what_cannot_match():
@@ -175,24 +238,43 @@ def test_sglang_dllm_settings_say_what_cannot_match():
 
 # vLLM 0.33, per_request_spec_decode_metrics="summary": CompletionOutput.spec_decode_metrics.to_dict() of
 # one EAGLE-3 request (k = 5) that produced 54 tokens, <eos> last, after 16 verify steps.
-VLLM_EAGLE3 = {"mean_acceptance_length": 3.3125, "draft_acceptance_rate": 0.4625,
-               "acceptance_histogram": [2, 3, 4, 4, 1, 2], "num_spec_steps": 16, "num_accepted_draft_tokens": 37,
-               "num_draft_tokens": 80, "num_spec_tokens": 5}
+VLLM_EAGLE3 = {
+    "mean_acceptance_length": 3.3125,
+    "draft_acceptance_rate": 0.4625,
+    "acceptance_histogram": [2, 3, 4, 4, 1, 2],
+    "num_spec_steps": 16,
+    "num_accepted_draft_tokens": 37,
+    "num_draft_tokens": 80,
+    "num_spec_tokens": 5,
+}
 # By hand: the prefill yields 1 token, the 16 verify steps 37 + 16 = 53: 54 tokens, no undrafted step;
 # nfe = 1 + 16 = 17; acceptance length = (54 - 1) / 16 = 3.3125 (= vLLM's 1 + 37 / 16).
 
 # The same vLLM, a DFlash request (k = 15) cut by <eos> inside its last verified block: 9 verify steps
 # accepted 61 drafts (70 tokens verified) but the completion stops at token 66.
-VLLM_DFLASH_CUT = {"mean_acceptance_length": 7.777777777777778, "draft_acceptance_rate": 0.45185185185185184,
-                   "acceptance_histogram": [0, 0, 1, 0, 1, 2, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0], "num_spec_steps": 9,
-                   "num_accepted_draft_tokens": 61, "num_draft_tokens": 135, "num_spec_tokens": 15}
+VLLM_DFLASH_CUT = {
+    "mean_acceptance_length": 7.777777777777778,
+    "draft_acceptance_rate": 0.45185185185185184,
+    "acceptance_histogram": [0, 0, 1, 0, 1, 2, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0],
+    "num_spec_steps": 9,
+    "num_accepted_draft_tokens": 61,
+    "num_draft_tokens": 135,
+    "num_spec_tokens": 15,
+}
 # By hand: nfe = 1 + 9 = 10; acceptance length = (66 - 1) / 9 = 7.2222 (vLLM's 7.7778 counts the
 # accepted drafts past <eos>).
 
 # SGLang 0.5.23 meta_info of one EAGLE3 request (speculative_num_draft_tokens 6): 54 completion tokens.
-SGLANG_EAGLE3 = {"completion_tokens": 54, "spec_verify_ct": 16, "spec_accept_length": 3.375,
-                 "spec_accept_rate": 0.4625, "spec_num_correct_drafts": 37, "spec_num_proposed_drafts": 80,
-                 "finish_reason": {"type": "stop", "matched": 1}, "e2e_latency": 0.41}
+SGLANG_EAGLE3 = {
+    "completion_tokens": 54,
+    "spec_verify_ct": 16,
+    "spec_accept_length": 3.375,
+    "spec_accept_rate": 0.4625,
+    "spec_num_correct_drafts": 37,
+    "spec_num_proposed_drafts": 80,
+    "finish_reason": {"type": "stop", "matched": 1},
+    "e2e_latency": 0.41,
+}
 # By hand: SGLang's 54 / 16 = 3.375 counts the prefill's token; nfe = 16 (+ 1 prefill); acceptance length
 # = 53 / 16 = 3.3125.
 
@@ -201,16 +283,32 @@ def test_vllm_counters_convert_to_the_one_acceptance_length():
     from orl.eval.speculative import acceptance_length
 
     tokens = list(range(10, 63)) + [1]  # 54 tokens, <eos> last
-    g = generation_from_vllm(tokens, finish_reason="stop", stop_reason=None, eos_ids=EOS, decode=_decode, wall_s=0.2,
-                             speculative=True, spec_metrics=VLLM_EAGLE3)
+    g = generation_from_vllm(
+        tokens,
+        finish_reason="stop",
+        stop_reason=None,
+        eos_ids=EOS,
+        decode=_decode,
+        wall_s=0.2,
+        speculative=True,
+        spec_metrics=VLLM_EAGLE3,
+    )
     assert g.num_tokens == 54 and g.nfe == 16 and g.nfe_prefill == 1
     assert g.extra["verify_forwards"] == 16 and g.extra["undrafted_forwards"] == 0
     assert g.extra["drafted_tokens"] == 80 and g.extra["accepted_tokens"] == 37
     assert g.extra["server_acceptance_length"] == 3.3125
     assert acceptance_length([g]) == pytest.approx(3.3125)
 
-    cut = generation_from_vllm(list(range(10, 75)) + [2], finish_reason="stop", stop_reason=2, eos_ids=EOS,
-                               decode=_decode, wall_s=0.2, speculative=True, spec_metrics=VLLM_DFLASH_CUT)
+    cut = generation_from_vllm(
+        list(range(10, 75)) + [2],
+        finish_reason="stop",
+        stop_reason=2,
+        eos_ids=EOS,
+        decode=_decode,
+        wall_s=0.2,
+        speculative=True,
+        spec_metrics=VLLM_DFLASH_CUT,
+    )
     assert cut.num_tokens == 66 and cut.nfe == 9 and cut.nfe_prefill == 1
     assert acceptance_length([cut]) == pytest.approx(65 / 9)
     assert cut.extra["server_acceptance_length"] == pytest.approx(1 + 61 / 9)
@@ -223,14 +321,30 @@ def test_vllm_decode_steps_without_a_draft_still_count():
     # carried no draft (vLLM stops drafting near the end of the context), one forward and one token each.
     assert undrafted_forwards(10, 3, 4) == 2 and undrafted_forwards(7, 3, 4) == 0
     metrics = {"num_spec_steps": 3, "num_accepted_draft_tokens": 4, "num_draft_tokens": 15}
-    g = generation_from_vllm(list(range(10, 20)), finish_reason="length", stop_reason=None, eos_ids=EOS,
-                             decode=_decode, wall_s=0.1, speculative=True, spec_metrics=metrics)
+    g = generation_from_vllm(
+        list(range(10, 20)),
+        finish_reason="length",
+        stop_reason=None,
+        eos_ids=EOS,
+        decode=_decode,
+        wall_s=0.1,
+        speculative=True,
+        spec_metrics=metrics,
+    )
     assert (g.nfe_prefill, g.nfe) == (1, 3 + 2) and g.extra["undrafted_forwards"] == 2
     with pytest.raises(InputError, match="num_spec_steps"):
         parse_spec_metrics({"num_spec_steps": -1, "num_accepted_draft_tokens": 0, "num_draft_tokens": 0})
     with pytest.raises(InputError, match="spec_decode_metrics is missing"):
-        generation_from_vllm([5], finish_reason="length", stop_reason=None, eos_ids=EOS, decode=_decode, wall_s=0.1,
-                             speculative=True, spec_metrics=None)
+        generation_from_vllm(
+            [5],
+            finish_reason="length",
+            stop_reason=None,
+            eos_ids=EOS,
+            decode=_decode,
+            wall_s=0.1,
+            speculative=True,
+            spec_metrics=None,
+        )
     # The object vLLM returns is read through its to_dict().
     obj = types.SimpleNamespace(to_dict=lambda: VLLM_EAGLE3)
     assert parse_spec_metrics(obj)["steps"] == 16
@@ -246,30 +360,63 @@ def test_sglang_counters_convert_to_the_one_acceptance_length():
     assert acceptance_length([g]) == pytest.approx(53 / 16)
     assert g.extra["drafted_tokens"] == 80 and g.extra["accepted_tokens"] == 37
     # A request that stopped after its prefill: SGLang writes no spec_* keys at all.
-    short = generation_from_sglang({"output_ids": [1], "meta_info": {"completion_tokens": 1}}, method="dflash",
-                                   eos_ids=EOS, decode=_decode, wall_s=0.1)
+    short = generation_from_sglang(
+        {"output_ids": [1], "meta_info": {"completion_tokens": 1}},
+        method="dflash",
+        eos_ids=EOS,
+        decode=_decode,
+        wall_s=0.1,
+    )
     assert (short.nfe_prefill, short.nfe) == (1, 0) and short.extra["verify_forwards"] == 0
     with pytest.raises(InputError, match="spec_verify_ct"):
-        generation_from_sglang({"output_ids": [4, 5, 6], "meta_info": {}}, method="eagle3", eos_ids=EOS,
-                               decode=_decode, wall_s=0.1)
+        generation_from_sglang(
+            {"output_ids": [4, 5, 6], "meta_info": {}},
+            method="eagle3",
+            eos_ids=EOS,
+            decode=_decode,
+            wall_s=0.1,
+        )
 
 
 def test_generations_cut_at_every_end_token():
-    ar = generation_from_vllm([5, 6, 2, 7], finish_reason="stop", stop_reason=2, eos_ids=EOS, decode=_decode,
-                              wall_s=0.5, speculative=False)
+    ar = generation_from_vllm(
+        [5, 6, 2, 7],
+        finish_reason="stop",
+        stop_reason=2,
+        eos_ids=EOS,
+        decode=_decode,
+        wall_s=0.5,
+        speculative=False,
+    )
     assert ar.token_ids == [5, 6, 2] and (ar.nfe_prefill, ar.nfe) == (1, 2) and ar.tpf == 1.5
-    dropped = generation_from_vllm([5, 6], finish_reason="stop", stop_reason=None, eos_ids=EOS, decode=_decode,
-                                   wall_s=0.5, speculative=False)
+    dropped = generation_from_vllm(
+        [5, 6],
+        finish_reason="stop",
+        stop_reason=None,
+        eos_ids=EOS,
+        decode=_decode,
+        wall_s=0.5,
+        speculative=False,
+    )
     assert dropped.token_ids == [5, 6, 1]  # the stop token put back: token counts include <eos>
-    length = generation_from_vllm([5, 6], finish_reason="length", stop_reason=None, eos_ids=EOS, decode=_decode,
-                                  wall_s=0.5, speculative=False)
+    length = generation_from_vllm(
+        [5, 6],
+        finish_reason="length",
+        stop_reason=None,
+        eos_ids=EOS,
+        decode=_decode,
+        wall_s=0.5,
+        speculative=False,
+    )
     assert length.token_ids == [5, 6]
     meta = {"finish_reason": {"type": "stop", "matched": 1}, "e2e_latency": 0.2}
-    sg = generation_from_sglang({"output_ids": [4, 5, 6], "meta_info": meta}, method="ar", eos_ids=EOS,
-                                decode=_decode, wall_s=0.3)
+    sg = generation_from_sglang(
+        {"output_ids": [4, 5, 6], "meta_info": meta}, method="ar", eos_ids=EOS, decode=_decode, wall_s=0.3
+    )
     assert sg.token_ids == [4, 5, 6, 1] and (sg.nfe_prefill, sg.nfe) == (1, 3)
-    dllm = generation_from_sglang({"output_ids": [4, 1], "meta_info": {}}, method="dllm", eos_ids=EOS, decode=_decode,
-                                  wall_s=0.3)
+    dllm = generation_from_sglang(
+        {"output_ids": [4, 1], "meta_info": {}}, method="dllm", eos_ids=EOS, decode=_decode, wall_s=0.3
+    )
     assert dllm.nfe == 0 and "no per-request forward count" in dllm.extra["nfe_unavailable"]
     with pytest.raises(InputError, match="output_ids"):
         generation_from_sglang({"text": "x"}, method="ar", eos_ids=EOS, decode=_decode, wall_s=0.1)
@@ -285,8 +432,11 @@ def test_the_environment_is_the_first_reason(folders, monkeypatch):
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name in ("vllm", "sglang") else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("vllm", "sglang") else real_find_spec(name, *a),
+    )
     with pytest.raises(EngineUnavailable, match="^needs CUDA and vllm$"):
         build_engine("vllm", folders["ar"], device="cuda")
     # On the CPU vLLM runs from its CPU build, in the environment `make vllm-env` builds.
@@ -333,7 +483,9 @@ def test_sglang_engine_shuts_its_server_down(folders, monkeypatch):
     class FakeEngine:
         def __init__(self, **kwargs):
             self.kwargs, self.shutdowns = kwargs, 0
-            self.tokenizer_manager = types.SimpleNamespace(model_config=types.SimpleNamespace(dtype="torch.bfloat16"))
+            self.tokenizer_manager = types.SimpleNamespace(
+                model_config=types.SimpleNamespace(dtype="torch.bfloat16")
+            )
             started.append(self)
 
         def generate(self, input_ids, sampling_params):

@@ -31,8 +31,12 @@ def _load_checker():
 
 check_serving_args = _load_checker()
 PAIRS = [(engine, method) for engine, methods in METHODS.items() for method in methods]
-DRAFT_ARCH = {"draft_model": "Qwen3ForCausalLM", "standalone": "Qwen3ForCausalLM", "eagle3": "LlamaForCausalLM",
-              "dflash": "DFlashDraftModel"}
+DRAFT_ARCH = {
+    "draft_model": "Qwen3ForCausalLM",
+    "standalone": "Qwen3ForCausalLM",
+    "eagle3": "LlamaForCausalLM",
+    "dflash": "DFlashDraftModel",
+}
 
 
 @pytest.fixture
@@ -40,14 +44,29 @@ def targets(ar_ckpt_dir, tmp_path):
     sdar = tmp_path / "sdar"
     sdar.mkdir()
     shutil.copy(ar_ckpt_dir / "tokenizer.json", sdar)
-    (sdar / "config.json").write_text(json.dumps({"architectures": ["SDARForCausalLM"], "block_size": 4,
-                                                  "mask_token_id": 151669, "max_position_embeddings": 160}))
+    (sdar / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["SDARForCausalLM"],
+                "block_size": 4,
+                "mask_token_id": 151669,
+                "max_position_embeddings": 160,
+            }
+        )
+    )
     return {"ar": ar_ckpt_dir, "sdar": sdar}
 
 
 def serving_args(capsys, engine, method, targets, tmp_path, *extra) -> tuple[int, dict | str]:
-    argv = ["serving-args", "--engine", engine, "--method", method,
-            "--target", str(targets["sdar" if method == "dllm" else "ar"])]
+    argv = [
+        "serving-args",
+        "--engine",
+        engine,
+        "--method",
+        method,
+        "--target",
+        str(targets["sdar" if method == "dllm" else "ar"]),
+    ]
     if method in SPECULATIVE_METHODS:
         draft = tmp_path / f"draft-{method}"
         draft.mkdir(exist_ok=True)
@@ -83,11 +102,24 @@ def test_serving_args_is_what_the_engine_runs(capsys, targets, tmp_path):
     from orl.engines.registry import serving_call
     from orl.tokenizer import load_tokenizer
 
-    code, printed = serving_args(capsys, "vllm", "eagle3", targets, tmp_path, "--ignore-eos", "--max-new-tokens", "9")
-    call = serving_call("vllm", "eagle3", targets["ar"], eos_ids=load_tokenizer(targets["ar"]).eos_ids,
-                        draft_dir=tmp_path / "draft-eagle3", ignore_eos=True)
+    code, printed = serving_args(
+        capsys, "vllm", "eagle3", targets, tmp_path, "--ignore-eos", "--max-new-tokens", "9"
+    )
+    call = serving_call(
+        "vllm",
+        "eagle3",
+        targets["ar"],
+        eos_ids=load_tokenizer(targets["ar"]).eos_ids,
+        draft_dir=tmp_path / "draft-eagle3",
+        ignore_eos=True,
+    )
     assert code == 0 and printed == json.loads(json.dumps(call.to_json(9)))
-    assert printed["sampling_params"] == {"temperature": 0.0, "detokenize": False, "ignore_eos": True, "max_tokens": 9}
+    assert printed["sampling_params"] == {
+        "temperature": 0.0,
+        "detokenize": False,
+        "ignore_eos": True,
+        "max_tokens": 9,
+    }
 
 
 @pytest.mark.parametrize(
@@ -104,8 +136,18 @@ def test_serving_args_bad_input_is_one_line(capsys, targets, tmp_path, engine, m
     assert code == 2 and message in err and err.count("\n") == 1
 
 
-def test_serving_args_dllm_needs_the_strict_rule_and_an_sglang_architecture(capsys, targets, ar_ckpt_dir, tmp_path):
-    base = ["serving-args", "--engine", "sglang", "--method", "dllm", "--dllm-config", str(tmp_path / "d.yaml")]
+def test_serving_args_dllm_needs_the_strict_rule_and_an_sglang_architecture(
+    capsys, targets, ar_ckpt_dir, tmp_path
+):
+    base = [
+        "serving-args",
+        "--engine",
+        "sglang",
+        "--method",
+        "dllm",
+        "--dllm-config",
+        str(tmp_path / "d.yaml"),
+    ]
     assert main([*base, "--target", str(targets["sdar"]), "--policy", "threshold:0.9"]) == 2
     assert "strict-threshold" in capsys.readouterr().err
     assert main([*base, "--target", str(ar_ckpt_dir), "--policy", "strict-threshold:0.9"]) == 2
@@ -125,12 +167,16 @@ def test_sglang_relaxed_lines_pass_its_acceptance_thresholds(capsys, targets, tm
     assert "speculative_accept_threshold_single" not in strict["kwargs"]
 
 
-@pytest.mark.parametrize(("engine", "method", "message"), [
-    ("vllm", "draft_model", "vLLM has no relaxed acceptance rule"),
-    ("sglang", "ar", "drafts nothing to verify"),
-])
-def test_relaxed_where_there_is_no_draft_or_no_rule_is_refused(capsys, targets, tmp_path, engine, method,
-                                                               message):
+@pytest.mark.parametrize(
+    ("engine", "method", "message"),
+    [
+        ("vllm", "draft_model", "vLLM has no relaxed acceptance rule"),
+        ("sglang", "ar", "drafts nothing to verify"),
+    ],
+)
+def test_relaxed_where_there_is_no_draft_or_no_rule_is_refused(
+    capsys, targets, tmp_path, engine, method, message
+):
     code, err = serving_args(capsys, engine, method, targets, tmp_path, "--verification", "relaxed:0.7")
     assert code == 2 and message in err
 
@@ -138,12 +184,15 @@ def test_relaxed_where_there_is_no_draft_or_no_rule_is_refused(capsys, targets, 
 RELAXED_PAIRS = [("sglang", m, "relaxed:0.7") for m in METHODS["sglang"] if m in SPECULATIVE_METHODS]
 
 
-@pytest.mark.parametrize(("engine", "method", "verification"),
-                         [(*pair, "strict") for pair in PAIRS] + RELAXED_PAIRS)
+@pytest.mark.parametrize(
+    ("engine", "method", "verification"), [(*pair, "strict") for pair in PAIRS] + RELAXED_PAIRS
+)
 def test_the_real_package_constructs_the_call(capsys, targets, tmp_path, engine, method, verification):
     if importlib.util.find_spec(engine) is None:
-        pytest.skip(f"{engine} is not installed here (it needs its own environment: `make serving-check` builds "
-                    f"one and runs this check there)")
+        pytest.skip(
+            f"{engine} is not installed here (it needs its own environment: `make serving-check` builds "
+            f"one and runs this check there)"
+        )
     code, call = serving_args(capsys, engine, method, targets, tmp_path, "--verification", verification)
     assert code == 0
     done = check_serving_args.CHECKS[engine](call)

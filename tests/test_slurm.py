@@ -36,8 +36,10 @@ TARGET_RULES = {"reproduce_all"}
 CANCEL_RULES = ("sweep", "quality_row", "latency", "bench_engine", "entropy_profile")
 # The table columns that do not depend on the clock: what ran, on which problems, pass@1, TPF, AUP and
 # their intervals and per-seed values. Timings (tokens/s, latency, speedups, wall, memory) differ per run.
-SAME_COLUMNS = re.compile(r"(system|engine|suite|setup|model|variant|arch|block|precision|device|seeds|n_problems"
-                          r"|operating_point|matched|same_tpf|status|tpf(_.*)?|pass_at_1(_.*)?|aup(_.*)?)")
+SAME_COLUMNS = re.compile(
+    r"(system|engine|suite|setup|model|variant|arch|block|precision|device|seeds|n_problems"
+    r"|operating_point|matched|same_tpf|status|tpf(_.*)?|pass_at_1(_.*)?|aup(_.*)?)"
+)
 # Where the plugin writes a job's log (README, "On a Slurm cluster"): kept when the job fails.
 SLURM_LOG = ".snakemake/slurm_logs/rule_{rule}/{wildcards}/{jobid}.log"
 
@@ -88,8 +90,13 @@ def run_through_slurm(cluster: SlurmCluster, workdir: Path, profile: Path, log: 
     cancelled = None
     start = time.monotonic()
     with open(log, "w") as out:
-        dag = subprocess.Popen([*SNAKEMAKE, "--workflow-profile", str(profile), *SMOKE], cwd=workdir, env=cluster.env,
-                               stdout=out, stderr=subprocess.STDOUT)
+        dag = subprocess.Popen(
+            [*SNAKEMAKE, "--workflow-profile", str(profile), *SMOKE],
+            cwd=workdir,
+            env=cluster.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         try:
             while dag.poll() is None:
                 if time.monotonic() - start > timeout:

@@ -158,7 +158,9 @@ def test_gpu_names_fold_to_bounded_ascii_slugs():
     assert gpu_slug("..") == gpu_slug("../..") == gpu_slug("日本") == ""
     long = gpu_slug("NVIDIA " + "X" * 300)
     assert len(long) == 64 and re.fullmatch(r"[a-z0-9-]+", long)
-    assert gpu_slug("NVIDIA " + "X" * 300) != gpu_slug("NVIDIA " + "X" * 299 + "Y")  # the hash tells them apart
+    assert gpu_slug("NVIDIA " + "X" * 300) != gpu_slug(
+        "NVIDIA " + "X" * 299 + "Y"
+    )  # the hash tells them apart
 
 
 @pytest.mark.parametrize("name", ["..", "/", "../..", "日本"])
@@ -167,7 +169,9 @@ def test_names_without_a_slug_are_refused_and_nothing_is_filed(tmp_path, name):
     source = write_jsonl(tmp_path / "bad.jsonl", _with_gpu(name))
     with pytest.raises(InputError, match="env.gpu_name: .* has no letter or digit"):
         submit(source, root)
-    assert files_under(tmp_path / "hardware") == [] and sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
+    assert files_under(tmp_path / "hardware") == [] and sorted(p.name for p in tmp_path.iterdir()) == [
+        "bad.jsonl"
+    ]
 
 
 def test_full_width_and_300_character_names_are_filed_inside_the_tree(tmp_path):

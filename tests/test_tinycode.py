@@ -71,7 +71,10 @@ def test_tokenizer_round_trips_code_exactly(tokenizer):
         ids = tokenizer.encode(prompt) + tokenizer.encode(completion)
         assert tokenizer.decode(ids) == prompt + completion
     assert {tokenizer.mask_id, tokenizer.eos_id, tokenizer.pad_id} == {2, 1, 0}
-    assert tokenizer.decode_completion(tokenizer.encode("    return x\n") + [tokenizer.eos_id, 5]) == "    return x\n"
+    assert (
+        tokenizer.decode_completion(tokenizer.encode("    return x\n") + [tokenizer.eos_id, 5])
+        == "    return x\n"
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -123,7 +126,8 @@ def test_mix_draws_the_long_share_and_holds_out_both_test_sets():
     assert not any(prompt in held_out for prompt, _ in pairs)
     # No long share: exactly the short stream.
     assert list(itertools.islice(tinycode.train_stream(2, tinycode.TaskMix("medium", 0.0)), 200)) == list(
-        itertools.islice(tinycode.train_stream(2, "medium"), 200))
+        itertools.islice(tinycode.train_stream(2, "medium"), 200)
+    )
 
 
 def test_preset_refuses_a_bad_long_fraction_or_difficulty():

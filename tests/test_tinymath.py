@@ -60,15 +60,18 @@ def test_tinymath_solutions_are_right():
     """Each worked line's arithmetic holds, and the last amount is the answer."""
     checked, problems = 0, load_suite("tinymath", split="dev")[:60]
     for p in problems:
-        for a, op, b, value in re.findall(r"(\d+) ([-+*/]) (\d+) = <<\1\2\3=(\d+)>>\4",
-                                          p["canonical_solution"]):
-            assert {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b),
-                    "/": int(a) // int(b)}[op] == int(value)
+        for a, op, b, value in re.findall(
+            r"(\d+) ([-+*/]) (\d+) = <<\1\2\3=(\d+)>>\4", p["canonical_solution"]
+        ):
+            assert {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b), "/": int(a) // int(b)}[
+                op
+            ] == int(value)
             assert op != "/" or int(a) % int(b) == 0
             checked += 1
     assert checked == sum(p["canonical_solution"].count("<<") for p in problems)
-    results = check_many(load_suite("tinymath"), [p["canonical_solution"] for p in load_suite("tinymath")],
-                         progress=False)
+    results = check_many(
+        load_suite("tinymath"), [p["canonical_solution"] for p in load_suite("tinymath")], progress=False
+    )
     assert all(r.passed for r in results)
 
 
@@ -107,33 +110,63 @@ def test_humaneval_has_no_dev_split():
 
 
 def test_eval_quality_refuses_humaneval_dev_before_any_work(capsys, tmp_path, ar_ckpt_dir):
-    assert main(["eval-quality", "--ckpt", str(ar_ckpt_dir), "--suite", "humaneval", "--split", "dev",
-                 "--out", str(tmp_path / "q.jsonl")]) == 2
+    assert (
+        main(
+            [
+                "eval-quality",
+                "--ckpt",
+                str(ar_ckpt_dir),
+                "--suite",
+                "humaneval",
+                "--split",
+                "dev",
+                "--out",
+                str(tmp_path / "q.jsonl"),
+            ]
+        )
+        == 2
+    )
     assert "test-only" in capsys.readouterr().err
     assert not (tmp_path / "q.jsonl").exists()
 
 
-@pytest.mark.parametrize("completion, passed, why", [
-    ("Some work.\n#### 20\n", True, "passed"),
-    ("#### 20", True, "passed"),
-    ("Work.\n####  +20.0 \n", True, "passed"),
-    ("Work.\n#### 20\nQuestion: more text #### 21\n#### 21\n", True, "passed"),  # the first final line counts
-    ("Work.\n#### 21\n", False, "final answer 21, expected 20"),
-    ("She has 10 + 10 = <<10+10=20>>20 apples.\nSo the answer is 20.\n#### 19\n", False, "expected 20"),
-    ("She has 10 + 10 = 20 apples.\nSo the answer is 20.\n", False, "no final answer line"),
-    ("", False, "no final answer line"),
-    ("Work.\n#### twenty\n", False, "holds no number"),
-    ("Work.\n#### 20 apples\n", False, "holds no number"),
-    ("Work.\n#### \n", False, "holds no number"),
-])
+@pytest.mark.parametrize(
+    "completion, passed, why",
+    [
+        ("Some work.\n#### 20\n", True, "passed"),
+        ("#### 20", True, "passed"),
+        ("Work.\n####  +20.0 \n", True, "passed"),
+        (
+            "Work.\n#### 20\nQuestion: more text #### 21\n#### 21\n",
+            True,
+            "passed",
+        ),  # the first final line counts
+        ("Work.\n#### 21\n", False, "final answer 21, expected 20"),
+        ("She has 10 + 10 = <<10+10=20>>20 apples.\nSo the answer is 20.\n#### 19\n", False, "expected 20"),
+        ("She has 10 + 10 = 20 apples.\nSo the answer is 20.\n", False, "no final answer line"),
+        ("", False, "no final answer line"),
+        ("Work.\n#### twenty\n", False, "holds no number"),
+        ("Work.\n#### 20 apples\n", False, "holds no number"),
+        ("Work.\n#### \n", False, "holds no number"),
+    ],
+)
 def test_the_answer_checker(completion, passed, why):
     problem = {"task_id": "TinyMath/x", "prompt": "Question: ...\nAnswer:\n", "final_answer": "20"}
     result = check_completion(problem, completion)
     assert (result.passed, result.isolation) == (passed, "none")
     assert why in result.result
     entry = result.to_record()
-    validate_record(make_record("quality", system="s", engine="e", model=MODEL, split="dev",
-                                metrics={"pass_at_1": float(passed)}, per_problem=[entry]))
+    validate_record(
+        make_record(
+            "quality",
+            system="s",
+            engine="e",
+            model=MODEL,
+            split="dev",
+            metrics={"pass_at_1": float(passed)},
+            per_problem=[entry],
+        )
+    )
 
 
 def test_thousands_and_bad_references():
@@ -147,10 +180,13 @@ def test_thousands_and_bad_references():
 def test_mixed_problems_score_through_one_entry_point():
     """ORL's reward and eval-quality call check_many: in a batch of both kinds, each gets its checker."""
     math, code = load_suite("tinymath", limit=2), load_suite("tinycode", limit=2)
-    results = check_many([math[0], code[0], math[1], code[1]],
-                         [math[0]["canonical_solution"], code[0]["canonical_solution"], "#### -1\n",
-                          "    return None\n"],
-                         progress=False, isolation="fallback", timeout_s=10)
+    results = check_many(
+        [math[0], code[0], math[1], code[1]],
+        [math[0]["canonical_solution"], code[0]["canonical_solution"], "#### -1\n", "    return None\n"],
+        progress=False,
+        isolation="fallback",
+        timeout_s=10,
+    )
     assert [r.passed for r in results] == [True, True, False, False]
     assert [r.isolation == "none" for r in results] == [True, False, True, False]
 
@@ -158,39 +194,61 @@ def test_mixed_problems_score_through_one_entry_point():
 def test_check_samples_scores_answer_problems(tmp_path, capsys):
     problems = load_suite("tinymath", limit=3)
     (tmp_path / "problems.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
-    samples = [{"task_id": p["task_id"], "completion": c} for p, c in
-               zip(problems, [problems[0]["canonical_solution"], "#### 0\n", "no answer"], strict=True)]
+    samples = [
+        {"task_id": p["task_id"], "completion": c}
+        for p, c in zip(problems, [problems[0]["canonical_solution"], "#### 0\n", "no answer"], strict=True)
+    ]
     (tmp_path / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
-    assert main(["check-samples", str(tmp_path / "samples.jsonl"), "--problems",
-                 str(tmp_path / "problems.jsonl"), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "check-samples",
+                str(tmp_path / "samples.jsonl"),
+                "--problems",
+                str(tmp_path / "problems.jsonl"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.strip().endswith("pass@1=0.333333")
     (tmp_path / "bad.jsonl").write_text(json.dumps({"task_id": "x", "prompt": "p", "final_answer": 3}) + "\n")
-    assert main(["check-samples", str(tmp_path / "samples.jsonl"), "--problems",
-                 str(tmp_path / "bad.jsonl")]) == 2
+    assert (
+        main(["check-samples", str(tmp_path / "samples.jsonl"), "--problems", str(tmp_path / "bad.jsonl")])
+        == 2
+    )
     assert "bad.jsonl line 1: final_answer: expected a string" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not (BASE_AR / "tokenizer.json").is_file(),
-                    reason=f"no committed tokenizer under {BASE_AR}")
+@pytest.mark.skipif(
+    not (BASE_AR / "tokenizer.json").is_file(), reason=f"no committed tokenizer under {BASE_AR}"
+)
 def test_median_completion_is_at_least_96_tokens_with_the_tiny_tokenizers():
     """With the committed tiny tokenizer (fitted on TinyCode only) and with one fitted on the math mix, as a
     retrained base's would be (build_tokenizer draws from the preset's mix)."""
     committed = load_tokenizer(BASE_AR)
-    mixed = train_bpe((p + c for p, c in tinycode.train_stream(1, tinycode.TaskMix("medium", 0.3, 0.3))),
-                      vocab_size=1024, sample_count=6000)
+    mixed = train_bpe(
+        (p + c for p, c in tinycode.train_stream(1, tinycode.TaskMix("medium", 0.3, 0.3))),
+        vocab_size=1024,
+        sample_count=6000,
+    )
     for tokenizer in (committed, mixed):
         for split in ("dev", "test"):
             assert statistics.median(completion_tokens(tokenizer, load_suite("tinymath", split=split))) >= 96
 
 
-@pytest.mark.skipif(not (BASE_AR / "tokenizer.json").is_file(),
-                    reason=f"no committed tokenizer under {BASE_AR}")
+@pytest.mark.skipif(
+    not (BASE_AR / "tokenizer.json").is_file(), reason=f"no committed tokenizer under {BASE_AR}"
+)
 def test_the_committed_tokenizer_encodes_every_problem_without_loss():
     """Byte-level BPE: no unknown token, exact round trip, though # ? and most capitals never occurred in the
     TinyCode text it was fitted on (their byte tokens are untrained in the committed base)."""
     tokenizer = load_tokenizer(BASE_AR)
-    texts = [p["prompt"] + p["canonical_solution"] for split in ("dev", "test")
-             for p in load_suite("tinymath", split=split)]
+    texts = [
+        p["prompt"] + p["canonical_solution"]
+        for split in ("dev", "test")
+        for p in load_suite("tinymath", split=split)
+    ]
     assert all(tokenizer.decode(tokenizer.encode(text)) == text for text in texts)
     assert all(0 <= i < tokenizer.vocab_size for text in texts for i in tokenizer.encode(text))
 
@@ -221,16 +279,38 @@ def test_the_math_share_trains_on_neither_split():
     problems = tinycode.train_problems(4, 40, mix)
     assert any(p.get("math") for p in problems) and not {p["prompt"] for p in problems} & held
     preset = load_preset("tiny", overrides={"math_fraction": 0.5})
-    budgets = {budget_kind(problems[group[0]]): (sorted(group), budget)
-               for group, budget in rollout_groups(problems, preset)}
+    budgets = {
+        budget_kind(problems[group[0]]): (sorted(group), budget)
+        for group, budget in rollout_groups(problems, preset)
+    }
     assert budgets["math"] == (sorted(i for i, p in enumerate(problems) if p.get("math")), 192)
 
 
 def test_quality_records_carry_their_split(tmp_path, ar_ckpt_dir):
     out = tmp_path / "q.jsonl"
-    assert main(["eval-quality", "--ckpt", str(ar_ckpt_dir), "--suite", "tinycode", "--split", "dev",
-                 "--limit", "2", "--max-new-tokens", "4", "--isolation", "fallback", "--no-progress",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval-quality",
+                "--ckpt",
+                str(ar_ckpt_dir),
+                "--suite",
+                "tinycode",
+                "--split",
+                "dev",
+                "--limit",
+                "2",
+                "--max-new-tokens",
+                "4",
+                "--isolation",
+                "fallback",
+                "--no-progress",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     (record,) = load_records(out)
     assert record["split"] == "dev" and record["per_problem"][0]["task_id"].startswith("TinyCodeDev/")
     older = {k: v for k, v in record.items() if k != "split"}
@@ -245,12 +325,29 @@ def test_operating_point_matches_on_one_split(tmp_path, capsys):
     from orl.records import write_records
 
     def record(kind: str, split: str, tau: float | None = None) -> dict:
-        outcomes = [{"task_id": f"T/{i}", "passed": i % 2 == 0, "result": ("failed", "passed")[i % 2 == 0],
-                     "tokens": 10, "nfe": 2} for i in range(8)]
+        outcomes = [
+            {
+                "task_id": f"T/{i}",
+                "passed": i % 2 == 0,
+                "result": ("failed", "passed")[i % 2 == 0],
+                "tokens": 10,
+                "nfe": 2,
+            }
+            for i in range(8)
+        ]
         policy = {"name": "threshold", "params": {"tau": tau}} if tau else None
-        return make_record(kind, system="s", engine="dlmrt", model=MODEL, suite="tinycode", split=split,
-                           policy=policy, n_problems=8,
-                           metrics={"pass_at_1": 0.5, "tpf": 2.0}, per_problem=outcomes)
+        return make_record(
+            kind,
+            system="s",
+            engine="dlmrt",
+            model=MODEL,
+            suite="tinycode",
+            split=split,
+            policy=policy,
+            n_problems=8,
+            metrics={"pass_at_1": 0.5, "tpf": 2.0},
+            per_problem=outcomes,
+        )
 
     write_records(tmp_path / "sweep.jsonl", [record("sweep", "dev", tau) for tau in (0.5, 0.9)])
     write_records(tmp_path / "dev.jsonl", [record("quality", "dev")])

@@ -16,9 +16,15 @@ from .real_checkpoints import CHAT_TEMPLATE, ENDOFTEXT, IM_END, IM_START, SDAR_M
 def test_our_tiny_tokenizer_keeps_its_literal_special_tokens(tokenizer, tmp_path):
     tokenizer.save(tmp_path / "tokenizer.json")
     loaded = load_tokenizer(tmp_path)
-    assert (loaded.eos_id, loaded.pad_id, loaded.mask_id) == (tokenizer.eos_id, tokenizer.pad_id, tokenizer.mask_id)
+    assert (loaded.eos_id, loaded.pad_id, loaded.mask_id) == (
+        tokenizer.eos_id,
+        tokenizer.pad_id,
+        tokenizer.mask_id,
+    )
     assert loaded.eos_ids == (loaded.eos_id,) and loaded.chat_template is None
-    with pytest.raises(InputError, match=r"tokenizer_config\.json: chat_template: this tokenizer has no chat template"):
+    with pytest.raises(
+        InputError, match=r"tokenizer_config\.json: chat_template: this tokenizer has no chat template"
+    ):
         loaded.apply_chat_template("hi")
 
 
@@ -51,7 +57,9 @@ def test_eos_order_generation_config_then_config_then_tokenizer_config(qwen3_ckp
     assert load_tokenizer(folder).eos_ids == (ENDOFTEXT,)
     tok_config.pop("eos_token")
     (folder / "tokenizer_config.json").write_text(json.dumps(tok_config))
-    with pytest.raises(CheckpointError, match=r"tokenizer\.json: added_tokens: the special token '<eos>' is missing"):
+    with pytest.raises(
+        CheckpointError, match=r"tokenizer\.json: added_tokens: the special token '<eos>' is missing"
+    ):
         load_tokenizer(folder)
 
 
@@ -70,9 +78,10 @@ def test_chat_template_renders_as_transformers_renders_it(where, sdar_ckpt, tmp_
         (folder / "tokenizer_config.json").write_text(json.dumps(config))
     ours = load_tokenizer(folder)
     theirs = AutoTokenizer.from_pretrained(str(folder))
-    prompt = "def add(a, b):\n    \"\"\"Return a + b.\"\"\"\n"
-    expected = theirs.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                          add_generation_prompt=True)
+    prompt = 'def add(a, b):\n    """Return a + b."""\n'
+    expected = theirs.apply_chat_template(
+        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+    )
     rendered = ours.apply_chat_template(prompt)
     assert rendered == expected
     assert rendered.startswith("<|im_start|>system\n") and rendered.endswith("<|im_start|>assistant\n")
@@ -90,7 +99,11 @@ def test_tokenizer_config_round_trips_through_transformers(sdar_ckpt, tmp_path):
     tok.save(folder / "tokenizer.json")
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(tok)))
     theirs = AutoTokenizer.from_pretrained(str(folder))
-    assert (theirs.eos_token, theirs.pad_token, theirs.mask_token) == ("<|im_end|>", "<|endoftext|>", "<|MASK|>")
+    assert (theirs.eos_token, theirs.pad_token, theirs.mask_token) == (
+        "<|im_end|>",
+        "<|endoftext|>",
+        "<|MASK|>",
+    )
     again = load_tokenizer(folder)
     assert (again.mask_id, again.pad_id, again.eos_id) == (SDAR_MASK_ID, ENDOFTEXT, IM_END)
     assert again.apply_chat_template("hi") == tok.apply_chat_template("hi")

@@ -45,7 +45,9 @@ sys.exit(main(sys.argv[2:]))
 def run_orl(*args: str, kill_at: int | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     prefix = [sys.executable, "-c", KILL_AT, str(kill_at)] if kill_at else [sys.executable, "-m", "orl.cli"]
-    return subprocess.run([*prefix, *args, "--no-progress"], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [*prefix, *args, "--no-progress"], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +87,10 @@ def test_sigkill_at_every_commit_point_of_a_checkpoint_resumes_bitwise(straight_
 
 
 def _log(out):
-    return [{k: v for k, v in json.loads(line).items()} for line in (out / "train_log.jsonl").read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(line).items()}
+        for line in (out / "train_log.jsonl").read_text().splitlines()
+    ]
 
 
 @pytest.mark.slow
@@ -133,7 +138,9 @@ def test_a_run_through_onednn_resumes_through_it_bitwise_and_refuses_another_pat
     assert refused.returncode == 2 and "state.json: settings.cpu_linear" in refused.stderr
     resumed = run_orl(*args, "--out", str(out), "--cpu-linear", "auto")  # auto keeps the run's own path
     assert resumed.returncode == 0, resumed.stderr
-    assert (out / "model.safetensors").read_bytes() == (tmp_path / "straight" / "model.safetensors").read_bytes()
+    assert (out / "model.safetensors").read_bytes() == (
+        tmp_path / "straight" / "model.safetensors"
+    ).read_bytes()
     summary = json.loads((out / "train_summary.json").read_text())
     assert summary["cpu_linear"] == "onednn"
     # The same run as F.linear's up to rounding: the loss curve agrees to 1e-4.
@@ -161,7 +168,9 @@ def _step_fn(model):
 
         def run():
             logits = model(ids)
-            total = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), ids.flatten(), reduction="sum")
+            total = torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1).float(), ids.flatten(), reduction="sum"
+            )
             return [total], [float(ids.numel())]
 
         return Step(("ce",), (1.0,), [Micro(run=run, counts=[float(ids.numel())], tokens=ids.numel())])

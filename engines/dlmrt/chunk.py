@@ -115,17 +115,31 @@ def prefill(model: Transformer, spec: ChunkSpec, state: DecodeState, prompt_ids:
 def _commit(spec: ChunkSpec, state: DecodeState, logits: torch.Tensor, step: int) -> None:
     """Apply one step's commits to the block state (shared policy code), count it if it did work."""
     masked_before = state.masked
-    out = denoise_step(spec.policy, logits, state.tokens, masked_before, spec.eos_ids, eos_fill=spec.eos_fill,
-                       generated=state.generated)
+    out = denoise_step(
+        spec.policy,
+        logits,
+        state.tokens,
+        masked_before,
+        spec.eos_ids,
+        eos_fill=spec.eos_fill,
+        generated=state.generated,
+    )
     if spec.observer is not None:
         spec.observer(logits, masked_before, out)
     if spec.log_steps:
         n = masked_before.sum(-1)
         weight = masked_before.float() / n.clamp_min(1)[:, None]
-        state.log[step].copy_(torch.stack([
-            out.committed.sum(-1).float(), n.float(),
-            (out.entropy * weight).sum(-1), (out.confidence * weight).sum(-1),
-        ], dim=-1))
+        state.log[step].copy_(
+            torch.stack(
+                [
+                    out.committed.sum(-1).float(),
+                    n.float(),
+                    (out.entropy * weight).sum(-1),
+                    (out.confidence * weight).sum(-1),
+                ],
+                dim=-1,
+            )
+        )
     state.nfe.add_(masked_before.any(-1).long())
     state.tokens.copy_(out.tokens)
     state.masked.copy_(out.masked)
@@ -135,8 +149,16 @@ def _commit(spec: ChunkSpec, state: DecodeState, logits: torch.Tensor, step: int
 
 
 def _block_step(model: Transformer, spec: ChunkSpec, state: DecodeState, step: int) -> None:
-    embeds = residual_embeddings(model, state.tokens, state.masked, state.probs, state.entropy,
-                                 spec.alpha, spec.mask_id, spec.residual_form)
+    embeds = residual_embeddings(
+        model,
+        state.tokens,
+        state.masked,
+        state.probs,
+        state.entropy,
+        spec.alpha,
+        spec.mask_id,
+        spec.residual_form,
+    )
     logits = block_forward(model, state, embeds, state.start, spec.block)
     _commit(spec, state, logits, step)
 
@@ -161,8 +183,16 @@ def start_block_chunk(model: Transformer, spec: ChunkSpec, state: DecodeState) -
     previous = embedding[state.tokens]  # the finished block's committed tokens (<eos> fill included)
     state.start.add_(B)
     reset_block(spec, state)
-    fresh = residual_embeddings(model, state.tokens, state.masked, state.probs, state.entropy,
-                                spec.alpha, spec.mask_id, spec.residual_form)
+    fresh = residual_embeddings(
+        model,
+        state.tokens,
+        state.masked,
+        state.probs,
+        state.entropy,
+        spec.alpha,
+        spec.mask_id,
+        spec.residual_form,
+    )
     logits = block_forward(model, state, torch.cat([previous, fresh], dim=1), state.start - B, B)
     _commit(spec, state, logits[:, B:], 0)
     for step in range(1, spec.steps):

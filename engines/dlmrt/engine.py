@@ -52,7 +52,9 @@ class DlmrtConfig:
     sync_every: int | None = None  # S: steps per chunk between host reads; None = 1 on CPU, 2 on CUDA
     min_cache_len: int = 256  # smallest cache bucket (engines/capture.py)
     mode: str | None = None  # one of capture.MODES; None = from `compiled` and the device
-    compile_backend: str | Callable = "inductor"  # torch.compile backend of "compile" mode ("aot_eager": capture only)
+    compile_backend: str | Callable = (
+        "inductor"  # torch.compile backend of "compile" mode ("aot_eager": capture only)
+    )
     observer: StepObserver | None = None  # eager mode only: sees every step's logits and decisions (parity)
     cpu_linear: str = "aten"  # CPU matmuls: "aten" (MKL), "onednn" or "auto" (measured; kernels/onednn.py)
 
@@ -64,23 +66,41 @@ class _Slot:
     state: DecodeState
     run_prefill: Callable[[torch.Tensor], None]  # prompt ids [1, P] -> cache and block 0 set up
     run_chunk: Callable[[], None]  # S steps over the current block
-    run_start_block: Callable[[], None]  # next block's first forward (writes the previous block's KV), S-1 steps
+    run_start_block: Callable[
+        [], None
+    ]  # next block's first forward (writes the previous block's KV), S-1 steps
 
 
 class DlmrtEngine:
     """The bundled engine; `generate(prompt, max_new_tokens) -> Generation`."""
 
     def __init__(
-        self, ckpt: Checkpoint, policy: Policy, *, compiled: bool = True, residual: bool = True,
-        log_steps: bool = False, ignore_eos: bool = False, config: DlmrtConfig | None = None,
+        self,
+        ckpt: Checkpoint,
+        policy: Policy,
+        *,
+        compiled: bool = True,
+        residual: bool = True,
+        log_steps: bool = False,
+        ignore_eos: bool = False,
+        config: DlmrtConfig | None = None,
         block_size: int | None = None,
     ):
         cfg = ckpt.model.config
         if not ckpt.is_diffusion or cfg.mask_token_id is None:
-            raise CheckpointError(f"{ckpt.path / 'config.json'}: mask_token_id: dlmrt needs a block-diffusion "
-                                  "checkpoint with a mask token")
-        self.rule = decode_rule(cfg, ckpt.tokenizer.eos_ids, policy, residual=residual, ignore_eos=ignore_eos,
-                                where=str(ckpt.path / "config.json"), block_size=block_size)
+            raise CheckpointError(
+                f"{ckpt.path / 'config.json'}: mask_token_id: dlmrt needs a block-diffusion "
+                "checkpoint with a mask token"
+            )
+        self.rule = decode_rule(
+            cfg,
+            ckpt.tokenizer.eos_ids,
+            policy,
+            residual=residual,
+            ignore_eos=ignore_eos,
+            where=str(ckpt.path / "config.json"),
+            block_size=block_size,
+        )
         self.config = config or DlmrtConfig()
         self.ckpt, self.log_steps = ckpt, log_steps  # the policy is the rule's: self.rule.policy
         self.model = ckpt.model
@@ -91,8 +111,10 @@ class DlmrtEngine:
         avoid_per_length_attention_plans(self.device)
         self.mode = self.config.mode or default_mode(self.device, compiled)
         if self.config.observer is not None and self.mode != "eager":
-            raise InputError("dlmrt: a step observer runs Python inside the chunk; it needs mode "
-                             f"'eager', not {self.mode!r}")
+            raise InputError(
+                "dlmrt: a step observer runs Python inside the chunk; it needs mode "
+                f"'eager', not {self.mode!r}"
+            )
         self.name = "dlmrt" if self.mode != "eager" else "dlmrt-eager"
         # On CUDA an idle predicated step costs a whole forward (about 1.25 ms for the tiny model
         # on an H200), so S is kept small: ORL at TPF 7.9 (about two steps per 16-token block)
@@ -104,19 +126,39 @@ class DlmrtEngine:
         # one compilation per shape serves every value of a sweep (Policy.in_graph).
         rule = self.rule
         self.spec = ChunkSpec(
-            policy=rule.policy.in_graph(self.device), block=rule.block, steps=steps, alpha=rule.alpha, mask_id=rule.mask_id,
-            eos_ids=torch.tensor(rule.eos_ids, device=self.device), eos_fill=rule.eos_fill,
-            absolute=rule.layout == "absolute", log_steps=log_steps, observer=self.config.observer,
+            policy=rule.policy.in_graph(self.device),
+            block=rule.block,
+            steps=steps,
+            alpha=rule.alpha,
+            mask_id=rule.mask_id,
+            eos_ids=torch.tensor(rule.eos_ids, device=self.device),
+            eos_fill=rule.eos_fill,
+            absolute=rule.layout == "absolute",
+            log_steps=log_steps,
+            observer=self.config.observer,
             residual_form=rule.residual_form,
         )
         self._slots: dict[int, _Slot] = {}
 
     def describe(self) -> EngineInfo:
         rule = self.rule
-        return checkpoint_info(self.name, self.ckpt, self.device, policy=rule.policy.to_record(), settings={
-            "mode": self.mode, "sync_every": self.spec.steps, "residual_alpha": rule.alpha,
-            "residual_form": rule.residual_form if rule.alpha else None, "eos_fill": rule.eos_fill, "stop_at_eos": rule.stop_at_eos, "layout": rule.layout, "cpu_linear": self.linear.backend,
-            "compile_backend": str(self.config.compile_backend) if self.mode == "compile" else None})
+        return checkpoint_info(
+            self.name,
+            self.ckpt,
+            self.device,
+            policy=rule.policy.to_record(),
+            settings={
+                "mode": self.mode,
+                "sync_every": self.spec.steps,
+                "residual_alpha": rule.alpha,
+                "residual_form": rule.residual_form if rule.alpha else None,
+                "eos_fill": rule.eos_fill,
+                "stop_at_eos": rule.stop_at_eos,
+                "layout": rule.layout,
+                "cpu_linear": self.linear.backend,
+                "compile_backend": str(self.config.compile_backend) if self.mode == "compile" else None,
+            },
+        )
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> int:
         """The cache length a request runs in: one compiled / captured slot per length."""
@@ -127,8 +169,13 @@ class DlmrtEngine:
 
     def plan(self, prompt_len: int, max_new_tokens: int):
         """The request's blocks (orl.decoding.layout), validated against the model's context."""
-        return plan_blocks(prompt_len, max_new_tokens, self.rule.block, self.rule.layout,
-                           self.model.config.max_position_embeddings)
+        return plan_blocks(
+            prompt_len,
+            max_new_tokens,
+            self.rule.block,
+            self.rule.layout,
+            self.model.config.max_position_embeddings,
+        )
 
     def cache_len(self, prompt_len: int, max_new_tokens: int) -> int:
         """The cache length (bucket) a request of this size runs in."""
@@ -141,8 +188,15 @@ class DlmrtEngine:
         cfg = self.model.config
         length = cache_bucket(needed, self.rule.block, cfg.max_position_embeddings, self.config.min_cache_len)
         if length not in self._slots:
-            state = DecodeState.allocate(cfg, batch=1, cache_len=length, steps=self.spec.steps, device=self.device,
-                                         dtype=self.model.embedding.dtype, block=self.rule.block)
+            state = DecodeState.allocate(
+                cfg,
+                batch=1,
+                cache_len=length,
+                steps=self.spec.steps,
+                device=self.device,
+                dtype=self.model.embedding.dtype,
+                block=self.rule.block,
+            )
             model, spec = self.model, self.spec
 
             def chunk(s: DecodeState) -> None:
@@ -155,9 +209,12 @@ class DlmrtEngine:
                 prefill(model, spec, s, prompt_ids)
 
             backend = self.config.compile_backend
-            self._slots[length] = _Slot(state, make_prefill_runner(prompt, state, self.mode, backend),
-                                        make_runner(chunk, state, self.mode, backend),
-                                        make_runner(start_block, state, self.mode, backend))
+            self._slots[length] = _Slot(
+                state,
+                make_prefill_runner(prompt, state, self.mode, backend),
+                make_runner(chunk, state, self.mode, backend),
+                make_runner(start_block, state, self.mode, backend),
+            )
         return self._slots[length]
 
     def slot_for(self, prompt: str, max_new_tokens: int) -> _Slot:
@@ -177,12 +234,14 @@ class DlmrtEngine:
     @torch.inference_mode()
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:
         tok = self.ckpt.tokenizer  # the budget caps what a request returns; rollouts keep whole blocks
-        return within_budget(self.generate_ids(tok.encode(prompt), max_new_tokens), max_new_tokens,
-                             tok.decode_completion)
+        return within_budget(
+            self.generate_ids(tok.encode(prompt), max_new_tokens), max_new_tokens, tok.decode_completion
+        )
 
     @torch.inference_mode()
-    def generate_ids(self, prompt_ids: list[int], max_new_tokens: int, *,
-                     watcher: StepWatcher | None = None) -> Generation:
+    def generate_ids(
+        self, prompt_ids: list[int], max_new_tokens: int, *, watcher: StepWatcher | None = None
+    ) -> Generation:
         """One request from token ids (see the module docstring).
 
         A `watcher` is called on the host before and after every step (the ORL rollout's state
@@ -191,7 +250,9 @@ class DlmrtEngine:
         """
         tok, B, S = self.ckpt.tokenizer, self.spec.block, self.spec.steps
         if watcher is not None and S != 1:
-            raise InputError(f"dlmrt: a step watcher sees the state between steps; it needs sync_every 1, not {S}")
+            raise InputError(
+                f"dlmrt: a step watcher sees the state between steps; it needs sync_every 1, not {S}"
+            )
         plan = self.plan(len(prompt_ids), max_new_tokens)
         slot = self.slot(plan.end)
         state = slot.state
@@ -220,16 +281,31 @@ class DlmrtEngine:
             block_nfe.append(nfe - sum(block_nfe))
             if finished and self.rule.stop_at_eos:
                 break
-        generated = state.seq[0, plan.prompt_len: plan.first + len(block_nfe) * B].tolist()
+        generated = state.seq[0, plan.prompt_len : plan.first + len(block_nfe) * B].tolist()
         wall = time.perf_counter() - start
         if self.rule.stop_at_eos:
             generated = cut_at_eos(generated, self.rule.eos_ids)
-        extra = {"mode": self.mode, "cache_len": state.cache_len, "sync_every": S, "prompt_len": plan.prompt_len,
-                 "first_block": plan.first, "block_nfe": block_nfe, "steps_run": steps_run, "host_reads": host_reads}
-        return Generation(token_ids=generated, text=tok.decode_completion(generated), nfe=sum(block_nfe),
-                          nfe_prefill=int(plan.first > 0), wall_time_s=wall,
-                          steps=_step_logs(logs) if self.log_steps else None, extra=extra,
-                          blocks=len(block_nfe), block_size=B)
+        extra = {
+            "mode": self.mode,
+            "cache_len": state.cache_len,
+            "sync_every": S,
+            "prompt_len": plan.prompt_len,
+            "first_block": plan.first,
+            "block_nfe": block_nfe,
+            "steps_run": steps_run,
+            "host_reads": host_reads,
+        }
+        return Generation(
+            token_ids=generated,
+            text=tok.decode_completion(generated),
+            nfe=sum(block_nfe),
+            nfe_prefill=int(plan.first > 0),
+            wall_time_s=wall,
+            steps=_step_logs(logs) if self.log_steps else None,
+            extra=extra,
+            blocks=len(block_nfe),
+            block_size=B,
+        )
 
 
 def _step_logs(logs: list[tuple[int, int, torch.Tensor]]) -> list[StepLog]:
@@ -238,7 +314,14 @@ def _step_logs(logs: list[tuple[int, int, torch.Tensor]]) -> list[StepLog]:
     for block, first_step, table in logs:
         for i, (committed, masked_before, entropy, confidence) in enumerate(table[:, 0].tolist()):
             if masked_before > 0:
-                out.append(StepLog(block=block, step=first_step + i, committed=int(committed),
-                                   masked_before=int(masked_before), mean_entropy=entropy,
-                                   mean_confidence=confidence))
+                out.append(
+                    StepLog(
+                        block=block,
+                        step=first_step + i,
+                        committed=int(committed),
+                        masked_before=int(masked_before),
+                        mean_entropy=entropy,
+                        mean_confidence=confidence,
+                    )
+                )
     return out

@@ -32,7 +32,9 @@ class BareForwards:
         self.sync = synchronizer(engine.device) or (lambda: None)
         self._fns: dict[tuple[int, int], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}
 
-    def _forward(self, state: DecodeState, width: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    def _forward(
+        self, state: DecodeState, width: int
+    ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         """A forward over `width` slots (B or 2B) of this state's cache, built once per shape."""
         key = (state.cache_len, width)
         if key not in self._fns:
@@ -52,7 +54,9 @@ class BareForwards:
             elif mode == "cudagraph":
                 self._fns[key] = _captured(forward, width, state.seq.device)
             else:  # compile-graph: the engine's fused kernels, captured
-                self._fns[key] = _captured(compile_fullgraph(forward, backend, cpu=cpu), width, state.seq.device)
+                self._fns[key] = _captured(
+                    compile_fullgraph(forward, backend, cpu=cpu), width, state.seq.device
+                )
         return self._fns[key]
 
     @torch.inference_mode()
@@ -67,10 +71,10 @@ class BareForwards:
             start = first + j * B
             if j > 0:  # the block-start forward over [block j-1 | block j]; it did work, so it counts
                 at = torch.tensor(start - B, device=seq.device)
-                calls.append((self._forward(state, 2 * B), seq[:, start - B: start + B].clone(), at))
+                calls.append((self._forward(state, 2 * B), seq[:, start - B : start + B].clone(), at))
                 steps -= 1
             at = torch.tensor(start, device=seq.device)
-            ids = seq[:, start: start + B].clone()
+            ids = seq[:, start : start + B].clone()
             calls.extend((self._forward(state, B), ids, at) for _ in range(steps))
         prompt = seq[:, :P].clone()
         self.sync()
@@ -82,7 +86,9 @@ class BareForwards:
         return time.perf_counter() - t0
 
 
-def _captured(forward: Callable, width: int, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def _captured(
+    forward: Callable, width: int, device: torch.device
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """A CUDA-graph replay of `forward` with static id/slot inputs (their values do not change the cost)."""
     ids = torch.zeros(1, width, dtype=torch.long, device=device)
     slot = torch.zeros((), dtype=torch.long, device=device)

@@ -29,18 +29,29 @@ class DecodeState:
     seq: torch.Tensor  # [b, L] token id at every slot: prompt, then generated blocks
     tokens: torch.Tensor  # [b, B] current block: committed ids, [MASK] elsewhere
     masked: torch.Tensor  # [b, B] bool, still masked
-    generated: torch.Tensor  # [b, B] bool, completion positions (False on the prompt's tail in SDAR's first block)
+    generated: (
+        torch.Tensor
+    )  # [b, B] bool, completion positions (False on the prompt's tail in SDAR's first block)
     probs: torch.Tensor  # [b, B, V] float32, the previous step's distributions (residual context)
     entropy: torch.Tensor  # [b, B] float32, their entropies
     start: torch.Tensor  # [] long, slot of the current block's first token
-    mask_origin: torch.Tensor  # [] long, where the block-causal mask counts blocks from (orl/decoding/layout.py)
+    mask_origin: (
+        torch.Tensor
+    )  # [] long, where the block-causal mask counts blocks from (orl/decoding/layout.py)
     nfe: torch.Tensor  # [b] long, steps that did work (some position masked when the step began)
     status: torch.Tensor  # [3] long: block done, block finished with <eos>, total NFE; the one host read
     log: torch.Tensor  # [S, b, len(LOG_COLUMNS)] float32, per-step statistics of the last chunk
 
     @classmethod
     def allocate(
-        cls, config: ModelConfig, *, batch: int, cache_len: int, steps: int, device, dtype: torch.dtype,
+        cls,
+        config: ModelConfig,
+        *,
+        batch: int,
+        cache_len: int,
+        steps: int,
+        device,
+        dtype: torch.dtype,
         block: int | None = None,
     ) -> DecodeState:
         """Buffers for blocks of `block` tokens (default: the checkpoint's block size)."""

@@ -31,9 +31,10 @@ def register(subparsers) -> None:
     from orl.engines.registry import DIFFUSION_ENGINES
 
     p = subparsers.add_parser(
-        "bench-engine", help="benchmark dlmrt (compiled, eager) against the reference decoder; write records",
+        "bench-engine",
+        help="benchmark dlmrt (compiled, eager) against the reference decoder; write records",
         description="Decode a suite's prompts at batch 1 with dlmrt compiled (CUDA graphs on a GPU), dlmrt "
-                    "eager "
+        "eager "
         "and the reference decoder (same checkpoint and policy), in interleaved rounds: tokens/s, latency, "
         "TPF, "
         "dlmrt's overhead over its bare model forwards and its step time. Writes one engine_bench record per "
@@ -46,14 +47,23 @@ def register(subparsers) -> None:
     p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES, help="TinyCode difficulty")
     p.add_argument("--limit", type=positive_int, default=32, help="first N problems of the suite")
     add_policy_flag(p, "threshold:0.9")
-    p.add_argument("--system", default=None, help="table row name stored in the records (default: model name)")
+    p.add_argument(
+        "--system", default=None, help="table row name stored in the records (default: model name)"
+    )
     p.add_argument("--max-new-tokens", type=int, default=64, help="generation budget per prompt")
     p.add_argument("--no-residual", action="store_true", help="decode with the residual context off")
     add_block_size_flag(p)
-    p.add_argument("--ignore-eos", action="store_true", help="fixed-length speed runs: decode every prompt to "
-                   "--max-new-tokens whatever the model emits (docs/metrics.md); TPF and NFE are counted the same way")
-    p.add_argument("--engines", default=",".join(DIFFUSION_ENGINES), help="comma-separated subset of "
-                   f"{', '.join(DIFFUSION_ENGINES)}")
+    p.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="fixed-length speed runs: decode every prompt to "
+        "--max-new-tokens whatever the model emits (docs/metrics.md); TPF and NFE are counted the same way",
+    )
+    p.add_argument(
+        "--engines",
+        default=",".join(DIFFUSION_ENGINES),
+        help=f"comma-separated subset of {', '.join(DIFFUSION_ENGINES)}",
+    )
     _add_measurement_flags(p)
     p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
     add_chat_flag(p)
@@ -64,19 +74,45 @@ def register(subparsers) -> None:
 
 def _add_measurement_flags(p) -> None:
     """How the engines are timed, and what else is measured on dlmrt's chunk."""
-    add_warmup_flag(p, "requests per engine (besides one per compiled shape, where compilation and capture happen)")
-    p.add_argument("--rounds", type=int, default=None, help="interleaved passes over the prompts; each engine "
-                   "reports its median round (default: 5 on CUDA, where one pass lasts well under a second, else 1)")
+    add_warmup_flag(
+        p, "requests per engine (besides one per compiled shape, where compilation and capture happen)"
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="interleaved passes over the prompts; each engine "
+        "reports its median round (default: 5 on CUDA, where one pass lasts well under a second, else 1)",
+    )
     p.add_argument("--repeats", type=int, default=50, help="chunk repetitions for dlmrt's step time")
-    p.add_argument("--sync-every", type=int, default=None, help="dlmrt steps per chunk between host reads "
-                   "(default: 1 on CPU, 2 on CUDA)")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads; batch-1 steps of a tiny model gain "
-                   "little from more and suffer from oversubscription on a shared machine (0 = torch's default)")
-    p.add_argument("--compile-backend", default="inductor", help="torch.compile backend of the compiled engine")
-    p.add_argument("--profile", action="store_true", help="also count the kernels (CUDA) or operators (CPU) one "
-                   "dlmrt chunk launches per step, and print where their time goes")
-    p.add_argument("--check-sync", action="store_true", help="CUDA only: check that no chunk synchronises with the "
-                   "host (sync debug mode 'error'); a sync found is recorded and makes the exit code 1")
+    p.add_argument(
+        "--sync-every",
+        type=int,
+        default=None,
+        help="dlmrt steps per chunk between host reads (default: 1 on CPU, 2 on CUDA)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads; batch-1 steps of a tiny model gain "
+        "little from more and suffer from oversubscription on a shared machine (0 = torch's default)",
+    )
+    p.add_argument(
+        "--compile-backend", default="inductor", help="torch.compile backend of the compiled engine"
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also count the kernels (CUDA) or operators (CPU) one "
+        "dlmrt chunk launches per step, and print where their time goes",
+    )
+    p.add_argument(
+        "--check-sync",
+        action="store_true",
+        help="CUDA only: check that no chunk synchronises with the "
+        "host (sync debug mode 'error'); a sync found is recorded and makes the exit code 1",
+    )
 
 
 def _engines(spec: str) -> list[str]:
@@ -85,7 +121,9 @@ def _engines(spec: str) -> list[str]:
 
     names = [n.strip() for n in spec.split(",") if n.strip()]
     if not names or any(n not in DIFFUSION_ENGINES for n in names):
-        raise InputError(f"--engines: unknown or empty {spec!r}; expected names from {', '.join(DIFFUSION_ENGINES)}")
+        raise InputError(
+            f"--engines: unknown or empty {spec!r}; expected names from {', '.join(DIFFUSION_ENGINES)}"
+        )
     return names
 
 
@@ -118,21 +156,39 @@ def run_bench_engine(args) -> int:
     _check(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    problems = load_suite(args.suite, split=args.split, path=args.suite_file, difficulty=args.difficulty,
-                          limit=args.limit)
+    problems = load_suite(
+        args.suite, split=args.split, path=args.suite_file, difficulty=args.difficulty, limit=args.limit
+    )
     chat = chat_renderer(args)
     prompts = [chat(p["prompt"]) if chat else p["prompt"] for p in problems]
     ckpt, engines = _build(args)
     rounds = args.rounds or (5 if ckpt.model.embedding.device.type == "cuda" else 1)
-    plan = BenchPlan(args.max_new_tokens, rounds, args.warmup, args.repeats, profile=args.profile,
-                     check_sync=args.check_sync, progress=not args.no_progress)
+    plan = BenchPlan(
+        args.max_new_tokens,
+        rounds,
+        args.warmup,
+        args.repeats,
+        profile=args.profile,
+        check_sync=args.check_sync,
+        progress=not args.no_progress,
+    )
     if args.profile:
         prepare_graph_profiling(ckpt.model.embedding.device)  # before any engine captures a CUDA graph
     if "dlmrt" in engines:
         compile_notice("dlmrt", parse_device(args.device), "bench-engine")
     results = bench_engines(engines, prompts, plan)
-    write_records(args.out, engine_bench_records(engines, results, plan, suite=args.suite, n_problems=len(problems),
-                                                 system=args.system, chat_template=args.chat))
+    write_records(
+        args.out,
+        engine_bench_records(
+            engines,
+            results,
+            plan,
+            suite=args.suite,
+            n_problems=len(problems),
+            system=args.system,
+            chat_template=args.chat,
+        ),
+    )
     print("\n".join(bench_report(engines, results, len(prompts), check_sync=args.check_sync)))
     if ckpt.config.get("quantization_config"):
         from orl.kernels.quantize import weight_bytes
@@ -151,9 +207,19 @@ def _build(args):
 
     names = _engines(args.engines)
     policy = Policy.parse(policy_arg(args.policy))
-    ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
+    ckpt = load_checkpoint(
+        args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device)
+    )
     config = DlmrtConfig(sync_every=args.sync_every, compile_backend=args.compile_backend)
-    return ckpt, {name: diffusion_engine(name, ckpt, policy=policy, residual=not args.no_residual,
-                                         ignore_eos=args.ignore_eos, dlmrt_config=config,
-                                         block_size=args.block_size)
-                  for name in names}
+    return ckpt, {
+        name: diffusion_engine(
+            name,
+            ckpt,
+            policy=policy,
+            residual=not args.no_residual,
+            ignore_eos=args.ignore_eos,
+            dlmrt_config=config,
+            block_size=args.block_size,
+        )
+        for name in names
+    }

@@ -21,9 +21,10 @@ RECORD_KINDS = ("latency", "engine_bench")
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "bench-latency", help="batch-1 latency of an engine over a task suite, written as a 'latency' record",
+        "bench-latency",
+        help="batch-1 latency of an engine over a task suite, written as a 'latency' record",
         description="Run W warm-up requests (plus one per compiled shape), then one greedy request per "
-                    "prompt of "
+        "prompt of "
         "the suite, one at a time (synchronised on GPU); write one 'latency' record (--kind) with median "
         "and p90 latency, "
         "tokens/s, counted TPF and NFE (and acceptance length / draft forwards for speculative rows). A "
@@ -37,16 +38,29 @@ def register(subparsers) -> None:
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
     add_split_flag(p)
     add_suite_file_flag(p, records_absence=True)
-    p.add_argument("--difficulty", default="medium", choices=SHORT_DIFFICULTIES,
-                   help="TinyCode difficulty (default: medium)")
+    p.add_argument(
+        "--difficulty",
+        default="medium",
+        choices=SHORT_DIFFICULTIES,
+        help="TinyCode difficulty (default: medium)",
+    )
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N prompts (default: all)")
     add_warmup_flag(p, "requests")
-    p.add_argument("--ignore-eos", action="store_true", help="speed runs: generate every request to "
-                   "--max-new-tokens whatever the model emits (as serving benchmarks do; docs/metrics.md)")
+    p.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="speed runs: generate every request to "
+        "--max-new-tokens whatever the model emits (as serving benchmarks do; docs/metrics.md)",
+    )
     p.add_argument("--system", default=None, help="table row name stored in the record (default: derived)")
-    p.add_argument("--kind", default="latency", choices=RECORD_KINDS, help="record kind: latency (Tables 1 and 2; "
-                   "default) or engine_bench (a serving stack's line of Table 3, timed by this protocol in its own "
-                   "process)")
+    p.add_argument(
+        "--kind",
+        default="latency",
+        choices=RECORD_KINDS,
+        help="record kind: latency (Tables 1 and 2; "
+        "default) or engine_bench (a serving stack's line of Table 3, timed by this protocol in its own "
+        "process)",
+    )
     p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
     add_progress_flag(p)
     p.set_defaults(func=run_bench_latency)
@@ -64,22 +78,43 @@ def run_bench_latency(args) -> int:
         print(f"{args.suite}: not run: {problems}")
         return 0
     prompts = [problem["prompt"] for problem in problems]
-    extra = {"max_new_tokens": args.max_new_tokens, "device": args.device, "draft": args.draft,
-             "draft_sha256": checkpoint_digest(args.draft) if args.draft else None, "ignore_eos": args.ignore_eos,
-             "chat_template": args.chat}
+    extra = {
+        "max_new_tokens": args.max_new_tokens,
+        "device": args.device,
+        "draft": args.draft,
+        "draft_sha256": checkpoint_digest(args.draft) if args.draft else None,
+        "ignore_eos": args.ignore_eos,
+        "chat_template": args.chat,
+    }
     try:
         engine = build_from_args(args)
     except EngineUnavailable as exc:
-        record = not_run_latency_record(args.kind, args.ckpt, row_engine=args.engine, reason=str(exc),
-                                        suite=args.suite, n_problems=len(prompts), system=args.system, extra=extra)
+        record = not_run_latency_record(
+            args.kind,
+            args.ckpt,
+            row_engine=args.engine,
+            reason=str(exc),
+            suite=args.suite,
+            n_problems=len(prompts),
+            system=args.system,
+            extra=extra,
+        )
         write_records(args.out, [record])
         print(f"{record['system']}: not run: {exc}")
         return 0
     chat = chat_renderer(args)
-    record, run = latency_record(engine, [chat(p) for p in prompts] if chat else prompts, kind=args.kind,
-                                 row_engine=args.engine, suite=args.suite, system=args.system,
-                                 max_new_tokens=args.max_new_tokens, warmup=args.warmup,
-                                 progress=not args.no_progress, extra=extra)
+    record, run = latency_record(
+        engine,
+        [chat(p) for p in prompts] if chat else prompts,
+        kind=args.kind,
+        row_engine=args.engine,
+        suite=args.suite,
+        system=args.system,
+        max_new_tokens=args.max_new_tokens,
+        warmup=args.warmup,
+        progress=not args.no_progress,
+        extra=extra,
+    )
     write_records(args.out, [record])
     print("\n".join(latency_lines(record, run)))
     return 0

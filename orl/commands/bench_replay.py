@@ -9,19 +9,26 @@ from orl.train.config import PRESETS
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "bench-replay", help="ORL replay train-step throughput with and without shared-context packing",
+        "bench-replay",
+        help="ORL replay train-step throughput with and without shared-context packing",
         description="Capture one ORL rollout batch from --init (N prompts x K rollouts, S states per "
-                    "block), then "
+        "block), then "
         "time replay updates (forward + backward) on the same states one per row with their own context, and "
         "packed with a shared clean context per block; writes two 'train' records (extra.packing false/true) "
         "with step_tokens_per_s.",
     )
-    p.add_argument("--preset", default="tiny", choices=PRESETS, help="training preset whose replay batches are timed")
+    p.add_argument(
+        "--preset", default="tiny", choices=PRESETS, help="training preset whose replay batches are timed"
+    )
     p.add_argument("--init", required=True, help="block-diffusion checkpoint")
     p.add_argument("--steps", type=int, default=10, help="timed steps per layout (default: 10)")
     p.add_argument("--pack-tokens", type=int, default=512, help="tokens per packed row (default: 512)")
-    p.add_argument("--rollouts-per-prompt", type=int, default=None,
-                   help="K of the rollout batch replayed (default: the preset's orl.rollouts_per_prompt)")
+    p.add_argument(
+        "--rollouts-per-prompt",
+        type=int,
+        default=None,
+        help="K of the rollout batch replayed (default: the preset's orl.rollouts_per_prompt)",
+    )
     p.add_argument("--system", default=ROW[PACKING].system, help="table row name stored in the records")
     p.add_argument("--out", required=True, help="records file (.jsonl) to write")
     add_model_args(p, dtype=False)
@@ -34,22 +41,42 @@ def run_bench_replay(args) -> int:
     from orl.train.config import load_preset
 
     preset = load_preset(args.preset)
-    results = bench_replay(preset, args.init, steps=args.steps, pack_tokens=args.pack_tokens,
-                           device=parse_device(args.device), rollouts_per_prompt=args.rollouts_per_prompt)
+    results = bench_replay(
+        preset,
+        args.init,
+        steps=args.steps,
+        pack_tokens=args.pack_tokens,
+        device=parse_device(args.device),
+        rollouts_per_prompt=args.rollouts_per_prompt,
+    )
     from orl.model.checkpoint import load_checkpoint
 
     model = model_field(load_checkpoint(args.init))
-    records = [make_record("train", system=args.system, engine="dlmrt", model=model,
-                           metrics={"step_tokens_per_s": r["step_tokens_per_s"], "step_time_s": r["step_time_s"]},
-                           extra={"packing": r["packing"], "rows_per_step": r["rows"], "padding_fraction":
-                                  r["padding_fraction"], "states_per_step": r["states"],
-                                  "rollouts_per_prompt": r["rollouts_per_prompt"], "segments": r["segments"],
-                                  "input_tokens": r["input_tokens"]})
-               for r in results]
+    records = [
+        make_record(
+            "train",
+            system=args.system,
+            engine="dlmrt",
+            model=model,
+            metrics={"step_tokens_per_s": r["step_tokens_per_s"], "step_time_s": r["step_time_s"]},
+            extra={
+                "packing": r["packing"],
+                "rows_per_step": r["rows"],
+                "padding_fraction": r["padding_fraction"],
+                "states_per_step": r["states"],
+                "rollouts_per_prompt": r["rollouts_per_prompt"],
+                "segments": r["segments"],
+                "input_tokens": r["input_tokens"],
+            },
+        )
+        for r in results
+    ]
     write_records(args.out, records)
     for r in results:
-        print(f"packing={r['packing']}: {r['step_tokens_per_s']:.0f} real tokens/s, {r['step_time_s']:.3f} "
-              "s/step, "
-              f"padding {r['padding_fraction']:.1%}")
+        print(
+            f"packing={r['packing']}: {r['step_tokens_per_s']:.0f} real tokens/s, {r['step_time_s']:.3f} "
+            "s/step, "
+            f"padding {r['padding_fraction']:.1%}"
+        )
     print(f"packing_speedup={results[1]['step_tokens_per_s'] / results[0]['step_tokens_per_s']:.3f}")
     return 0

@@ -31,9 +31,10 @@ def register(subparsers) -> None:
     from orl.kernels.onednn import CPU_LINEARS
 
     p = subparsers.add_parser(
-        "bench-scale", help="random-weight real-size model: time per forward against the bandwidth floor",
+        "bench-scale",
+        help="random-weight real-size model: time per forward against the bandwidth floor",
         description="Build a random-weight model with a real checkpoint's shapes (nothing downloaded) and "
-                    "time it "
+        "time it "
         "at batch 1 on fixed-length generations in dlmrt (compiled / graph-captured and eager), the "
         "reference "
         "decoder and transformers' AR model of the same size. Writes one 'scale_bench' record per engine "
@@ -44,25 +45,52 @@ def register(subparsers) -> None:
         "only: "
         "random weights decode nonsense.",
     )
-    p.add_argument("--arch", required=True, choices=sorted(ARCHS), help="architecture (shapes of the real config)")
-    p.add_argument("--block", type=int, default=None, help="block size for qwen3-* / tiny (default: 16; sdar-* fix theirs)")
-    p.add_argument("--policy", default="fixed:1", help="commit policy; fixed:K commits K tokens per step (TPF K)")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens generated per request (end token ignored)")
+    p.add_argument(
+        "--arch", required=True, choices=sorted(ARCHS), help="architecture (shapes of the real config)"
+    )
+    p.add_argument(
+        "--block",
+        type=int,
+        default=None,
+        help="block size for qwen3-* / tiny (default: 16; sdar-* fix theirs)",
+    )
+    p.add_argument(
+        "--policy", default="fixed:1", help="commit policy; fixed:K commits K tokens per step (TPF K)"
+    )
+    p.add_argument(
+        "--max-new-tokens", type=int, default=256, help="tokens generated per request (end token ignored)"
+    )
     p.add_argument("--prompt-len", type=int, default=128, help="random prompt tokens per request")
     p.add_argument("--requests", type=int, default=2, help="timed requests per engine")
     add_warmup_flag(p, "requests per engine (compilation, capture)")
-    p.add_argument("--engines", default=",".join(_scale_engines()), help="comma-separated subset of "
-                   f"{', '.join(_scale_engines())} (the reference decoder recomputes the whole context "
-                   "every step: slow)")
+    p.add_argument(
+        "--engines",
+        default=",".join(_scale_engines()),
+        help="comma-separated subset of "
+        f"{', '.join(_scale_engines())} (the reference decoder recomputes the whole context "
+        "every step: slow)",
+    )
     p.add_argument("--repeats", type=int, default=20, help="chunk repetitions for dlmrt's step time")
-    p.add_argument("--copy-mb", type=int, default=1024, help="size of the bandwidth-measuring copy (past every cache)")
-    p.add_argument("--gemm-size", type=int, default=2048,
-                   help="side of the square matmul whose FLOP/s set the compute floor (default: 2048)")
+    p.add_argument(
+        "--copy-mb", type=int, default=1024, help="size of the bandwidth-measuring copy (past every cache)"
+    )
+    p.add_argument(
+        "--gemm-size",
+        type=int,
+        default=2048,
+        help="side of the square matmul whose FLOP/s set the compute floor (default: 2048)",
+    )
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
-    p.add_argument("--cpu-linear", choices=CPU_LINEARS, default="auto",
-                   help="dlmrt's CPU matmuls: auto (default) times F.linear (MKL) and oneDNN on the model's shapes "
-                   "and takes the faster; aten or onednn force one (kernels/onednn.py)")
-    p.add_argument("--profile", action="store_true", help="count the kernels (CUDA) / operators (CPU) per dlmrt step")
+    p.add_argument(
+        "--cpu-linear",
+        choices=CPU_LINEARS,
+        default="auto",
+        help="dlmrt's CPU matmuls: auto (default) times F.linear (MKL) and oneDNN on the model's shapes "
+        "and takes the faster; aten or onednn force one (kernels/onednn.py)",
+    )
+    p.add_argument(
+        "--profile", action="store_true", help="count the kernels (CUDA) / operators (CPU) per dlmrt step"
+    )
     p.add_argument("--out", required=True, help="records file (.jsonl) to write")
     add_model_args(p)
     add_progress_flag(p)
@@ -74,11 +102,14 @@ def _check(args) -> list[str]:
 
     names = [n.strip() for n in args.engines.split(",") if n.strip()]
     if not names or any(n not in _scale_engines() for n in names):
-        raise InputError(f"--engines: unknown or empty {args.engines!r}; expected names from "
-                         f"{', '.join(_scale_engines())}")
+        raise InputError(
+            f"--engines: unknown or empty {args.engines!r}; expected names from {', '.join(_scale_engines())}"
+        )
     for name in ("max_new_tokens", "prompt_len", "requests", "repeats", "copy_mb", "gemm_size"):
         if getattr(args, name) < 1:
-            raise InputError(f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(args, name)}")
+            raise InputError(
+                f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(args, name)}"
+            )
     return names
 
 
@@ -99,8 +130,15 @@ def run_bench_scale(args) -> int:
     ckpt = random_checkpoint(args.arch, device, dtype, args.block)
     if args.profile:
         prepare_graph_profiling(device)  # before any engine captures a CUDA graph
-    run = ScaleRun(args.arch, args.prompt_len, args.max_new_tokens, args.warmup, args.repeats, profile=args.profile,
-                   progress=not args.no_progress)
+    run = ScaleRun(
+        args.arch,
+        args.prompt_len,
+        args.max_new_tokens,
+        args.warmup,
+        args.repeats,
+        profile=args.profile,
+        progress=not args.no_progress,
+    )
     prompts = random_prompts(ckpt.model.config, args.requests, args.prompt_len)
     machine = measure_machine(ckpt, run, dtype, copy_mb=args.copy_mb, gemm_size=args.gemm_size)
     print(machine_line(args.arch, dtype, machine))
@@ -111,7 +149,9 @@ def run_bench_scale(args) -> int:
         print(scale_line(records[-1]), flush=True)
         del engine
     write_records(args.out, records)
-    dlmrt = next((r["metrics"]["floor_ratio"] for name, r in zip(names, records, strict=True) if name == "dlmrt"), None)
+    dlmrt = next(
+        (r["metrics"]["floor_ratio"] for name, r in zip(names, records, strict=True) if name == "dlmrt"), None
+    )
     print(f"floor_ratio={dlmrt:.3f}" if dlmrt is not None else "floor_ratio=n/a (no dlmrt row)")
     return 0
 
@@ -125,8 +165,12 @@ def _engine(name: str, ckpt, policy, cpu_linear: str, dtype):
 
     if name == "hf":
         model = random_hf_causal_lm(ckpt.model.config, ckpt.model.embedding.device, dtype)
-        return hf_engine_for_model(model, ckpt.tokenizer, model_name=ckpt.config["orl_model_name"], ignore_eos=True)
-    engine = diffusion_engine(name, ckpt, policy=policy, ignore_eos=True, dlmrt_config=DlmrtConfig(cpu_linear=cpu_linear))
+        return hf_engine_for_model(
+            model, ckpt.tokenizer, model_name=ckpt.config["orl_model_name"], ignore_eos=True
+        )
+    engine = diffusion_engine(
+        name, ckpt, policy=policy, ignore_eos=True, dlmrt_config=DlmrtConfig(cpu_linear=cpu_linear)
+    )
     if name != "reference":
         print(f"{engine.name}: linears through {engine.linear.describe()}", flush=True)
     return engine

@@ -20,12 +20,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "prints pass@1 last (the mean over problems of the unbiased estimator).",
     )
     check.add_argument("samples", type=Path, help="samples file (.jsonl): task_id and completion per line")
-    check.add_argument("--problems", type=Path, required=True,
-                       help="HumanEval-format problems (.jsonl or .jsonl.gz): task_id, prompt, test, "
-                       "entry_point; or task_id, prompt, final_answer for a problem checked by its final "
-                       "answer (TinyMath)")
+    check.add_argument(
+        "--problems",
+        type=Path,
+        required=True,
+        help="HumanEval-format problems (.jsonl or .jsonl.gz): task_id, prompt, test, "
+        "entry_point; or task_id, prompt, final_answer for a problem checked by its final "
+        "answer (TinyMath)",
+    )
     add_timeout_flag(check)
-    check.add_argument("--workers", type=positive_int, default=None, help="parallel sandboxes (default: CPU count)")
+    check.add_argument(
+        "--workers", type=positive_int, default=None, help="parallel sandboxes (default: CPU count)"
+    )
     check.add_argument(
         "--isolation",
         choices=["bwrap", "fallback", "auto"],

@@ -91,8 +91,9 @@ def out_file(text: str) -> str:
     its parent, where it exists, a directory)."""
     path = Path(text)
     if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a directory; expected a file path such as {text.rstrip('/')}"
-                                         "/records.jsonl")
+        raise argparse.ArgumentTypeError(
+            f"{text} is a directory; expected a file path such as {text.rstrip('/')}/records.jsonl"
+        )
     parent = next((p for p in path.absolute().parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise argparse.ArgumentTypeError(f"{parent} is not a directory, so {text} cannot be written")
@@ -120,13 +121,17 @@ def check_engine_args(args) -> None:
     if policy == DEFAULT_POLICY or engine in SERVING_ENGINES:  # serving rows check their own method
         return
     if kind.ar_only:
-        raise InputError(f"--policy {policy}: engine {engine} decodes autoregressively and takes no commit "
-                         f"policy (leave --policy at {DEFAULT_POLICY})")
+        raise InputError(
+            f"--policy {policy}: engine {engine} decodes autoregressively and takes no commit "
+            f"policy (leave --policy at {DEFAULT_POLICY})"
+        )
     path = Path(args.ckpt) / "config.json"
     config = read_json_config(path, "a checkpoint needs config.json")
     if not is_diffusion_arch(architecture(config, path)):
-        raise InputError(f"--policy {policy}: {args.ckpt} is an AR checkpoint ({config['architectures'][0]}), "
-                         f"decoded one token per forward; a commit policy applies to block-diffusion checkpoints")
+        raise InputError(
+            f"--policy {policy}: {args.ckpt} is an AR checkpoint ({config['architectures'][0]}), "
+            f"decoded one token per forward; a commit policy applies to block-diffusion checkpoints"
+        )
 
 
 def parse_tokens(text: str) -> list[int]:

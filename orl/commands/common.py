@@ -30,31 +30,47 @@ TEST_TIMEOUT_S = 5.0
 
 def add_warmup_flag(parser, what: str = "requests per engine") -> None:
     """--warmup: requests run first and not measured (compilation, capture, caches)."""
-    parser.add_argument("--warmup", type=nonneg_int, default=WARMUP_REQUESTS,
-                        help=f"warm-up {what}, not measured (default: {WARMUP_REQUESTS})")
+    parser.add_argument(
+        "--warmup",
+        type=nonneg_int,
+        default=WARMUP_REQUESTS,
+        help=f"warm-up {what}, not measured (default: {WARMUP_REQUESTS})",
+    )
 
 
 def add_timeout_flag(parser) -> None:
     """--timeout: wall-clock seconds for one program's tests in the sandbox."""
-    parser.add_argument("--timeout", type=positive_float, default=TEST_TIMEOUT_S,
-                        help=f"wall-clock seconds for one completion's tests in the sandbox (default: {TEST_TIMEOUT_S:g})")
+    parser.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=TEST_TIMEOUT_S,
+        help=f"wall-clock seconds for one completion's tests in the sandbox (default: {TEST_TIMEOUT_S:g})",
+    )
 
 
 def add_split_flag(parser) -> None:
     """--split {dev,test} of a command that loads a suite (orl.tasks.load_suite)."""
     from orl.tasks import DEFAULT_SPLIT, SPLITS
 
-    parser.add_argument("--split", default=DEFAULT_SPLIT, choices=SPLITS,
-                        help="the suite's problems: dev (where sweeps choose operating points) or test "
-                        "(where the chosen points are measured; HumanEval has only test)")
+    parser.add_argument(
+        "--split",
+        default=DEFAULT_SPLIT,
+        choices=SPLITS,
+        help="the suite's problems: dev (where sweeps choose operating points) or test "
+        "(where the chosen points are measured; HumanEval has only test)",
+    )
 
 
 def add_policy_flag(parser, default: str, what: str = "commit policy", note: str = "") -> None:
     """--policy, its help listing the specs orl/decoding/policy.py defines (no list of policies here)."""
     from orl.decoding.policy import policy_specs  # torch-free: `orl --help` stays quick
 
-    parser.add_argument("--policy", default=default, help=f"{what}: {policy_specs()}, or @FILE.json from "
-                        f"`orl operating-point` (default: %(default)s{', ' + note if note else ''})")
+    parser.add_argument(
+        "--policy",
+        default=default,
+        help=f"{what}: {policy_specs()}, or @FILE.json from "
+        f"`orl operating-point` (default: %(default)s{', ' + note if note else ''})",
+    )
 
 
 def policy_arg(text: str) -> str:
@@ -94,7 +110,9 @@ def parse_device(text: str) -> str:
         import torch
 
         if not torch.cuda.is_available():
-            raise InputError(f"--device {text}: CUDA is not available here (torch {torch.__version__} sees no GPU)")
+            raise InputError(
+                f"--device {text}: CUDA is not available here (torch {torch.__version__} sees no GPU)"
+            )
         index = int(text.partition(":")[2] or 0)
         if index >= torch.cuda.device_count():
             raise InputError(f"--device {text}: this machine has {torch.cuda.device_count()} CUDA device(s)")
@@ -117,23 +135,34 @@ def add_model_args(parser, *, dtype: bool = True) -> None:
     """--device (and --dtype): every command that runs a model takes them."""
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda or cuda:N (default: cpu)")
     if dtype:
-        parser.add_argument("--dtype", default="auto", choices=DTYPES,
-                            help="weights' dtype; auto = the checkpoint's own (config.json torch_dtype) on the "
-                            "CPU, bfloat16 on CUDA")
+        parser.add_argument(
+            "--dtype",
+            default="auto",
+            choices=DTYPES,
+            help="weights' dtype; auto = the checkpoint's own (config.json torch_dtype) on the "
+            "CPU, bfloat16 on CUDA",
+        )
 
 
 def add_chat_flag(parser) -> None:
-    parser.add_argument("--chat", action="store_true", help="send each prompt as one user turn through the "
-                        "checkpoint's chat template (tokenizer_config.json), for instruct checkpoints")
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="send each prompt as one user turn through the "
+        "checkpoint's chat template (tokenizer_config.json), for instruct checkpoints",
+    )
 
 
 def compile_notice(engine: str, device: str, command: str) -> None:
     """Say on stderr, before it starts, that compiled dlmrt compiles first: on a CPU the first request of
     each cache length spends a minute or more in torch.compile with nothing to show."""
     if engine == "dlmrt" and not str(device).startswith("cuda"):
-        print(f"orl {command}: dlmrt compiles its decoding step for each cache length on first use (on a CPU "
-              "about 1-2 minutes before the first token; --engine dlmrt-eager starts at once) ...",
-              file=sys.stderr, flush=True)
+        print(
+            f"orl {command}: dlmrt compiles its decoding step for each cache length on first use (on a CPU "
+            "about 1-2 minutes before the first token; --engine dlmrt-eager starts at once) ...",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def chat_renderer(args):
@@ -150,9 +179,13 @@ def add_suite_file_flag(parser, records_absence: bool = False) -> None:
     """--suite-file: the local JSONL of a suite read from a file (gsm8k, math500, mbpp; docs/benchmarks.md).
     `records_absence`: the command writes a "not run" record when the file is absent (else an error)."""
     absent = "the record says 'not run: <file> not found'" if records_absence else "an error"
-    parser.add_argument("--suite-file", default=None, metavar="PATH",
-                        help="the local JSONL file of --suite gsm8k, math500 or mbpp (never downloaded; "
-                        f"docs/benchmarks.md); a file that is absent: {absent}")
+    parser.add_argument(
+        "--suite-file",
+        default=None,
+        metavar="PATH",
+        help="the local JSONL file of --suite gsm8k, math500 or mbpp (never downloaded; "
+        f"docs/benchmarks.md); a file that is absent: {absent}",
+    )
 
 
 def suite_problems(args, **kwargs) -> list[dict] | str:
@@ -177,5 +210,12 @@ def suite_not_run(args, kind: str, reason: str, **fields) -> dict:
     system = args.system or f"{name} ({args.engine})"
     if getattr(args, "split", None) and kind in SPLIT_KINDS:
         fields.setdefault("split", args.split)
-    return not_run(kind, system=system, engine=args.engine, reason=reason, suite=args.suite,
-                   model={"name": name, "precision": "unknown"}, **fields)
+    return not_run(
+        kind,
+        system=system,
+        engine=args.engine,
+        reason=reason,
+        suite=args.suite,
+        model={"name": name, "precision": "unknown"},
+        **fields,
+    )

@@ -8,9 +8,10 @@ from orl.commands.train_ar import add_training_args, seed_override
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "convert", help="convert an AR checkpoint to a block-diffusion model by continued training",
+        "convert",
+        help="convert an AR checkpoint to a block-diffusion model by continued training",
         description="Start from an AR checkpoint, switch attention to block-causal and continue training "
-                    "with "
+        "with "
         "the masked-block diffusion objective (docs/method.md §1). The result is the base dLLM (residual "
         "α = 0).",
     )
@@ -32,9 +33,17 @@ def run_convert(args) -> int:
         print(f"{args.out}: already trained (delete it to retrain)")
         return 0
     with training_world(device) as world:
-        summary = convert_to_diffusion(preset, args.init, args.out, world=world, progress=not args.no_progress,
-                                       cpu_linear=args.cpu_linear)
+        summary = convert_to_diffusion(
+            preset,
+            args.init,
+            args.out,
+            world=world,
+            progress=not args.no_progress,
+            cpu_linear=args.cpu_linear,
+        )
         if world.main:
-            print(f"wrote {args.out}: {summary['tokens']:,} tokens, final loss {summary['final_loss']:.4f}, "
-                  f"{summary['wall_s']:.1f} s, world size {world.size}")
+            print(
+                f"wrote {args.out}: {summary['tokens']:,} tokens, final loss {summary['final_loss']:.4f}, "
+                f"{summary['wall_s']:.1f} s, world size {world.size}"
+            )
     return 0

@@ -22,7 +22,8 @@ def parse_size(text: str) -> int:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "export", help="export a checkpoint as SDAR (block diffusion) or plain Qwen3 (AR)",
+        "export",
+        help="export a checkpoint as SDAR (block diffusion) or plain Qwen3 (AR)",
         description="Write checkpoint CKPT in another family's format: --format sdar for a block-diffusion "
         "checkpoint (SDARForCausalLM: SDAR's generate.py, SGLang's dLLM backend and LMDeploy read it), "
         "--format qwen3 for an AR one. Prints the files written and what other runtimes will do differently.",
@@ -30,11 +31,19 @@ def register(subparsers) -> None:
     add_ckpt_arg(p, "checkpoint directory to export")
     p.add_argument("--format", required=True, choices=("sdar", "qwen3"), help="target format")
     p.add_argument("--out", required=True, help="new directory to write (must not exist or be empty)")
-    p.add_argument("--max-shard-size", default="5GB", type=parse_size,
-                   help="largest weight file; bigger exports are sharded with an index (default: 5GB)")
-    p.add_argument("--sdar-code", default=None, metavar="DIR",
-                   help="a local SDAR checkpoint whose configuration_sdar.py / modeling_sdar.py (and auto_map) "
-                   "are copied in, for runtimes that load SDAR with trust_remote_code")
+    p.add_argument(
+        "--max-shard-size",
+        default="5GB",
+        type=parse_size,
+        help="largest weight file; bigger exports are sharded with an index (default: 5GB)",
+    )
+    p.add_argument(
+        "--sdar-code",
+        default=None,
+        metavar="DIR",
+        help="a local SDAR checkpoint whose configuration_sdar.py / modeling_sdar.py (and auto_map) "
+        "are copied in, for runtimes that load SDAR with trust_remote_code",
+    )
     p.set_defaults(func=run_export)
 
 
@@ -42,7 +51,8 @@ def run_export(args) -> int:
     from orl.model.export import describe, export_checkpoint
 
     resolve_ckpt(args)
-    result = export_checkpoint(args.ckpt, args.out, args.format, max_shard_bytes=args.max_shard_size,
-                               sdar_code=args.sdar_code)
+    result = export_checkpoint(
+        args.ckpt, args.out, args.format, max_shard_bytes=args.max_shard_size, sdar_code=args.sdar_code
+    )
     print(describe(result))
     return 0

@@ -13,14 +13,19 @@ DEFAULT_ENGINE = {"cuda": "dlmrt", "cpu": "dlmrt-eager"}
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "generate", help="generate one completion and print it with its NFE and TPF",
+        "generate",
+        help="generate one completion and print it with its NFE and TPF",
         description="Run one prompt through an engine. Prints the prompt followed by its completion (with "
         "--chat, the prompt as the chat template rendered it), then a last line 'nfe=<n> tokens=<n> "
         "tpf=<x>': "
         "forwards spent, tokens returned (at most --max-new-tokens) and their ratio.",
     )
-    add_engine_args(p, None, default_note="default: dlmrt on CUDA, dlmrt-eager on the CPU, where compiling "
-                    "dlmrt takes a minute or more")
+    add_engine_args(
+        p,
+        None,
+        default_note="default: dlmrt on CUDA, dlmrt-eager on the CPU, where compiling "
+        "dlmrt takes a minute or more",
+    )
     p.add_argument("--prompt", required=True, help="prompt text (use $'...' for newlines in bash)")
     p.set_defaults(func=run_generate)
 

@@ -8,7 +8,8 @@ def register(subparsers) -> None:
     from orl.eval.operating_point import DEFAULT_TOLERANCE
 
     p = subparsers.add_parser(
-        "operating-point", help="choose the matched-accuracy threshold from a sweep",
+        "operating-point",
+        help="choose the matched-accuracy threshold from a sweep",
         description="Matched accuracy (docs/metrics.md): the fastest threshold of --sweep that matches the "
         "--reference record (the AR target's greedy pass@1): its pass@1 is at least the reference's minus "
         "--tolerance AND the paired bootstrap over the problems does not show it worse (95% interval of the "
@@ -19,9 +20,15 @@ def register(subparsers) -> None:
         "(usable as --policy @FILE) and, with --quality-out, the chosen sweep point as a 'quality' record.",
     )
     p.add_argument("--sweep", required=True, help="records of `orl sweep`")
-    p.add_argument("--reference", required=True, help="quality record of the reference system (the AR target)")
-    p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
-                   help=f"pass@1 tolerance (default {DEFAULT_TOLERANCE} = 1 point)")
+    p.add_argument(
+        "--reference", required=True, help="quality record of the reference system (the AR target)"
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help=f"pass@1 tolerance (default {DEFAULT_TOLERANCE} = 1 point)",
+    )
     p.add_argument("--out", required=True, help="operating point JSON")
     p.add_argument("--quality-out", default=None, help="also write the chosen point as a quality record")
     p.set_defaults(func=run_operating_point)
@@ -42,10 +49,14 @@ def run_operating_point(args) -> int:
     if not 0 <= args.tolerance <= 1:
         raise InputError(f"--tolerance: expected a pass@1 difference in [0, 1], got {args.tolerance}")
     sweep = [r for r in load_records(args.sweep) if r["kind"] == "sweep" and r["status"] == "measured"]
-    reference = [r for r in load_records(args.reference) if r["kind"] == "quality" and r["status"] == "measured"]
+    reference = [
+        r for r in load_records(args.reference) if r["kind"] == "quality" and r["status"] == "measured"
+    ]
     if not sweep or not reference:
-        raise InputError(f"{args.sweep if not sweep else args.reference}: no measured "
-                         f"{'sweep' if not sweep else 'quality'} record")
+        raise InputError(
+            f"{args.sweep if not sweep else args.reference}: no measured "
+            f"{'sweep' if not sweep else 'quality'} record"
+        )
     reference_record = max(reference, key=lambda r: r["created"])
     check_same_problems(sweep, reference_record, args.sweep, args.reference)
     candidates = candidates_of(sweep, args.sweep)
@@ -53,8 +64,14 @@ def run_operating_point(args) -> int:
     atomic_write_json(args.out, point.to_dict())
     if args.quality_out:
         chosen = next(r for c, r in zip(candidates, sweep, strict=True) if c.value == point.value)
-        write_records(args.quality_out, [point_quality_record(point, chosen, reference_record, sweep_file=args.sweep,
-                                                              reference_file=args.reference)])
+        write_records(
+            args.quality_out,
+            [
+                point_quality_record(
+                    point, chosen, reference_record, sweep_file=args.sweep, reference_file=args.reference
+                )
+            ],
+        )
     print(point_line(point, candidates[0].policy))
     return 0
 
@@ -70,6 +87,8 @@ def check_same_problems(sweep: list[dict], reference: dict, sweep_file, referenc
         raise InputError(f"{sweep_file}: suite/split: the sweep's records measured {measured}; expected one")
     theirs = (reference["suite"], record_split(reference))
     if theirs != measured[0]:
-        raise InputError(f"{reference_file}: suite/split: the reference measured {theirs[0]} {theirs[1]}, "
-                         f"the sweep {measured[0][0]} {measured[0][1]}; matching compares the same problems: "
-                         "measure the reference on the sweep's split")
+        raise InputError(
+            f"{reference_file}: suite/split: the reference measured {theirs[0]} {theirs[1]}, "
+            f"the sweep {measured[0][0]} {measured[0][1]}; matching compares the same problems: "
+            "measure the reference on the sweep's split"
+        )

@@ -17,8 +17,9 @@ def register(subparsers) -> None:
     render.add_argument("--profile", required=True, help="profile name (smoke, tiny, paper)")
     render.add_argument("--results", help="folder of record files (default: results/<profile>)")
     render.add_argument("--out", help="report folder (default: reports/<profile>)")
-    render.add_argument("--tables", default="1,2,3,3b,4,5",
-                        help="comma-separated tables (1-5, 3b), or 'none' (default: all)")
+    render.add_argument(
+        "--tables", default="1,2,3,3b,4,5", help="comma-separated tables (1-5, 3b), or 'none' (default: all)"
+    )
     render.add_argument("--figures", action="store_true", help="also draw the figures (PNG and PDF)")
     render.add_argument("--no-index", action="store_true", help="do not (re)write index.md")
     render.add_argument("--claims", help="claims ledger (default: results/paper/claims.yaml)")
@@ -35,7 +36,9 @@ def _tables(text: str) -> tuple[int | str, ...]:
     names = {str(table): table for table in TABLE_IDS}
     parts = [part.strip() for part in text.split(",") if part.strip()]
     if not parts or any(part not in names for part in parts):
-        raise ConfigError(f"--tables {text!r}: expected comma-separated tables from {', '.join(names)}, or 'none'")
+        raise ConfigError(
+            f"--tables {text!r}: expected comma-separated tables from {', '.join(names)}, or 'none'"
+        )
     return tuple(names[part] for part in parts)
 
 
@@ -74,7 +77,11 @@ def warn_unmatched(results_dir: str) -> None:
     if not records:
         print(f"warning: {results_dir}: no records; every table line is 'not run'", file=sys.stderr)
     elif unmatched:
-        shown = ", ".join(repr(s) for s in unmatched[:5]) + (f" and {len(unmatched) - 5} more" if len(unmatched) > 5
-                                                            else "")
-        print(f"warning: {results_dir}: {len(unmatched)} system name(s) in the records match no table row, so "
-              f"no table shows them: {shown} (`orl rows` lists the names each table reads)", file=sys.stderr)
+        shown = ", ".join(repr(s) for s in unmatched[:5]) + (
+            f" and {len(unmatched) - 5} more" if len(unmatched) > 5 else ""
+        )
+        print(
+            f"warning: {results_dir}: {len(unmatched)} system name(s) in the records match no table row, so "
+            f"no table shows them: {shown} (`orl rows` lists the names each table reads)",
+            file=sys.stderr,
+        )

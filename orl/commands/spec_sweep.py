@@ -33,10 +33,13 @@ from orl.tasks import SUITES
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "spec-sweep", help="time a draft-model row at several num_speculative_tokens and choose the fastest, "
+        "spec-sweep",
+        help="time a draft-model row at several num_speculative_tokens and choose the fastest, "
         "or choose a relaxed row's delta at matched accuracy (--deltas)",
-        description="For each k of --tokens, build the engine with --num-speculative-tokens k, run the latency "
-        "protocol over the suite's first --limit prompts and keep tokens/s, latency and the acceptance length; "
+        description="For each k of --tokens, build the engine with --num-speculative-tokens k, run the "
+        "latency "
+        "protocol over the suite's first --limit prompts and keep tokens/s, latency and the acceptance "
+        "length; "
         "check that every k decodes identical tokens (strict verification is lossless); write the fastest k "
         "and every point as JSON (--out). Prints 'num_speculative_tokens=<k>' last. With --deltas instead: "
         "for each delta, --verification relaxed:delta, pass@1 and acceptance length on the first --limit "
@@ -53,12 +56,21 @@ def register(subparsers) -> None:
     add_warmup_flag(p, "requests per k")
     grid = p.add_mutually_exclusive_group(required=True)
     grid.add_argument("--tokens", help="the k to try, comma-separated (e.g. 2,3,4,5,6)")
-    grid.add_argument("--deltas", type=sweep_values, help="the relaxed deltas to try, comma-separated, each "
-                      "in (0, 1] (e.g. 1,0.9,0.7,0.5,0.3,0.1)")
-    p.add_argument("--reference", default=None,
-                   help="--deltas: quality record of the system to match (ORL's)")
-    p.add_argument("--tolerance", type=float, default=RELAXED_TOLERANCE, help="--deltas: pass@1 tolerance "
-                   "(default: %(default)s = half a point, the page's relaxed comparison)")
+    grid.add_argument(
+        "--deltas",
+        type=sweep_values,
+        help="the relaxed deltas to try, comma-separated, each in (0, 1] (e.g. 1,0.9,0.7,0.5,0.3,0.1)",
+    )
+    p.add_argument(
+        "--reference", default=None, help="--deltas: quality record of the system to match (ORL's)"
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=RELAXED_TOLERANCE,
+        help="--deltas: pass@1 tolerance "
+        "(default: %(default)s = half a point, the page's relaxed comparison)",
+    )
     add_timeout_flag(p)
     p.add_argument("--system", default=None, help="the row's display name, stored in the output")
     p.add_argument("--out", required=True, help="JSON file to write")
@@ -75,34 +87,57 @@ def run_spec_sweep(args) -> int:
     if args.num_speculative_tokens is not None:
         raise InputError("--num-speculative-tokens: spec-sweep sets it from --tokens")
     if args.draft is None:
-        raise InputError("--draft: spec-sweep times a draft-model row (hf-assisted, or a serving draft method)")
+        raise InputError(
+            "--draft: spec-sweep times a draft-model row (hf-assisted, or a serving draft method)"
+        )
     if args.deltas is not None:
         return run_delta_sweep(args)
     if args.reference is not None:
-        raise InputError("--reference: only a --deltas sweep is matched to a reference "
-                         "(strict k are lossless)")
+        raise InputError(
+            "--reference: only a --deltas sweep is matched to a reference (strict k are lossless)"
+        )
     tokens = parse_tokens(args.tokens)
-    problems = load_suite(args.suite, split=args.split, path=args.suite_file, difficulty=args.difficulty,
-                          limit=args.limit)
+    problems = load_suite(
+        args.suite, split=args.split, path=args.suite_file, difficulty=args.difficulty, limit=args.limit
+    )
     chat = chat_renderer(args)
     prompts = [chat(p["prompt"]) if chat else p["prompt"] for p in problems]
     points = []
     for k in tokens:
         args.num_speculative_tokens = str(k)
-        point, info = spec_point(build_from_args(args), prompts, k, max_new_tokens=args.max_new_tokens,
-                                 warmup=args.warmup, progress=not args.no_progress)
+        point, info = spec_point(
+            build_from_args(args),
+            prompts,
+            k,
+            max_new_tokens=args.max_new_tokens,
+            warmup=args.warmup,
+            progress=not args.no_progress,
+        )
         points.append(point)
-        print(f"k={k}: {point['tokens_per_s']:.1f} tokens/s, acceptance length "
-              f"{point['acceptance_length'] or float('nan'):.3f}")
+        print(
+            f"k={k}: {point['tokens_per_s']:.1f} tokens/s, acceptance length "
+            f"{point['acceptance_length'] or float('nan'):.3f}"
+        )
     best = choose(points)
     identical = len({point["tokens_sha256"] for point in points}) == 1
-    atomic_write_json(args.out, {
-        "system": args.system, "engine": info.name, "method": args.method, "suite": args.suite,
-        "n_problems": len(prompts), "max_new_tokens": args.max_new_tokens, "device": info.device,
-        "num_speculative_tokens": best["num_speculative_tokens"], "chosen_by": "tokens_per_s",
-        "identical_tokens": identical, "points": points,
-        "split": args.split,  # k is chosen on these prompts: the dev split's, for a choice measured on test
-    })
+    atomic_write_json(
+        args.out,
+        {
+            "system": args.system,
+            "engine": info.name,
+            "method": args.method,
+            "suite": args.suite,
+            "n_problems": len(prompts),
+            "max_new_tokens": args.max_new_tokens,
+            "device": info.device,
+            "num_speculative_tokens": best["num_speculative_tokens"],
+            "chosen_by": "tokens_per_s",
+            "identical_tokens": identical,
+            "points": points,
+            # k is chosen on these prompts: the dev split's, for a choice measured on test
+            "split": args.split,
+        },
+    )
     if not identical:
         print("warning: the completions differ between k (strict verification should be lossless)")
     print(f"num_speculative_tokens={best['num_speculative_tokens']}")
@@ -125,24 +160,45 @@ def run_delta_sweep(args) -> int:
         raise InputError("--reference: a --deltas sweep matches pass@1 to a reference quality record (ORL's)")
     if not 0 <= args.tolerance <= 1:
         raise InputError(f"--tolerance: expected a pass@1 difference in [0, 1], got {args.tolerance}")
-    measured = [r for r in load_records(args.reference) if r["kind"] == "quality" and r["status"] == "measured"]
+    measured = [
+        r for r in load_records(args.reference) if r["kind"] == "quality" and r["status"] == "measured"
+    ]
     if not measured:
         raise InputError(f"{args.reference}: no measured quality record to match")
     rules = [Verification.checked("relaxed", delta, "--deltas") for delta in args.deltas]  # all checked first
-    problems = load_suite(args.suite, split=args.split, path=args.suite_file, difficulty=args.difficulty,
-                          limit=args.limit)
+    problems = load_suite(
+        args.suite, split=args.split, path=args.suite_file, difficulty=args.difficulty, limit=args.limit
+    )
 
     def build(rule):
         args.verification = str(rule)
         return build_from_args(args)
 
-    sweep = delta_sweep(build, rules, problems, max(measured, key=lambda r: r["created"]), args.reference,
-                        args.tolerance, max_new_tokens=args.max_new_tokens, progress=not args.no_progress,
-                        chat=chat_renderer(args), timeout_s=args.timeout)
+    sweep = delta_sweep(
+        build,
+        rules,
+        problems,
+        max(measured, key=lambda r: r["created"]),
+        args.reference,
+        args.tolerance,
+        max_new_tokens=args.max_new_tokens,
+        progress=not args.no_progress,
+        chat=chat_renderer(args),
+        timeout_s=args.timeout,
+    )
     matched, why = sweep.pop("matched"), sweep.pop("why")
     # δ is chosen on these problems: the dev split's, for a choice measured on test.
-    atomic_write_json(args.out, {"system": args.system, "method": args.method, "suite": args.suite,
-                                 "max_new_tokens": args.max_new_tokens, **sweep, "split": args.split})
+    atomic_write_json(
+        args.out,
+        {
+            "system": args.system,
+            "method": args.method,
+            "suite": args.suite,
+            "max_new_tokens": args.max_new_tokens,
+            **sweep,
+            "split": args.split,
+        },
+    )
     status = "matched" if matched else "NOT matched (most accurate point used)"
     print(f"{status}: {why}" + (f"; {sweep['edge_note']}" if sweep["edge_note"] else ""))
     print(f"verification={sweep['verification']}")

@@ -26,7 +26,8 @@ def register(subparsers) -> None:
     from orl.engines.registry import DIFFUSION_ENGINES
 
     p = subparsers.add_parser(
-        "sweep", help="threshold sweep through dlmrt: pass@1 and TPF per τ, plus AUP",
+        "sweep",
+        help="threshold sweep through dlmrt: pass@1 and TPF per τ, plus AUP",
         description="Evaluate threshold(τ) decoding for each τ on a suite; writes one 'sweep' record per τ "
         "(pass@1, TPF, tokens/s, per-problem outcomes) and one 'aup' record (d3LLM's AUP with this sweep's "
         "own "
@@ -38,15 +39,31 @@ def register(subparsers) -> None:
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
     add_split_flag(p)
     add_suite_file_flag(p, records_absence=True)
-    p.add_argument("--policy", default="threshold", metavar="NAME",
-                   help="the commit policy (a name of orl/decoding/policy.py's RULES) whose parameter the sweep "
-                   "varies (default: %(default)s)")
-    p.add_argument("--thresholds", "--values", dest="values", default="0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95",
-                   type=sweep_values, help="comma-separated values of the policy's parameter, for the thresholds "
-                   "τ in (0, 1] (default: %(default)s)")
-    p.add_argument("--engine", default="dlmrt", choices=DIFFUSION_ENGINES,
-                   help="dLLM engine (compiled dlmrt is the speed default; on a CPU it compiles first)")
-    p.add_argument("--limit", type=positive_int, default=None, help="only the first N problems (default: all)")
+    p.add_argument(
+        "--policy",
+        default="threshold",
+        metavar="NAME",
+        help="the commit policy (a name of orl/decoding/policy.py's RULES) whose parameter the sweep "
+        "varies (default: %(default)s)",
+    )
+    p.add_argument(
+        "--thresholds",
+        "--values",
+        dest="values",
+        default="0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95",
+        type=sweep_values,
+        help="comma-separated values of the policy's parameter, for the thresholds "
+        "τ in (0, 1] (default: %(default)s)",
+    )
+    p.add_argument(
+        "--engine",
+        default="dlmrt",
+        choices=DIFFUSION_ENGINES,
+        help="dLLM engine (compiled dlmrt is the speed default; on a CPU it compiles first)",
+    )
+    p.add_argument(
+        "--limit", type=positive_int, default=None, help="only the first N problems (default: all)"
+    )
     p.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget (default: 64)")
     p.add_argument("--system", default=None, help="table row name stored in the records")
     p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
@@ -65,22 +82,37 @@ def run_sweep(args) -> int:
     from orl.records import write_records
 
     # Every value is checked against the policy before the checkpoint loads.
-    policies = sweep_policies(Policy.checked(args.policy, args.values[0], "--thresholds"), args.values, "--thresholds")
+    policies = sweep_policies(
+        Policy.checked(args.policy, args.values[0], "--thresholds"), args.values, "--thresholds"
+    )
     problems = suite_problems(args, split=args.split, limit=args.limit)
     if isinstance(problems, str):  # a suite file that is absent: the table line says why
         write_records(args.out, [suite_not_run(args, "sweep", problems)])
         print(f"{args.suite}: not run: {problems}")
         return 0
-    ckpt = load_checkpoint(args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device))
+    ckpt = load_checkpoint(
+        args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device)
+    )
     compile_notice(args.engine, args.device, "sweep")
-    points = run_sweep(lambda policy: engine_for_checkpoint(args.engine, ckpt, policy=policy,
-                                                            block_size=args.block_size), problems, policies,
-                       args.max_new_tokens, progress=not args.no_progress,
-                       report=lambda point: print(point_line(point), flush=True), chat=chat_renderer(args),
-                       suite=args.suite)
+    points = run_sweep(
+        lambda policy: engine_for_checkpoint(args.engine, ckpt, policy=policy, block_size=args.block_size),
+        problems,
+        policies,
+        args.max_new_tokens,
+        progress=not args.no_progress,
+        report=lambda point: print(point_line(point), flush=True),
+        chat=chat_renderer(args),
+        suite=args.suite,
+    )
     model = model_field(ckpt)
-    row = {"system": args.system or model["name"], "engine": args.engine, "model": model, "suite": args.suite,
-           "split": args.split, "n_problems": len(problems)}
+    row = {
+        "system": args.system or model["name"],
+        "engine": args.engine,
+        "model": model,
+        "suite": args.suite,
+        "split": args.split,
+        "n_problems": len(problems),
+    }
     records = [sweep_record(p, **row, chat_template=args.chat) for p in points] + [aup_record(points, **row)]
     write_records(args.out, records)
     print(aup_line(records[-1]))

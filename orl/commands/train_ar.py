@@ -12,23 +12,39 @@ from orl.train.config import PRESETS
 def add_training_args(parser: argparse.ArgumentParser) -> None:
     """Arguments every training command takes (train-ar, convert)."""
     parser.add_argument("--preset", default="tiny", choices=PRESETS, help="training preset (default: tiny)")
-    parser.add_argument("--config", default=None, help="YAML file overriding preset fields (sections: "
-                        "tokenizer, model, draft_model, ar, draft, convert, diffusion, orl)")
-    parser.add_argument("--out", required=True, help="output checkpoint directory (HF layout); resumes if it "
-                        "holds an unfinished run of the same configuration")
-    parser.add_argument("--seed", type=int, default=None, help="the stage's seed (batches, noise, init); "
-                        "default: the preset's. Part of the resume check")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="YAML file overriding preset fields (sections: "
+        "tokenizer, model, draft_model, ar, draft, convert, diffusion, orl)",
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="output checkpoint directory (HF layout); resumes if it "
+        "holds an unfinished run of the same configuration",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the stage's seed (batches, noise, init); default: the preset's. Part of the resume check",
+    )
     add_cpu_linear_flag(parser)
     add_model_args(parser, dtype=False)
     add_progress_flag(parser)
 
 
 def add_cpu_linear_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cpu-linear", choices=CPU_LINEARS, default="aten",
-                        help="the CPU matmuls of training, forward and backward: aten (default: F.linear, MKL), "
-                        "onednn, or auto (times both on the model's shapes and takes oneDNN if clearly faster; "
-                        "several times faster where MKL takes a slow path, e.g. on AMD EPYC). A resumed run keeps "
-                        "the path it started with; written to train_summary.json")
+    parser.add_argument(
+        "--cpu-linear",
+        choices=CPU_LINEARS,
+        default="aten",
+        help="the CPU matmuls of training, forward and backward: aten (default: F.linear, MKL), "
+        "onednn, or auto (times both on the model's shapes and takes oneDNN if clearly faster; "
+        "several times faster where MKL takes a slow path, e.g. on AMD EPYC). A resumed run keeps "
+        "the path it started with; written to train_summary.json",
+    )
 
 
 def seed_override(args, section: str) -> dict | None:
@@ -38,17 +54,24 @@ def seed_override(args, section: str) -> dict | None:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "train-ar", help="train the tokenizer and the AR model (or the draft model) on TinyCode",
+        "train-ar",
+        help="train the tokenizer and the AR model (or the draft model) on TinyCode",
         description="Train a byte-level BPE tokenizer and a Qwen3-style AR model on the TinyCode train "
-                    "stream "
+        "stream "
         "(prompt -> completion). With --draft, train the small draft model of the speculative baselines, "
         "reusing the target's tokenizer. Writes config.json (a transformers Qwen3Config), "
         "model.safetensors and tokenizer.json to --out.",
     )
     add_training_args(p)
-    p.add_argument("--draft", action="store_true", help="train the draft model (preset section draft_model/draft)")
-    p.add_argument("--tokenizer", default=None, help="tokenizer.json (or checkpoint dir) to reuse instead of "
-                   "training one; required with --draft so the draft shares the target's vocabulary")
+    p.add_argument(
+        "--draft", action="store_true", help="train the draft model (preset section draft_model/draft)"
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="tokenizer.json (or checkpoint dir) to reuse instead of "
+        "training one; required with --draft so the draft shares the target's vocabulary",
+    )
     p.set_defaults(func=run_train_ar)
 
 
@@ -68,9 +91,18 @@ def run_train_ar(args) -> int:
         print(f"{args.out}: already trained (delete it to retrain)")
         return 0
     with training_world(device) as world:
-        summary = train_ar(preset, args.out, draft=args.draft, tokenizer_path=args.tokenizer, world=world,
-                           progress=not args.no_progress, cpu_linear=args.cpu_linear)
+        summary = train_ar(
+            preset,
+            args.out,
+            draft=args.draft,
+            tokenizer_path=args.tokenizer,
+            world=world,
+            progress=not args.no_progress,
+            cpu_linear=args.cpu_linear,
+        )
         if world.main:
-            print(f"wrote {args.out}: {summary['parameters']:,} parameters, {summary['tokens']:,} tokens, "
-                  f"final loss {summary['final_loss']:.4f}, {summary['wall_s']:.1f} s, world size {world.size}")
+            print(
+                f"wrote {args.out}: {summary['parameters']:,} parameters, {summary['tokens']:,} tokens, "
+                f"final loss {summary['final_loss']:.4f}, {summary['wall_s']:.1f} s, world size {world.size}"
+            )
     return 0

@@ -15,9 +15,10 @@ def register(subparsers) -> None:
     from orl.train.orl import ABLATIONS
 
     p = subparsers.add_parser(
-        "train-orl", help="ORL post-training of a block-diffusion checkpoint (or one of its ablations)",
+        "train-orl",
+        help="ORL post-training of a block-diffusion checkpoint (or one of its ablations)",
         description="On-policy residual learning (docs/method.md §3, version 2): K rollouts per prompt of "
-                    "the current "
+        "the current "
         "model with its residual adapter, verified trajectories only, replay of S states per block with "
         "gated CE, "
         "a capped KL anchor to the initial model and AEC, one update per rollout batch. --ablation selects a "
@@ -25,22 +26,39 @@ def register(subparsers) -> None:
     )
     p.add_argument("--preset", default="tiny", choices=PRESETS, help="training preset (default: tiny)")
     p.add_argument("--config", default=None, help="YAML overriding preset fields (section orl: ...)")
-    p.add_argument("--init", required=True, help="block-diffusion checkpoint to start from (output of orl convert)")
+    p.add_argument(
+        "--init", required=True, help="block-diffusion checkpoint to start from (output of orl convert)"
+    )
     p.add_argument("--out", required=True, help="output checkpoint directory; resumes an unfinished run")
-    p.add_argument("--ablation", default="none", choices=ABLATIONS, help="Table 5 variant (default: none = ORL)")
-    p.add_argument("--seed", type=int, default=None, help="the ORL stage's seed: rollout prompt slices, replay "
-                   "batches, torch's generator (default: the preset's orl.seed); part of the resume check and "
-                   "written to the record (extra.seed)")
+    p.add_argument(
+        "--ablation", default="none", choices=ABLATIONS, help="Table 5 variant (default: none = ORL)"
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the ORL stage's seed: rollout prompt slices, replay "
+        "batches, torch's generator (default: the preset's orl.seed); part of the resume check and "
+        "written to the record (extra.seed)",
+    )
     p.add_argument("--record", default=None, help="also write a 'train' record (.jsonl) with cost figures")
     p.add_argument("--system", default=None, help="table row name for the record")
-    p.add_argument("--isolation", default=None, choices=["bwrap", "fallback"],
-                   help="sandbox of the rollout rewards (default: the preset's orl.isolation, bwrap; "
-                   "fallback: the weaker sandbox, named in the summary and the record)")
-    p.add_argument("--rollout-engine", default="recompute", choices=ROLLOUT_ENGINES,
-                   help="what decodes the rollouts: recompute (default: the batch together, full recompute, replay "
-                   "reproduces its logits exactly), dlmrt (the KV-cache engine, compiled / graph-captured, one "
-                   "prompt at a time: for GPUs) or dlmrt-eager; written to the record (extra.rollout_engine) "
-                   "and, when not recompute, part of the resume check")
+    p.add_argument(
+        "--isolation",
+        default=None,
+        choices=["bwrap", "fallback"],
+        help="sandbox of the rollout rewards (default: the preset's orl.isolation, bwrap; "
+        "fallback: the weaker sandbox, named in the summary and the record)",
+    )
+    p.add_argument(
+        "--rollout-engine",
+        default="recompute",
+        choices=ROLLOUT_ENGINES,
+        help="what decodes the rollouts: recompute (default: the batch together, full recompute, replay "
+        "reproduces its logits exactly), dlmrt (the KV-cache engine, compiled / graph-captured, one "
+        "prompt at a time: for GPUs) or dlmrt-eager; written to the record (extra.rollout_engine) "
+        "and, when not recompute, part of the resume check",
+    )
     add_cpu_linear_flag(p)
     add_model_args(p, dtype=False)
     add_progress_flag(p)
@@ -55,8 +73,9 @@ def make_rollout(engine: str, init):
         return RecomputeRollout()
     from orl.engines.dlmrt.rollout import DlmrtRollout
 
-    return DlmrtRollout(init.tokenizer, mode="eager" if engine == "dlmrt-eager" else None,
-                        where=init.path / "config.json")
+    return DlmrtRollout(
+        init.tokenizer, mode="eager" if engine == "dlmrt-eager" else None, where=init.path / "config.json"
+    )
 
 
 def run_train_orl(args) -> int:
@@ -66,8 +85,10 @@ def run_train_orl(args) -> int:
     from orl.train.orl import check_init, train_orl
     from orl.train.orl_record import summary_lines
 
-    orl_overrides = {**({"isolation": args.isolation} if args.isolation else {}),
-                     **({"seed": args.seed} if args.seed is not None else {})}
+    orl_overrides = {
+        **({"isolation": args.isolation} if args.isolation else {}),
+        **({"seed": args.seed} if args.seed is not None else {}),
+    }
     preset = load_preset(args.preset, args.config, {"orl": orl_overrides} if orl_overrides else None)
     check_training_counts(preset, "orl")
     device = parse_device(args.device)
@@ -82,9 +103,16 @@ def run_train_orl(args) -> int:
     else:
         with training_world(device) as world:
             init = check_init(args.init, preset, world.device)  # loaded once, on this rank's device
-            summary = train_orl(preset, init, args.out, ablation=args.ablation, world=world,
-                                progress=not args.no_progress, rollout=make_rollout(args.rollout_engine, init),
-                                cpu_linear=args.cpu_linear)
+            summary = train_orl(
+                preset,
+                init,
+                args.out,
+                ablation=args.ablation,
+                world=world,
+                progress=not args.no_progress,
+                rollout=make_rollout(args.rollout_engine, init),
+                cpu_linear=args.cpu_linear,
+            )
         if not world.main:
             return 0  # rank 0 reports and writes the record
     done, warning = summary_lines(summary, args.out)
@@ -102,7 +130,17 @@ def _write_record(args, summary: dict, preset) -> None:
     from orl.records import write_records
     from orl.train.orl_record import orl_train_record
 
-    write_records(args.record, [orl_train_record(
-        summary, system=args.system or f"ORL ({args.ablation})", model=model_field(load_checkpoint(args.out)),
-        preset_digest=preset.digest(), ablation=args.ablation, seed=preset.orl.seed,
-        isolation=preset.orl.isolation)])
+    write_records(
+        args.record,
+        [
+            orl_train_record(
+                summary,
+                system=args.system or f"ORL ({args.ablation})",
+                model=model_field(load_checkpoint(args.out)),
+                preset_digest=preset.digest(),
+                ablation=args.ablation,
+                seed=preset.orl.seed,
+                isolation=preset.orl.isolation,
+            )
+        ],
+    )

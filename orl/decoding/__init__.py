@@ -16,14 +16,38 @@ from typing import TYPE_CHECKING
 # name -> the module that defines it. Loaded on first use (PEP 562), so that reading a policy from a
 # record (orl.decoding.policy, what the tables do) does not import torch with the decoders.
 _EXPORTS = {
-    "cut_at_eos": "eos", "BlockPlan": "layout", "plan_blocks": "layout", "plan_request": "layout",
-    "Policy": "policy", "commit_mask": "policy", "BlockDecode": "recompute", "StepView": "recompute",
-    "decode_blocks": "recompute", "DecodeRule": "rule", "decode_rule": "rule", "StepOutput": "step",
-    "denoise_step": "step", "Verification": "verify", "accept": "verify",
+    "cut_at_eos": "eos",
+    "BlockPlan": "layout",
+    "plan_blocks": "layout",
+    "plan_request": "layout",
+    "Policy": "policy",
+    "commit_mask": "policy",
+    "BlockDecode": "recompute",
+    "StepView": "recompute",
+    "decode_blocks": "recompute",
+    "DecodeRule": "rule",
+    "decode_rule": "rule",
+    "StepOutput": "step",
+    "denoise_step": "step",
+    "Verification": "verify",
+    "accept": "verify",
 }
 __all__ = [
-    "BlockDecode", "BlockPlan", "DecodeRule", "Policy", "StepOutput", "StepView", "commit_mask", "cut_at_eos",
-    "Verification", "accept", "decode_blocks", "decode_rule", "denoise_step", "plan_blocks", "plan_request",
+    "BlockDecode",
+    "BlockPlan",
+    "DecodeRule",
+    "Policy",
+    "StepOutput",
+    "StepView",
+    "commit_mask",
+    "cut_at_eos",
+    "Verification",
+    "accept",
+    "decode_blocks",
+    "decode_rule",
+    "denoise_step",
+    "plan_blocks",
+    "plan_request",
 ]
 
 if TYPE_CHECKING:

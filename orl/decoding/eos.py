@@ -30,22 +30,28 @@ def is_eos(tokens: torch.Tensor, eos_ids: torch.Tensor) -> torch.Tensor:
     return (tokens[..., None] == eos_ids).any(-1)
 
 
-def committed_eos(tokens: torch.Tensor, masked: torch.Tensor, eos_ids: torch.Tensor,
-                  generated: torch.Tensor | None) -> torch.Tensor:
+def committed_eos(
+    tokens: torch.Tensor, masked: torch.Tensor, eos_ids: torch.Tensor, generated: torch.Tensor | None
+) -> torch.Tensor:
     """Generated positions holding a committed end token ([b, B] bool)."""
     eos = is_eos(tokens, eos_ids) & ~masked
     return eos if generated is None else eos & generated
 
 
-def fill_after_eos(tokens: torch.Tensor, remaining: torch.Tensor, eos_ids: torch.Tensor,
-                   generated: torch.Tensor | None = None) -> torch.Tensor:
+def fill_after_eos(
+    tokens: torch.Tensor,
+    remaining: torch.Tensor,
+    eos_ids: torch.Tensor,
+    generated: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Positions still masked that lie after a committed <eos> of their block ([b, B] bool)."""
     eos_seen = committed_eos(tokens, remaining, eos_ids, generated).int().cumsum(-1) > 0
     return remaining & eos_seen
 
 
-def eos_run(prediction: torch.Tensor, remaining: torch.Tensor, anchor: torch.Tensor,
-            eos_ids: torch.Tensor) -> torch.Tensor:
+def eos_run(
+    prediction: torch.Tensor, remaining: torch.Tensor, anchor: torch.Tensor, eos_ids: torch.Tensor
+) -> torch.Tensor:
     """Masked positions predicted <eos> from which every position up to the next committed <eos>
     (`anchor`) is a masked position predicted <eos> ([b, B] bool).
 
@@ -63,8 +69,9 @@ def eos_run(prediction: torch.Tensor, remaining: torch.Tensor, anchor: torch.Ten
     return candidate & anchored
 
 
-def block_finished_with_eos(tokens: torch.Tensor, masked: torch.Tensor, eos_ids: torch.Tensor,
-                            generated: torch.Tensor | None = None) -> torch.Tensor:
+def block_finished_with_eos(
+    tokens: torch.Tensor, masked: torch.Tensor, eos_ids: torch.Tensor, generated: torch.Tensor | None = None
+) -> torch.Tensor:
     """[b] True where the block holds a generated <eos> with every earlier position committed."""
     eos = committed_eos(tokens, masked, eos_ids, generated)
     before_first_eos = eos.int().cumsum(-1) == 0

@@ -37,14 +37,18 @@ class BlockPlan:
         return self.first + self.blocks * self.block
 
 
-def plan_blocks(prompt_len: int, max_new_tokens: int, block: int, layout: str, max_positions: int) -> BlockPlan:
+def plan_blocks(
+    prompt_len: int, max_new_tokens: int, block: int, layout: str, max_positions: int
+) -> BlockPlan:
     """The whole blocks covering positions [P, P + max_new_tokens) in `layout`, validated before any
     compute."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
         raise InputError(f"max_new_tokens: expected a positive integer, got {max_new_tokens!r}")
     if prompt_len <= 0:
         raise InputError("prompt: empty prompt (it must encode to at least one token)")
-    first, origin = (prompt_len, prompt_len) if layout == "after-prompt" else (prompt_len - prompt_len % block, 0)
+    first, origin = (
+        (prompt_len, prompt_len) if layout == "after-prompt" else (prompt_len - prompt_len % block, 0)
+    )
     blocks = -(-(prompt_len - first + max_new_tokens) // block)
     plan = BlockPlan(prompt_len, first, origin, blocks, block)
     if plan.end > max_positions:

@@ -87,7 +87,9 @@ def _factor(f, confidence: torch.Tensor, masked: torch.Tensor, ranks: torch.Tens
     chosen = masked & (confidence >= factor_bound(f, ranks.to(confidence.dtype)))
     # The bound rises with n while confidence falls, so the chosen set is a prefix of the
     # ranking; enforce it so a tie cannot leave a gap.
-    first_gap = torch.where(masked & ~chosen, ranks, torch.full_like(ranks, ranks.shape[-1])).amin(-1, keepdim=True)
+    first_gap = torch.where(masked & ~chosen, ranks, torch.full_like(ranks, ranks.shape[-1])).amin(
+        -1, keepdim=True
+    )
     return masked & (ranks < first_gap)
 
 
@@ -102,17 +104,43 @@ def _probability(value: float) -> bool:
     return 0.0 < value <= 1.0
 
 
-RULES: dict[str, Rule] = {rule.name: rule for rule in (
-    Rule("threshold", "tau", "τ", "a threshold must be in (0, 1]", _probability, _at_least,
-         bound=lambda tau, rank: float(tau), strict="strict-threshold"),
-    # SGLang's LowConfidence rule and SDAR's dynamic remasking with one token per step
-    # (c > τ, not c >= τ).
-    Rule("strict-threshold", "tau", "τ", "a threshold must be in (0, 1]", _probability, _above,
-         bound=lambda tau, rank: float(tau)),
-    Rule("fixed", "k", "k", "fixed:k needs a positive integer k", lambda k: k >= 1 and k == int(k), _top_k,
-         bound=None, integer=True),
-    Rule("factor", "f", "f", "factor must be positive", lambda f: f > 0, _factor, bound=_factor_bound_at),
-)}
+RULES: dict[str, Rule] = {
+    rule.name: rule
+    for rule in (
+        Rule(
+            "threshold",
+            "tau",
+            "τ",
+            "a threshold must be in (0, 1]",
+            _probability,
+            _at_least,
+            bound=lambda tau, rank: float(tau),
+            strict="strict-threshold",
+        ),
+        # SGLang's LowConfidence rule and SDAR's dynamic remasking with one token per step
+        # (c > τ, not c >= τ).
+        Rule(
+            "strict-threshold",
+            "tau",
+            "τ",
+            "a threshold must be in (0, 1]",
+            _probability,
+            _above,
+            bound=lambda tau, rank: float(tau),
+        ),
+        Rule(
+            "fixed",
+            "k",
+            "k",
+            "fixed:k needs a positive integer k",
+            lambda k: k >= 1 and k == int(k),
+            _top_k,
+            bound=None,
+            integer=True,
+        ),
+        Rule("factor", "f", "f", "factor must be positive", lambda f: f > 0, _factor, bound=_factor_bound_at),
+    )
+}
 POLICY_NAMES = tuple(RULES)
 PARAMETER = {name: rule.parameter for name, rule in RULES.items()}  # name -> the record's parameter key
 
@@ -149,8 +177,10 @@ class Policy:
         """'threshold:0.9', 'strict-threshold:0.9', 'fixed:1' or 'factor:1.0'."""
         name, _, raw = str(spec).partition(":")
         if name not in RULES:
-            raise InputError(f"--policy: unknown policy {name!r} in {spec!r}; expected one of "
-                             f"{', '.join(f'{n}:<value>' for n in POLICY_NAMES)}")
+            raise InputError(
+                f"--policy: unknown policy {name!r} in {spec!r}; expected one of "
+                f"{', '.join(f'{n}:<value>' for n in POLICY_NAMES)}"
+            )
         try:
             value = float(raw)
         except ValueError:
@@ -196,8 +226,10 @@ class Policy:
     def from_record(cls, record: dict, where: str = "policy") -> Policy:
         """The Policy of a record's `policy` block."""
         if not isinstance(record, dict) or record.get("name") not in RULES:
-            raise InputError(f"{where}: expected {{'name': one of {', '.join(POLICY_NAMES)}, 'params': ...}}, "
-                             f"got {record!r:.80}")
+            raise InputError(
+                f"{where}: expected {{'name': one of {', '.join(POLICY_NAMES)}, 'params': ...}}, "
+                f"got {record!r:.80}"
+            )
         key = PARAMETER[record["name"]]
         value = (record.get("params") or {}).get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -64,8 +64,15 @@ class BlockDecode:
 
 @torch.inference_mode()
 def decode_blocks(
-    model: Transformer, prompts: list[list[int]], rule: DecodeRule, *, max_new_tokens: int, pad_id: int,
-    observer: Callable[[StepView], None] | None = None, temperature: float = 0.0, seeds: list[int] | None = None,
+    model: Transformer,
+    prompts: list[list[int]],
+    rule: DecodeRule,
+    *,
+    max_new_tokens: int,
+    pad_id: int,
+    observer: Callable[[StepView], None] | None = None,
+    temperature: float = 0.0,
+    seeds: list[int] | None = None,
 ) -> BlockDecode:
     """Decode `prompts` (token ids) together with full recompute (see the module docstring).
 
@@ -82,7 +89,10 @@ def decode_blocks(
     """
     B, E = rule.block, model.embedding
     device = E.device
-    plans = [plan_blocks(len(p), max_new_tokens, B, rule.layout, model.config.max_position_embeddings) for p in prompts]
+    plans = [
+        plan_blocks(len(p), max_new_tokens, B, rule.layout, model.config.max_position_embeddings)
+        for p in prompts
+    ]
     start = max(plan.first for plan in plans)  # the first block's column, shared by every row
     pad = [start - plan.first for plan in plans]
     n_blocks = max(plan.blocks for plan in plans)
@@ -91,7 +101,7 @@ def decode_blocks(
 
     seq = torch.full((rows, width), pad_id, dtype=torch.long, device=device)
     for i, ids in enumerate(prompts):
-        seq[i, pad[i]: pad[i] + len(ids)] = torch.tensor(ids, device=device)
+        seq[i, pad[i] : pad[i] + len(ids)] = torch.tensor(ids, device=device)
     pad_t = torch.tensor(pad, device=device)
     cols = torch.arange(width, device=device)
     positions = (cols[None, :] - pad_t[:, None]).clamp_min(0)
@@ -128,7 +138,9 @@ def decode_blocks(
         while bool(masked.any()):
             embeds = E[seq[:, :hi]].clone()
             embeds[:, lo:hi] = mix_residual(model, tokens, masked, residual, weight, rule.mask_id)
-            logits = model(inputs_embeds=embeds, positions=positions[:, :hi], mask=mask[:, :hi, :hi])[:, lo:hi]
+            logits = model(inputs_embeds=embeds, positions=positions[:, :hi], mask=mask[:, :hi, :hi])[
+                :, lo:hi
+            ]
             active = masked.any(-1)
             gumbel = None
             if sampling:
@@ -137,11 +149,36 @@ def decode_blocks(
                     u = torch.rand(logits.shape[1:], generator=generators[i]).clamp_(1e-12, 1 - 1e-7)
                     gumbel[i] = -torch.log(-torch.log(u))
                 gumbel = gumbel.to(device)
-            out = denoise_step(rule.policy, logits, tokens, masked, eos_ids, eos_fill=rule.eos_fill, generated=generated,
-                               temperature=temperature, gumbel=gumbel)
+            out = denoise_step(
+                rule.policy,
+                logits,
+                tokens,
+                masked,
+                eos_ids,
+                eos_fill=rule.eos_fill,
+                generated=generated,
+                temperature=temperature,
+                gumbel=gumbel,
+            )
             if observer is not None:
-                observer(StepView(j, k, active, seq, lo, pad, tokens, masked, residual, weight, prev_h, prev_c,
-                                  logits, out))
+                observer(
+                    StepView(
+                        j,
+                        k,
+                        active,
+                        seq,
+                        lo,
+                        pad,
+                        tokens,
+                        masked,
+                        residual,
+                        weight,
+                        prev_h,
+                        prev_c,
+                        logits,
+                        out,
+                    )
+                )
             nfe += active.long()
             if rule.alpha:
                 residual, weight = residual_context(E, out.probs, out.entropy, rule.alpha, rule.residual_form)
@@ -157,6 +194,6 @@ def decode_blocks(
 
     completions = []
     for i, plan in enumerate(plans):
-        ids = seq[i, pad[i] + plan.prompt_len: pad[i] + plan.end].tolist()
+        ids = seq[i, pad[i] + plan.prompt_len : pad[i] + plan.end].tolist()
         completions.append(cut_at_eos(ids, rule.eos_ids) if rule.stop_at_eos else ids)
     return BlockDecode(completions, nfe.tolist(), plans, decoded.tolist())

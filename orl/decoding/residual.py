@@ -25,7 +25,10 @@ def residual_form(config) -> str:
 
 
 def residual_context(
-    embedding: torch.Tensor, prev_probs: torch.Tensor, prev_entropy: torch.Tensor, alpha: float,
+    embedding: torch.Tensor,
+    prev_probs: torch.Tensor,
+    prev_entropy: torch.Tensor,
+    alpha: float,
     form: str = "entropy-weighted",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The pre-adapter residual z = P^{(k-1)} @ E and its weight w (α, or α·(1 − H/log V))."""
@@ -37,7 +40,12 @@ def residual_context(
 
 
 def mix_residual(
-    model, tokens: torch.Tensor, masked: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, mask_id: int,
+    model,
+    tokens: torch.Tensor,
+    masked: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    mask_id: int,
 ) -> torch.Tensor:
     """Committed positions: E[token]; masked positions: E[MASK] + the model's residual term of (z, w)."""
     embedding = model.embedding
@@ -46,8 +54,14 @@ def mix_residual(
 
 
 def residual_embeddings(
-    model, tokens: torch.Tensor, masked: torch.Tensor, prev_probs: torch.Tensor | None,
-    prev_entropy: torch.Tensor | None, alpha: float, mask_id: int, form: str = "entropy-weighted",
+    model,
+    tokens: torch.Tensor,
+    masked: torch.Tensor,
+    prev_probs: torch.Tensor | None,
+    prev_entropy: torch.Tensor | None,
+    alpha: float,
+    mask_id: int,
+    form: str = "entropy-weighted",
 ) -> torch.Tensor:
     """Input embeddings of a block with the residual context, from the previous step's distributions.
 

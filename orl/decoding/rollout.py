@@ -60,8 +60,11 @@ class CapturedStates:
         out = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            out[f.name] = [v.to(device) for v in value] if isinstance(value, list) else (
-                value.to(device) if torch.is_tensor(value) else value)
+            out[f.name] = (
+                [v.to(device) for v in value]
+                if isinstance(value, list)
+                else (value.to(device) if torch.is_tensor(value) else value)
+            )
         return CapturedStates(**out)
 
     def select(self, keep: torch.Tensor) -> CapturedStates:
@@ -73,8 +76,11 @@ class CapturedStates:
         out = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            out[f.name] = [value[i] for i in idx] if isinstance(value, list) else (
-                value[idx] if torch.is_tensor(value) else value)
+            out[f.name] = (
+                [value[i] for i in idx]
+                if isinstance(value, list)
+                else (value[idx] if torch.is_tensor(value) else value)
+            )
         return CapturedStates(**out)
 
 
@@ -103,8 +109,21 @@ def concat_states(parts: list[CapturedStates], request_offsets: list[int]) -> Ca
 class StateCapture:
     """An observer of decode_blocks that keeps, on the CPU, every state a row decoded from."""
 
-    FIELDS = ("context", "mask_origin", "request", "block", "step", "tokens", "masked", "residual", "weight",
-              "prev_entropy", "prev_confidence", "confidence", "source_entropy")
+    FIELDS = (
+        "context",
+        "mask_origin",
+        "request",
+        "block",
+        "step",
+        "tokens",
+        "masked",
+        "residual",
+        "weight",
+        "prev_entropy",
+        "prev_confidence",
+        "confidence",
+        "source_entropy",
+    )
 
     def __init__(self, origins: list[int]):
         self.origins = origins  # per request: where its block-causal mask counts blocks from
@@ -113,35 +132,76 @@ class StateCapture:
 
     def __call__(self, view: StepView) -> None:
         for i in view.active.nonzero().flatten().tolist():
-            self.add(i, view.block, view.step, context=view.seq[i, view.pad[i]: view.lo], tokens=view.tokens[i],
-                     masked=view.masked[i], residual=view.residual[i], weight=view.weight[i],
-                     prev_entropy=view.prev_entropy[i], prev_confidence=view.prev_confidence[i],
-                     step_entropy=view.out.entropy[i], step_confidence=view.out.confidence[i])
+            self.add(
+                i,
+                view.block,
+                view.step,
+                context=view.seq[i, view.pad[i] : view.lo],
+                tokens=view.tokens[i],
+                masked=view.masked[i],
+                residual=view.residual[i],
+                weight=view.weight[i],
+                prev_entropy=view.prev_entropy[i],
+                prev_confidence=view.prev_confidence[i],
+                step_entropy=view.out.entropy[i],
+                step_confidence=view.out.confidence[i],
+            )
 
-    def add(self, request: int, block: int, step: int, *, context: torch.Tensor, tokens: torch.Tensor,
-            masked: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, prev_entropy: torch.Tensor,
-            prev_confidence: torch.Tensor, step_entropy: torch.Tensor, step_confidence: torch.Tensor) -> None:
+    def add(
+        self,
+        request: int,
+        block: int,
+        step: int,
+        *,
+        context: torch.Tensor,
+        tokens: torch.Tensor,
+        masked: torch.Tensor,
+        residual: torch.Tensor,
+        weight: torch.Tensor,
+        prev_entropy: torch.Tensor,
+        prev_confidence: torch.Tensor,
+        step_entropy: torch.Tensor,
+        step_confidence: torch.Tensor,
+    ) -> None:
         """One state of one request: what step k of block j started from ([B] rows, z [B, d]), and what
         that step computed: `step_entropy` (the per-step mean over its masked positions is the next
         state's AEC source) and `step_confidence` (c^{(k)}, the gate's)."""
         history = self.entropy_per_step.setdefault(request, [])
         source = history[-1] if step > 0 and history else 0.0  # H̄^{(k-1)} over M_{k-1}
         history.append(float(step_entropy[masked].mean()))
-        for name, value in (("context", context), ("mask_origin", self.origins[request]), ("request", request),
-                            ("block", block), ("step", step), ("tokens", tokens), ("masked", masked),
-                            ("residual", residual), ("weight", weight), ("prev_entropy", prev_entropy),
-                            ("prev_confidence", prev_confidence), ("confidence", step_confidence),
-                            ("source_entropy", source)):
+        for name, value in (
+            ("context", context),
+            ("mask_origin", self.origins[request]),
+            ("request", request),
+            ("block", block),
+            ("step", step),
+            ("tokens", tokens),
+            ("masked", masked),
+            ("residual", residual),
+            ("weight", weight),
+            ("prev_entropy", prev_entropy),
+            ("prev_confidence", prev_confidence),
+            ("confidence", step_confidence),
+            ("source_entropy", source),
+        ):
             self.rows[name].append(value.cpu().clone() if torch.is_tensor(value) else value)
 
     def states(self) -> CapturedStates:
         r = self.rows
         return CapturedStates(
-            context=r["context"], mask_origin=torch.tensor(r["mask_origin"]), request=torch.tensor(r["request"]),
-            block=torch.tensor(r["block"]), step=torch.tensor(r["step"]), tokens=torch.stack(r["tokens"]),
-            masked=torch.stack(r["masked"]), residual=torch.stack(r["residual"]), weight=torch.stack(r["weight"]),
-            prev_entropy=torch.stack(r["prev_entropy"]), prev_confidence=torch.stack(r["prev_confidence"]),
-            confidence=torch.stack(r["confidence"]), source_entropy=torch.tensor(r["source_entropy"], dtype=torch.float32),
+            context=r["context"],
+            mask_origin=torch.tensor(r["mask_origin"]),
+            request=torch.tensor(r["request"]),
+            block=torch.tensor(r["block"]),
+            step=torch.tensor(r["step"]),
+            tokens=torch.stack(r["tokens"]),
+            masked=torch.stack(r["masked"]),
+            residual=torch.stack(r["residual"]),
+            weight=torch.stack(r["weight"]),
+            prev_entropy=torch.stack(r["prev_entropy"]),
+            prev_confidence=torch.stack(r["prev_confidence"]),
+            confidence=torch.stack(r["confidence"]),
+            source_entropy=torch.tensor(r["source_entropy"], dtype=torch.float32),
         )
 
 
@@ -157,13 +217,29 @@ class RolloutResult:
         return sum(len(c) for c in self.completion_ids) / max(1, sum(self.nfe))
 
 
-def rollout(model: Transformer, prompts: list[list[int]], rule: DecodeRule, *, max_new_tokens: int,
-            pad_id: int, temperature: float = 0.0, seeds: list[int] | None = None) -> RolloutResult:
+def rollout(
+    model: Transformer,
+    prompts: list[list[int]],
+    rule: DecodeRule,
+    *,
+    max_new_tokens: int,
+    pad_id: int,
+    temperature: float = 0.0,
+    seeds: list[int] | None = None,
+) -> RolloutResult:
     """Decode `prompts` (token ids) together; returns completions, NFE and the captured states.
     `temperature` > 0 samples token values, row i from a generator seeded `seeds[i]`."""
     capture = StateCapture(mask_origins(prompts, rule))
-    result = decode_blocks(model, prompts, rule, max_new_tokens=max_new_tokens, pad_id=pad_id, observer=capture,
-                           temperature=temperature, seeds=seeds)
+    result = decode_blocks(
+        model,
+        prompts,
+        rule,
+        max_new_tokens=max_new_tokens,
+        pad_id=pad_id,
+        observer=capture,
+        temperature=temperature,
+        seeds=seeds,
+    )
     entropy = [capture.entropy_per_step.get(i, []) for i in range(len(prompts))]
     return RolloutResult(result.completions, result.nfe, capture.states(), entropy)
 
@@ -178,19 +254,26 @@ def prompt_prefixes(prompts: list[list[int]], rule: DecodeRule) -> list[int]:
     return [len(p) % rule.block if rule.layout == "absolute" else 0 for p in prompts]
 
 
-def attach_targets(states: CapturedStates, completions: list[list[int]], block_size: int, eos_id: int,
-                   prefix: list[int] | None = None) -> None:
+def attach_targets(
+    states: CapturedStates,
+    completions: list[list[int]],
+    block_size: int,
+    eos_id: int,
+    prefix: list[int] | None = None,
+) -> None:
     """Set each state's target: the final tokens of its block in its request's completion.
 
     `prefix[i]` is how many prompt tokens request i's first block holds (absolute layout; 0 for
     ours): those positions are committed, so their target is the prompt token itself.
     """
     targets = []
-    for request, block, tokens in zip(states.request.tolist(), states.block.tolist(), states.tokens, strict=True):
+    for request, block, tokens in zip(
+        states.request.tolist(), states.block.tolist(), states.tokens, strict=True
+    ):
         shift = prefix[request] if prefix else 0
         ids = completions[request] + [eos_id] * block_size * (block + 1)  # after <eos> the block is <eos>
         lo = block * block_size - shift
-        row = ids[max(lo, 0): lo + block_size]
+        row = ids[max(lo, 0) : lo + block_size]
         targets.append(torch.cat([tokens[: block_size - len(row)], torch.tensor(row, dtype=tokens.dtype)]))
     states.targets = torch.stack(targets)
 
@@ -201,8 +284,17 @@ class Rollout(Protocol):
 
     name: str
 
-    def __call__(self, model: Transformer, prompts: list[list[int]], rule: DecodeRule, *, max_new_tokens: int,
-                 pad_id: int, temperature: float = 0.0, seeds: list[int] | None = None) -> RolloutResult: ...
+    def __call__(
+        self,
+        model: Transformer,
+        prompts: list[list[int]],
+        rule: DecodeRule,
+        *,
+        max_new_tokens: int,
+        pad_id: int,
+        temperature: float = 0.0,
+        seeds: list[int] | None = None,
+    ) -> RolloutResult: ...
 
 
 @dataclass(frozen=True)
@@ -212,7 +304,23 @@ class RecomputeRollout:
 
     name: str = "recompute"
 
-    def __call__(self, model: Transformer, prompts: list[list[int]], rule: DecodeRule, *, max_new_tokens: int,
-                 pad_id: int, temperature: float = 0.0, seeds: list[int] | None = None) -> RolloutResult:
-        return rollout(model, prompts, rule, max_new_tokens=max_new_tokens, pad_id=pad_id, temperature=temperature,
-                       seeds=seeds)
+    def __call__(
+        self,
+        model: Transformer,
+        prompts: list[list[int]],
+        rule: DecodeRule,
+        *,
+        max_new_tokens: int,
+        pad_id: int,
+        temperature: float = 0.0,
+        seeds: list[int] | None = None,
+    ) -> RolloutResult:
+        return rollout(
+            model,
+            prompts,
+            rule,
+            max_new_tokens=max_new_tokens,
+            pad_id=pad_id,
+            temperature=temperature,
+            seeds=seeds,
+        )

@@ -32,8 +32,15 @@ class DecodeRule:
 
 
 def decode_rule(
-    config, eos_ids, policy: Policy, *, residual: bool | None = None, eos_fill: bool | None = None,
-    ignore_eos: bool = False, where: str = "config.json", block_size: int | None = None,
+    config,
+    eos_ids,
+    policy: Policy,
+    *,
+    residual: bool | None = None,
+    eos_fill: bool | None = None,
+    ignore_eos: bool = False,
+    where: str = "config.json",
+    block_size: int | None = None,
 ) -> DecodeRule:
     """The rule for a checkpoint's ModelConfig: our family decodes with the residual (its α) and
     the <eos> fill; SDAR-layout checkpoints without either unless asked (docs/method.md §5).
@@ -43,8 +50,9 @@ def decode_rule(
     with blocks of that size instead of the checkpoint's own (config.json block_size): the profile's block
     size per suite (workflows/config/schema.yaml `block_size`, docs/metrics.md "TPF ceiling").
     """
-    if block_size is not None and (isinstance(block_size, bool) or not isinstance(block_size, int)
-                                   or block_size < 1):
+    if block_size is not None and (
+        isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1
+    ):
         raise InputError(f"--block-size: expected a positive integer, got {block_size!r}")
     if not isinstance(policy, Policy):
         raise InputError(f"policy: expected a Policy (Policy.parse('threshold:0.9')), got {policy!r}")
@@ -56,7 +64,14 @@ def decode_rule(
     ours = layout == "after-prompt"
     residual = ours if residual is None else residual
     eos_fill = ours if eos_fill is None else eos_fill
-    return DecodeRule(policy=policy, block=block_size or config.block_size, mask_id=config.mask_token_id,
-                      eos_ids=tuple(int(i) for i in eos_ids), alpha=config.residual_alpha if residual else 0.0,
-                      residual_form=residual_form(config),
-                      eos_fill=eos_fill and not ignore_eos, stop_at_eos=not ignore_eos, layout=layout)
+    return DecodeRule(
+        policy=policy,
+        block=block_size or config.block_size,
+        mask_id=config.mask_token_id,
+        eos_ids=tuple(int(i) for i in eos_ids),
+        alpha=config.residual_alpha if residual else 0.0,
+        residual_form=residual_form(config),
+        eos_fill=eos_fill and not ignore_eos,
+        stop_at_eos=not ignore_eos,
+        layout=layout,
+    )

@@ -17,7 +17,9 @@ from orl.decoding.eos import committed_eos, eos_run, fill_after_eos
 from orl.decoding.policy import Policy, commit_mask
 
 
-def entropy_and_confidence(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def entropy_and_confidence(
+    logits: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(probabilities, entropy in nats, confidence = max prob, argmax token) from logits [..., V]."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     probs = logp.exp()
@@ -37,8 +39,15 @@ class StepOutput:
 
 
 def denoise_step(
-    policy: Policy, logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor, eos_ids: torch.Tensor,
-    *, eos_fill: bool = True, generated: torch.Tensor | None = None, temperature: float = 0.0,
+    policy: Policy,
+    logits: torch.Tensor,
+    tokens: torch.Tensor,
+    masked: torch.Tensor,
+    eos_ids: torch.Tensor,
+    *,
+    eos_fill: bool = True,
+    generated: torch.Tensor | None = None,
+    temperature: float = 0.0,
     gumbel: torch.Tensor | None = None,
 ) -> StepOutput:
     """Apply one step's commits to the block state, given this step's logits [b, B, V].

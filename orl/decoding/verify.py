@@ -53,12 +53,14 @@ class Verification:
     def checked(cls, name: str, delta: float = 1.0, where: str = "--verification") -> Verification:
         """The rule `name` at `delta`, or InputError naming `where`: δ must be a number in (0, 1]."""
         if name not in RULES:
-            raise InputError(f"{where}: unknown verification rule {name!r}; expected strict or "
-                             "relaxed:<delta>")
+            raise InputError(
+                f"{where}: unknown verification rule {name!r}; expected strict or relaxed:<delta>"
+            )
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta <= 1.0:
             # NaN fails the comparison too, so it lands here.
-            raise InputError(f"{where}: {name}: delta must be a number in (0, 1] (1 is strict), "
-                             f"got {delta!r}")
+            raise InputError(
+                f"{where}: {name}: delta must be a number in (0, 1] (1 is strict), got {delta!r}"
+            )
         if name == "strict" and delta != 1.0:
             raise InputError(f"{where}: strict verification has no delta (give relaxed:{delta:g})")
         return cls(name, float(delta))
@@ -70,8 +72,9 @@ class Verification:
         if name == "strict" and not sep:
             return cls()
         if name != "relaxed" or not sep:
-            raise InputError(f"{where}: expected strict or relaxed:<delta> with delta in (0, 1], "
-                             f"got {spec!r}")
+            raise InputError(
+                f"{where}: expected strict or relaxed:<delta> with delta in (0, 1], got {spec!r}"
+            )
         try:
             delta = float(raw)
         except ValueError:
@@ -82,8 +85,10 @@ class Verification:
     def from_record(cls, block: dict, where: str = "verification") -> Verification:
         """The rule of a record's `verification` block ({"name": ..., "params": {"delta": ...}})."""
         if not isinstance(block, dict) or block.get("name") not in RULES:
-            raise InputError(f"{where}: expected {{'name': strict or relaxed, 'params': {{'delta': ...}}}}, "
-                             f"got {block!r:.80}")
+            raise InputError(
+                f"{where}: expected {{'name': strict or relaxed, 'params': {{'delta': ...}}}}, "
+                f"got {block!r:.80}"
+            )
         return cls.checked(block["name"], (block.get("params") or {}).get(PARAMETER, 1.0), where)
 
     def with_value(self, delta: float, where: str = "--deltas") -> Verification:
@@ -104,8 +109,9 @@ class Verification:
 STRICT = Verification()
 
 
-def accept(logits: torch.Tensor, draft: Sequence[int],
-           verification: Verification = STRICT) -> tuple[int, int]:
+def accept(
+    logits: torch.Tensor, draft: Sequence[int], verification: Verification = STRICT
+) -> tuple[int, int]:
     """How many leading draft tokens the target accepts, and the token it emits after them.
 
     `logits` [k + 1, V] are the target's logits at the positions of draft[0..k-1] and one more

@@ -110,8 +110,23 @@ def check_gsm8k(completion: str, reference: str) -> tuple[bool, str]:
 # ---------------------------------------------------------------------------------------------------
 
 # Removed outright: spacing commands, \left / \right, display-style prefixes, degree marks, "$".
-_DROP = (r"\left", r"\right", r"\$", r"\!", r"\,", r"\;", r"\:", r"\quad", r"\qquad", r"\displaystyle",
-         "^\\circ",         "^{\\circ}", r"\%", "%", "$")
+_DROP = (
+    r"\left",
+    r"\right",
+    r"\$",
+    r"\!",
+    r"\,",
+    r"\;",
+    r"\:",
+    r"\quad",
+    r"\qquad",
+    r"\displaystyle",
+    "^\\circ",
+    "^{\\circ}",
+    r"\%",
+    "%",
+    "$",
+)
 # Units and words written in \text{...} / \mbox{...} after a value: dropped when the rest is the value.
 _TEXT = re.compile(r"\\(?:text|textbf|mbox|mathrm)\s*\{([^{}]*)\}")
 _FRAC = re.compile(r"\\[dt]?frac")
@@ -136,7 +151,7 @@ def _frac_args(s: str) -> str:
                     if depth == 0:
                         break
                     m += 1
-                out.append(s[k:m + 1])
+                out.append(s[k : m + 1])
                 k = m + 1
             elif k < len(s):
                 out.append("{" + s[k] + "}")  # \frac12: one character each

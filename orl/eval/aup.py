@@ -81,7 +81,9 @@ def percent_points(points: Sequence[tuple[float, float]]) -> list[tuple[float, f
     return [(tpf, 100.0 * acc) for tpf, acc in points]
 
 
-def aup_or_none(points: Sequence[tuple[float, float]], y_max: float | None = None) -> tuple[AUP | None, str | None]:
+def aup_or_none(
+    points: Sequence[tuple[float, float]], y_max: float | None = None
+) -> tuple[AUP | None, str | None]:
     """AUP of (TPF, pass@1 fraction) points, or (None, why) where it is undefined (no points, a bad value)."""
     try:
         return aup(percent_points(points), y_max), None

@@ -52,10 +52,13 @@ class BenchPlan:
     progress: bool = True
 
 
-def bench_engines(engines: dict[str, Engine], prompts: Sequence[str], plan: BenchPlan) -> dict[str, EngineResult]:
+def bench_engines(
+    engines: dict[str, Engine], prompts: Sequence[str], plan: BenchPlan
+) -> dict[str, EngineResult]:
     """The interleaved rounds over every engine, then dlmrt's chunk probes on the first prompt."""
-    results = run_rounds(engines, prompts, plan.max_new_tokens, rounds=plan.rounds, warmup=plan.warmup,
-                         progress=plan.progress)
+    results = run_rounds(
+        engines, prompts, plan.max_new_tokens, rounds=plan.rounds, warmup=plan.warmup, progress=plan.progress
+    )
     for name, engine in engines.items():
         if isinstance(engine, DlmrtEngine):
             probe_chunks(engine, prompts[0], plan, results[name])
@@ -82,8 +85,10 @@ def ratio(num: float | None, den: float | None) -> float | None:
 
 def identical_outputs(run: SuiteRun, base: SuiteRun) -> int:
     """Requests whose tokens and NFE equal the base run's."""
-    return sum(a.token_ids == b.token_ids and a.nfe == b.nfe for a, b in zip(run.generations, base.generations,
-                                                                              strict=True))
+    return sum(
+        a.token_ids == b.token_ids and a.nfe == b.nfe
+        for a, b in zip(run.generations, base.generations, strict=True)
+    )
 
 
 def base_run(results: dict[str, EngineResult]) -> SuiteRun:
@@ -110,44 +115,86 @@ def bench_metrics(name: str, result: EngineResult, speed: dict[str, float]) -> d
 def bench_extra(result: EngineResult, info, plan: BenchPlan, *, base: SuiteRun, chat_template: bool) -> dict:
     """One engine's `engine_bench` extra: rounds, threads, what it was compared with, per request."""
     run = result.median
-    extra = {"max_new_tokens": plan.max_new_tokens, "warmup": run.warmup, "rounds": plan.rounds,
-             "tokens_per_s_rounds": result.tokens_per_s_rounds, "threads": torch.get_num_threads(),
-             "device": info.device, "compared_to": base.name, "identical_outputs": identical_outputs(run, base),
-             "chat_template": chat_template, **info.settings, "per_request": timings_as_dicts(run.timings)}
+    extra = {
+        "max_new_tokens": plan.max_new_tokens,
+        "warmup": run.warmup,
+        "rounds": plan.rounds,
+        "tokens_per_s_rounds": result.tokens_per_s_rounds,
+        "threads": torch.get_num_threads(),
+        "device": info.device,
+        "compared_to": base.name,
+        "identical_outputs": identical_outputs(run, base),
+        "chat_template": chat_template,
+        **info.settings,
+        "per_request": timings_as_dicts(run.timings),
+    }
     if result.kernels_per_step is not None:
         extra["kernels_per_step"] = result.kernels_per_step
     if plan.check_sync:
         extra["host_sync_in_chunk"] = result.host_sync
     if run.overhead is not None:
-        extra["overhead_definition"] = ("generation wall / bare forwards (prefill + counted steps) replayed in "
-                                        "the same execution mode")
+        extra["overhead_definition"] = (
+            "generation wall / bare forwards (prefill + counted steps) replayed in the same execution mode"
+        )
     return extra
 
 
-def engine_bench_records(engines: dict[str, Engine], results: dict[str, EngineResult], plan: BenchPlan, *,
-                         suite: str, n_problems: int, system: str | None, chat_template: bool) -> list[dict]:
+def engine_bench_records(
+    engines: dict[str, Engine],
+    results: dict[str, EngineResult],
+    plan: BenchPlan,
+    *,
+    suite: str,
+    n_problems: int,
+    system: str | None,
+    chat_template: bool,
+) -> list[dict]:
     """One `engine_bench` record per engine (`system`: the table row; default '<model> (<engine>)')."""
     speed, base = speeds(results), base_run(results)
     records = []
     for name, result in results.items():
         info = engines[name].describe()
         block = info.model_block()
-        records.append(make_record(
-            "engine_bench", system=system or f"{block['name']} ({name})", engine=name, model=block,
-            metrics=bench_metrics(name, result, speed), policy=info.policy, suite=suite, n_problems=n_problems,
-            extra=bench_extra(result, info, plan, base=base, chat_template=chat_template)))
+        records.append(
+            make_record(
+                "engine_bench",
+                system=system or f"{block['name']} ({name})",
+                engine=name,
+                model=block,
+                metrics=bench_metrics(name, result, speed),
+                policy=info.policy,
+                suite=suite,
+                n_problems=n_problems,
+                extra=bench_extra(result, info, plan, base=base, chat_template=chat_template),
+            )
+        )
     return records
 
 
-def run_rounds(engines: dict[str, Engine], prompts: Sequence[str], max_new_tokens: int, *, rounds: int,
-               warmup: int, progress: bool = False) -> dict[str, EngineResult]:
+def run_rounds(
+    engines: dict[str, Engine],
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    *,
+    rounds: int,
+    warmup: int,
+    progress: bool = False,
+) -> dict[str, EngineResult]:
     """Every engine over the prompts `rounds` times, interleaved; each engine's median round by tokens/s."""
     bare = {name: BareForwards(e) for name, e in engines.items() if isinstance(e, DlmrtEngine)}
     runs: dict[str, list[SuiteRun]] = {name: [] for name in engines}
     for r in range(rounds):
         for name, engine in engines.items():
-            runs[name].append(measure_latency(engine, prompts, max_new_tokens, warmup=warmup if r == 0 else 0,
-                                              after_request=bare.get(name), progress=progress))
+            runs[name].append(
+                measure_latency(
+                    engine,
+                    prompts,
+                    max_new_tokens,
+                    warmup=warmup if r == 0 else 0,
+                    after_request=bare.get(name),
+                    progress=progress,
+                )
+            )
     results = {}
     for name, rs in runs.items():
         ordered = sorted(rs, key=lambda run: run.summary.tokens_per_s)
@@ -181,7 +228,9 @@ def chunk_step_time(engine: DlmrtEngine, prompt: str, max_new_tokens: int, repea
 def host_sync_in_chunk(engine: DlmrtEngine, prompt: str, max_new_tokens: int) -> str | None:
     """Run a block-start chunk and a chunk under CUDA's sync debug mode "error"; the first sync found, or
     None."""
-    slot = engine.rewind(prompt, max_new_tokens)  # back to the first block: the block-start chunk stays in bounds
+    slot = engine.rewind(
+        prompt, max_new_tokens
+    )  # back to the first block: the block-start chunk stays in bounds
     sync = synchronizer(engine.device)
     sync()
     torch.cuda.set_sync_debug_mode("error")
@@ -239,22 +288,27 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-def bench_report(engines: dict[str, Engine], results: dict[str, EngineResult], n_prompts: int, *,
-                 check_sync: bool) -> list[str]:
+def bench_report(
+    engines: dict[str, Engine], results: dict[str, EngineResult], n_prompts: int, *, check_sync: bool
+) -> list[str]:
     """What `orl bench-engine` prints: the profile tables, one line per engine, the sync verdict, and
     `overhead=`, `speedup_vs_eager=`, `speedup_vs_reference=` last."""
     lines, base = [], base_run(results)
     for name, result in results.items():
         if result.profile_table is not None:
             unit = "CUDA kernels" if engines[name].device.type == "cuda" else "CPU operators"
-            lines += [f"profile ({engines[name].mode}): {result.kernels_per_step:.0f} {unit} per step",
-                      result.profile_table]
+            lines += [
+                f"profile ({engines[name].mode}): {result.kernels_per_step:.0f} {unit} per step",
+                result.profile_table,
+            ]
     for name, result in results.items():
         run, summary, spread = result.median, result.median.summary, result.tokens_per_s_rounds
-        lines.append(f"{name:12s} tokens/s {summary.tokens_per_s:9.1f} (rounds {min(spread):.0f}-{max(spread):.0f})  "
-                     f"TPF {summary.tpf:.3f}  NFE/req {summary.nfe / n_prompts:6.2f}  wall {summary.total_s:7.2f}s  "
-                     f"overhead {_fmt(run.overhead)}  identical to {base.name}: "
-                     f"{identical_outputs(run, base)}/{n_prompts}")
+        lines.append(
+            f"{name:12s} tokens/s {summary.tokens_per_s:9.1f} (rounds {min(spread):.0f}-{max(spread):.0f})  "
+            f"TPF {summary.tpf:.3f}  NFE/req {summary.nfe / n_prompts:6.2f}  wall {summary.total_s:7.2f}s  "
+            f"overhead {_fmt(run.overhead)}  identical to {base.name}: "
+            f"{identical_outputs(run, base)}/{n_prompts}"
+        )
     syncs = {name: r.host_sync for name, r in results.items() if r.host_sync}
     if syncs:
         lines.append(f"HOST SYNCHRONISATION inside a chunk: {syncs}")
@@ -262,6 +316,8 @@ def bench_report(engines: dict[str, Engine], results: dict[str, EngineResult], n
         lines.append("no host synchronisation inside a chunk (sync debug mode 'error')")
     speed = speeds(results)
     overhead = next((results[n].median.overhead for n in ("dlmrt", "dlmrt-eager") if n in results), None)
-    return lines + [f"overhead={_fmt(overhead)}",
-                    f"speedup_vs_eager={_fmt(ratio(speed.get('dlmrt'), speed.get('dlmrt-eager')))}",
-                    f"speedup_vs_reference={_fmt(ratio(speed.get('dlmrt'), speed.get('reference')))}"]
+    return lines + [
+        f"overhead={_fmt(overhead)}",
+        f"speedup_vs_eager={_fmt(ratio(speed.get('dlmrt'), speed.get('dlmrt-eager')))}",
+        f"speedup_vs_reference={_fmt(ratio(speed.get('dlmrt'), speed.get('reference')))}",
+    ]

@@ -66,8 +66,10 @@ class LatencySummary:
 
     def last_line(self) -> str:
         """The line `orl bench-latency` prints last."""
-        return (f"median_s={self.median_s:.6g} p90_s={self.p90_s:.6g} tokens_per_s={self.tokens_per_s:.6g} "
-                f"tpf={self.tpf:.6g}")
+        return (
+            f"median_s={self.median_s:.6g} p90_s={self.p90_s:.6g} tokens_per_s={self.tokens_per_s:.6g} "
+            f"tpf={self.tpf:.6g}"
+        )
 
 
 @dataclass
@@ -112,14 +114,22 @@ def summarize(timings: Sequence[RequestTiming], warmup: int = 0) -> LatencySumma
     tokens = sum(t.tokens for t in timings)
     nfe = sum(t.nfe for t in timings)
     return LatencySummary(
-        n_requests=len(timings), warmup=warmup, median_s=percentile(walls, 50), p90_s=percentile(walls, 90),
-        mean_s=total_s / len(timings), total_s=total_s, tokens=tokens, nfe=nfe,
-        tokens_per_s=tokens / total_s if total_s > 0 else 0.0, tpf=tokens / nfe if nfe else 0.0,
+        n_requests=len(timings),
+        warmup=warmup,
+        median_s=percentile(walls, 50),
+        p90_s=percentile(walls, 90),
+        mean_s=total_s / len(timings),
+        total_s=total_s,
+        tokens=tokens,
+        nfe=nfe,
+        tokens_per_s=tokens / total_s if total_s > 0 else 0.0,
+        tpf=tokens / nfe if nfe else 0.0,
     )
 
 
-def time_request(engine: Engine, prompt: str, max_new_tokens: int,
-                 sync: Callable[[], None] | None) -> tuple[Generation, float]:
+def time_request(
+    engine: Engine, prompt: str, max_new_tokens: int, sync: Callable[[], None] | None
+) -> tuple[Generation, float]:
     """One synchronised request: (its Generation, wall seconds measured here, not trusted from the engine)."""
     if sync is not None:
         sync()  # nothing from before may leak into this request's time
@@ -143,8 +153,13 @@ def warmup_prompts(engine: Engine, prompts: Sequence[str], max_new_tokens: int, 
 
 
 def measure_latency(
-    engine: Engine, prompts: Sequence[str], max_new_tokens: int, *, warmup: int = 3,
-    after_request: Callable[[Generation], float] | None = None, progress: bool = True,
+    engine: Engine,
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    *,
+    warmup: int = 3,
+    after_request: Callable[[Generation], float] | None = None,
+    progress: bool = True,
 ) -> SuiteRun:
     """Run the protocol (module docstring) and return every measured request."""
     if not prompts:
@@ -157,8 +172,9 @@ def measure_latency(
 
     sync = synchronizer(engine.device)
     extra_warmup = warmup_prompts(engine, prompts, max_new_tokens, warmup)
-    for prompt in tqdm(extra_warmup, desc=f"warm-up ({engine.name})", disable=not progress or not extra_warmup,
-                       leave=False):
+    for prompt in tqdm(
+        extra_warmup, desc=f"warm-up ({engine.name})", disable=not progress or not extra_warmup, leave=False
+    ):
         generation, _ = time_request(engine, prompt, max_new_tokens, sync)
         if after_request is not None:
             after_request(generation)  # compiles / captures what it runs too
@@ -168,8 +184,17 @@ def measure_latency(
         generation, wall = time_request(engine, prompt, max_new_tokens, sync)
         after = after_request(generation) if after_request is not None else None
         run.generations.append(generation)
-        run.timings.append(RequestTiming(wall, generation.num_tokens, generation.nfe, generation.nfe_prefill,
-                                         generation.draft_forwards, after, generation.blocks))
+        run.timings.append(
+            RequestTiming(
+                wall,
+                generation.num_tokens,
+                generation.nfe,
+                generation.nfe_prefill,
+                generation.draft_forwards,
+                after,
+                generation.blocks,
+            )
+        )
         bar.set_postfix(last_s=f"{wall:.3f}")
     return run
 

@@ -31,9 +31,19 @@ def latency_metrics(run: SuiteRun, info: EngineInfo) -> dict:
     return metrics
 
 
-def latency_record(engine: Engine, prompts: Sequence[str], *, kind: str, row_engine: str, suite: str,
-                   system: str | None, max_new_tokens: int, warmup: int, progress: bool = True,
-                   extra: dict | None = None) -> tuple[dict, SuiteRun]:
+def latency_record(
+    engine: Engine,
+    prompts: Sequence[str],
+    *,
+    kind: str,
+    row_engine: str,
+    suite: str,
+    system: str | None,
+    max_new_tokens: int,
+    warmup: int,
+    progress: bool = True,
+    extra: dict | None = None,
+) -> tuple[dict, SuiteRun]:
     """Time `engine` over `prompts` (rendered already) and close it; (the record, the run).
 
     `row_engine`: the row's engine name, in the default system name '<model> (<row_engine>)';
@@ -45,21 +55,36 @@ def latency_record(engine: Engine, prompts: Sequence[str], *, kind: str, row_eng
         run = measure_latency(engine, prompts, max_new_tokens, warmup=warmup, progress=progress)
     finally:
         engine.close()  # a server's processes and GPU memory
-    extra = {**(extra or {}), "warmup": run.warmup, "device": info.device, **info.settings,
-             "per_request": timings_as_dicts(run.timings)}
+    extra = {
+        **(extra or {}),
+        "warmup": run.warmup,
+        "device": info.device,
+        **info.settings,
+        "per_request": timings_as_dicts(run.timings),
+    }
     if any(g.extra for g in run.generations):
         extra["engine_extra"] = [g.extra for g in run.generations]
-    record = make_record(kind, system=system or f"{model['name']} ({row_engine})", engine=info.name, model=model,
-                         metrics=latency_metrics(run, info), policy=info.policy, suite=suite,
-                         n_problems=len(prompts), extra=extra)
+    record = make_record(
+        kind,
+        system=system or f"{model['name']} ({row_engine})",
+        engine=info.name,
+        model=model,
+        metrics=latency_metrics(run, info),
+        policy=info.policy,
+        suite=suite,
+        n_problems=len(prompts),
+        extra=extra,
+    )
     return record, run
 
 
 def latency_lines(record: dict, run: SuiteRun) -> list[str]:
     """What `orl bench-latency` prints: a summary line, then the interface's last line."""
     summary, metrics = run.summary, record["metrics"]
-    parts = [f"{record['system']}: {summary.n_requests} requests after {run.warmup} warm-up, {summary.tokens} "
-             f"tokens, NFE {summary.nfe}"]
+    parts = [
+        f"{record['system']}: {summary.n_requests} requests after {run.warmup} warm-up, {summary.tokens} "
+        f"tokens, NFE {summary.nfe}"
+    ]
     if "acceptance_length" in metrics:
         parts.append(f"acceptance length {metrics['acceptance_length']:.3f}")
     if "draft_forwards_mean" in metrics:
@@ -68,14 +93,35 @@ def latency_lines(record: dict, run: SuiteRun) -> list[str]:
     return [", ".join(parts), line if summary.nfe else line.rsplit(" tpf=", 1)[0] + " tpf=n/a"]
 
 
-def not_run_latency_record(kind: str, ckpt: str | Path, *, row_engine: str, reason: str, suite: str,
-                           n_problems: int, system: str | None, extra: dict) -> dict:
+def not_run_latency_record(
+    kind: str,
+    ckpt: str | Path,
+    *,
+    row_engine: str,
+    reason: str,
+    suite: str,
+    n_problems: int,
+    system: str | None,
+    extra: dict,
+) -> dict:
     """The record of a row that cannot run here (EngineUnavailable: no CUDA, no package, a server that
     did not start), its model named from the checkpoint's config.json without loading it."""
     from orl.model.checkpoint import checkpoint_digest, read_json_config
 
     config = read_json_config(Path(ckpt) / "config.json", "a checkpoint needs config.json")
-    model = {"name": config.get("orl_model_name") or Path(ckpt).name, "ckpt": str(ckpt),
-             "ckpt_sha256": checkpoint_digest(ckpt), "precision": "unknown"}
-    return not_run(kind, system=system or f"{model['name']} ({row_engine})", engine=row_engine, reason=reason,
-                   suite=suite, n_problems=n_problems, extra=extra, model=model)
+    model = {
+        "name": config.get("orl_model_name") or Path(ckpt).name,
+        "ckpt": str(ckpt),
+        "ckpt_sha256": checkpoint_digest(ckpt),
+        "precision": "unknown",
+    }
+    return not_run(
+        kind,
+        system=system or f"{model['name']} ({row_engine})",
+        engine=row_engine,
+        reason=reason,
+        suite=suite,
+        n_problems=n_problems,
+        extra=extra,
+        model=model,
+    )

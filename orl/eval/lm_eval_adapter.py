@@ -63,13 +63,17 @@ def generation_budget(prompt_len: int, requested: int, max_positions: int, block
     """New tokens that fit: the request, clamped to the context and rounded down to whole blocks."""
     room = (max_positions - prompt_len) // block_size * block_size
     if room <= 0:
-        raise InputError(f"prompt: {prompt_len} tokens leave no room to generate in a context of {max_positions}"
-                         + (f" (blocks of {block_size})" if block_size > 1 else ""))
+        raise InputError(
+            f"prompt: {prompt_len} tokens leave no room to generate in a context of {max_positions}"
+            + (f" (blocks of {block_size})" if block_size > 1 else "")
+        )
     return min(requested, room)
 
 
 @torch.inference_mode()
-def continuation_logprob(model, context: list[int], continuation: list[int], max_positions: int) -> tuple[float, bool]:
+def continuation_logprob(
+    model, context: list[int], continuation: list[int], max_positions: int
+) -> tuple[float, bool]:
     """(Σ log p(continuation | context), whether greedy decoding would produce the continuation).
 
     `context` must be non-empty (callers prepend <eos> as the document start). The
@@ -78,12 +82,13 @@ def continuation_logprob(model, context: list[int], continuation: list[int], max
     if not continuation:
         return 0.0, True
     if len(continuation) > max_positions:
-        raise InputError(f"loglikelihood: continuation of {len(continuation)} tokens exceeds the context "
-                         f"({max_positions})")
-    tokens = (context + continuation)[-(max_positions + 1):]
+        raise InputError(
+            f"loglikelihood: continuation of {len(continuation)} tokens exceeds the context ({max_positions})"
+        )
+    tokens = (context + continuation)[-(max_positions + 1) :]
     device = next(model.parameters()).device
     inputs = torch.tensor([tokens[:-1]], device=device)
-    logits = model(inputs)[0, -len(continuation):].float()  # mask None: causal attention
+    logits = model(inputs)[0, -len(continuation) :].float()  # mask None: causal attention
     logprobs = torch.log_softmax(logits, dim=-1)
     target = torch.tensor(continuation, device=device)
     total = float(logprobs.gather(-1, target[:, None]).sum())
@@ -96,9 +101,17 @@ class OrlLM(LM):
     """An lm-eval model backed by one of our engines."""
 
     def __init__(
-        self, engine: str = "dlmrt", ckpt: str | None = None, draft: str | None = None, policy: str = "fixed:1",
-        device: str | None = None, max_gen_toks: int = 256, residual: bool = True, method: str | None = None,
-        batch_size=None, max_batch_size=None,
+        self,
+        engine: str = "dlmrt",
+        ckpt: str | None = None,
+        draft: str | None = None,
+        policy: str = "fixed:1",
+        device: str | None = None,
+        max_gen_toks: int = 256,
+        residual: bool = True,
+        method: str | None = None,
+        batch_size=None,
+        max_batch_size=None,
     ):
         super().__init__()
         from orl.decoding import Policy
@@ -119,8 +132,15 @@ class OrlLM(LM):
         self.max_gen_toks = int(max_gen_toks)
         self._device = device or default_device()
         self.engine_name = engine
-        self.engine = build_engine(engine, self.ckpt_dir, policy=Policy.parse(str(policy)), draft_dir=draft,
-                                   device=self._device, residual=_as_bool(residual), method=method)
+        self.engine = build_engine(
+            engine,
+            self.ckpt_dir,
+            policy=Policy.parse(str(policy)),
+            draft_dir=draft,
+            device=self._device,
+            residual=_as_bool(residual),
+            method=method,
+        )
         self._ar_model = None
 
     # ---- generation ------------------------------------------------------------------
@@ -133,14 +153,17 @@ class OrlLM(LM):
             context, gen_kwargs = request.args
             gen_kwargs = dict(gen_kwargs or {})
             if gen_kwargs.get("do_sample") or float(gen_kwargs.get("temperature", 0.0) or 0.0) > 0.0:
-                raise InputError("generate_until: the orl engines decode greedily (temperature 0); "
-                                 f"got do_sample={gen_kwargs.get('do_sample')}, "
-                                 f"temperature={gen_kwargs.get('temperature')}")
+                raise InputError(
+                    "generate_until: the orl engines decode greedily (temperature 0); "
+                    f"got do_sample={gen_kwargs.get('do_sample')}, "
+                    f"temperature={gen_kwargs.get('temperature')}"
+                )
             until = gen_kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
             requested = int(gen_kwargs.get("max_gen_toks", self.max_gen_toks))
-            budget = generation_budget(len(self.tokenizer.encode(context)), requested, self.max_positions,
-                                       self.block_size)
+            budget = generation_budget(
+                len(self.tokenizer.encode(context)), requested, self.max_positions, self.block_size
+            )
             text = cut_at_stop(self.engine.generate(context, budget).text, until)
             self.cache_hook.add_partial("generate_until", request.args, text)
             out.append(text)
@@ -163,7 +186,7 @@ class OrlLM(LM):
         ctx = self.tokenizer.encode(context)
         whole = self.tokenizer.encode(context + continuation)
         if whole[: len(ctx)] == ctx:
-            cont = whole[len(ctx):]
+            cont = whole[len(ctx) :]
         else:  # a merge across the boundary: score the continuation's own tokens
             cont = self.tokenizer.encode(continuation)
         return (ctx or [self.tokenizer.eos_id]), cont
@@ -185,8 +208,12 @@ class OrlLM(LM):
         out = []
         for request in requests:
             (text,) = request.args
-            windows = get_rolling_token_windows(self.tokenizer.encode(text), prefix_token=self.tokenizer.eos_id,
-                                                max_seq_len=self.max_positions, context_len=1)
+            windows = get_rolling_token_windows(
+                self.tokenizer.encode(text),
+                prefix_token=self.tokenizer.eos_id,
+                max_seq_len=self.max_positions,
+                context_len=1,
+            )
             total = 0.0
             for window in windows:
                 context, continuation = make_disjoint_window(window)
@@ -205,16 +232,24 @@ class OrlLM(LM):
         """The checkpoint's template (lm-eval records it with the results); None where it has none."""
         return self.tokenizer.chat_template
 
-    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(
+        self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
         """lm-eval's few-shot chat history rendered by the checkpoint's template, as transformers renders
         it."""
         from orl.tokenizer import render_chat_template
 
         if self.tokenizer.chat_template is None:
-            raise InputError(f"{self.ckpt_dir / 'tokenizer_config.json'}: chat_template: this checkpoint has no chat "
-                             "template (evaluate it without apply_chat_template)")
-        return render_chat_template(self.tokenizer.chat_template, chat_history, self.tokenizer.template_tokens,
-                                    add_generation_prompt=add_generation_prompt)
+            raise InputError(
+                f"{self.ckpt_dir / 'tokenizer_config.json'}: chat_template: this checkpoint has no chat "
+                "template (evaluate it without apply_chat_template)"
+            )
+        return render_chat_template(
+            self.tokenizer.chat_template,
+            chat_history,
+            self.tokenizer.template_tokens,
+            add_generation_prompt=add_generation_prompt,
+        )
 
 
 def _as_bool(value) -> bool:

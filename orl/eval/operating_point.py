@@ -44,7 +44,9 @@ def match(candidate: Runs, reference: Runs, tolerance: float = DEFAULT_TOLERANCE
     if not ids:
         raise InputError("matched accuracy: the candidate and the reference share no problem")
     cand, ref = candidate.on(ids), reference.on(ids)
-    diff = paired(ratio_of_sums(cand, "passed"), cand.n_seeds, ratio_of_sums(ref, "passed"), ref.n_seeds, len(ids))
+    diff = paired(
+        ratio_of_sums(cand, "passed"), cand.n_seeds, ratio_of_sums(ref, "passed"), ref.n_seeds, len(ids)
+    )
     cand_pass, ref_pass = float(cand.values["passed"].mean()), float(ref.values["passed"].mean())
     within = cand_pass >= ref_pass - tolerance - EPSILON
     worse = diff.hi is not None and diff.hi < 0
@@ -53,8 +55,10 @@ def match(candidate: Runs, reference: Runs, tolerance: float = DEFAULT_TOLERANCE
     elif not within:
         why = f"not matched: {cand_pass:.3f} < reference {ref_pass:.3f} - {tolerance:g}"
     else:
-        why = (f"not matched: shown worse than the reference (difference {diff.value:+.3f}, "
-               f"95% interval {diff.lo:+.3f} to {diff.hi:+.3f})")
+        why = (
+            f"not matched: shown worse than the reference (difference {diff.value:+.3f}, "
+            f"95% interval {diff.lo:+.3f} to {diff.hi:+.3f})"
+        )
     return Match(within and not worse, within, worse, diff, why)
 
 
@@ -102,28 +106,40 @@ def outcomes(record: dict, where: str) -> Runs:
     """The per-problem outcomes of a record, or InputError naming the file and the field."""
     entries = record.get("per_problem")
     if not entries:
-        raise InputError(f"{where}: per_problem: expected per-problem outcomes (task_id, passed), got none; "
-                         "matched accuracy is a paired test over the problems")
+        raise InputError(
+            f"{where}: per_problem: expected per-problem outcomes (task_id, passed), got none; "
+            "matched accuracy is a paired test over the problems"
+        )
     return stack_runs([e["task_id"] for e in entries], [{"passed": [bool(e["passed"]) for e in entries]}])
 
 
 def candidates_of(records: Sequence[dict], where: str) -> list[Candidate]:
     """The sweep points of measured `sweep` records read from the file `where`."""
     policies = [Policy.from_record(r["policy"], f"{where}: policy") for r in records]
-    return [Candidate(p, r["metrics"]["pass_at_1"], r["metrics"]["tpf"], outcomes(r, f"{where} ({p.parameter}={p.value:g})"))
-            for p, r in zip(policies, records, strict=True)]
+    return [
+        Candidate(
+            p,
+            r["metrics"]["pass_at_1"],
+            r["metrics"]["tpf"],
+            outcomes(r, f"{where} ({p.parameter}={p.value:g})"),
+        )
+        for p, r in zip(policies, records, strict=True)
+    ]
 
 
 def _one_rule(candidates: Sequence[Candidate]) -> str:
     """The policy every candidate sweeps (a sweep varies one parameter of one rule)."""
     names = {c.policy.name for c in candidates}
     if len(names) != 1:
-        raise InputError(f"operating point: a sweep varies one policy's parameter; got {', '.join(sorted(names))}")
+        raise InputError(
+            f"operating point: a sweep varies one policy's parameter; got {', '.join(sorted(names))}"
+        )
     return names.pop()
 
 
-def choose_operating_point(candidates: Sequence[Candidate], reference: Runs,
-                           tolerance: float = DEFAULT_TOLERANCE) -> OperatingPoint:
+def choose_operating_point(
+    candidates: Sequence[Candidate], reference: Runs, tolerance: float = DEFAULT_TOLERANCE
+) -> OperatingPoint:
     """The fastest matching candidate, else the most accurate one (module docstring)."""
     if not candidates:
         raise InputError("operating point: no sweep points to choose from")
@@ -143,10 +159,21 @@ def choose_operating_point(candidates: Sequence[Candidate], reference: Runs,
         edge = "highest"
     result = matches[chosen.value]
     return OperatingPoint(
-        policy=str(chosen.policy), parameter=chosen.policy.parameter, value=chosen.value,
-        pass_at_1=chosen.pass_at_1, tpf=chosen.tpf, reference_pass_at_1=ref_pass, tolerance=tolerance,
-        matched=bool(eligible), edge=edge, difference=result.difference.value, difference_lo=result.difference.lo,
-        difference_hi=result.difference.hi, why=result.why, grid=grid, matching=sorted(c.value for c in eligible),
+        policy=str(chosen.policy),
+        parameter=chosen.policy.parameter,
+        value=chosen.value,
+        pass_at_1=chosen.pass_at_1,
+        tpf=chosen.tpf,
+        reference_pass_at_1=ref_pass,
+        tolerance=tolerance,
+        matched=bool(eligible),
+        edge=edge,
+        difference=result.difference.value,
+        difference_lo=result.difference.lo,
+        difference_hi=result.difference.hi,
+        why=result.why,
+        grid=grid,
+        matching=sorted(c.value for c in eligible),
     )
 
 
@@ -177,29 +204,55 @@ def write_strict_point(source: str | Path, target: str | Path) -> None:
 
 
 # What a chosen sweep point's quality record keeps of its metrics (tokens/s belongs to the latency records).
-QUALITY_METRICS = ("pass_at_1", "tpf", "nfe_mean", "tpf_prefill", "tpf_commit", "tpf_ceiling",
-                   "nfe_prefill_mean", "blocks_mean", "block_size")
+QUALITY_METRICS = (
+    "pass_at_1",
+    "tpf",
+    "nfe_mean",
+    "tpf_prefill",
+    "tpf_commit",
+    "tpf_ceiling",
+    "nfe_prefill_mean",
+    "blocks_mean",
+    "block_size",
+)
 
 
-def point_quality_record(point: OperatingPoint, chosen: dict, reference: dict, *, sweep_file: str,
-                         reference_file: str) -> dict:
+def point_quality_record(
+    point: OperatingPoint, chosen: dict, reference: dict, *, sweep_file: str, reference_file: str
+) -> dict:
     """The chosen sweep point as a `quality` record: what the tables read as the row's pass@1 and TPF,
     with the matching verdict and its reference."""
     from orl.records import make_record, record_split
 
     return make_record(
-        "quality", system=chosen["system"], engine=chosen["engine"], model=chosen["model"],
-        policy=chosen["policy"], suite=chosen["suite"], split=record_split(chosen),
+        "quality",
+        system=chosen["system"],
+        engine=chosen["engine"],
+        model=chosen["model"],
+        policy=chosen["policy"],
+        suite=chosen["suite"],
+        split=record_split(chosen),
         n_problems=chosen["n_problems"],
         metrics={k: v for k, v in chosen["metrics"].items() if k in QUALITY_METRICS},
         per_problem=chosen["per_problem"],
-        extra={"source": f"{sweep_file}: sweep point {point.parameter}={point.value:g}", "matched": point.matched,
-               "edge": point.edge, "grid": point.grid, "matching": point.matching, "why": point.why,
-               "reference": {"file": str(reference_file), "system": reference["system"],
-                             "engine": reference["engine"]},
-               "reference_pass_at_1": point.reference_pass_at_1, "tolerance": point.tolerance,
-               "difference": point.difference, "difference_lo": point.difference_lo,
-               "difference_hi": point.difference_hi},
+        extra={
+            "source": f"{sweep_file}: sweep point {point.parameter}={point.value:g}",
+            "matched": point.matched,
+            "edge": point.edge,
+            "grid": point.grid,
+            "matching": point.matching,
+            "why": point.why,
+            "reference": {
+                "file": str(reference_file),
+                "system": reference["system"],
+                "engine": reference["engine"],
+            },
+            "reference_pass_at_1": point.reference_pass_at_1,
+            "tolerance": point.tolerance,
+            "difference": point.difference,
+            "difference_lo": point.difference_lo,
+            "difference_hi": point.difference_hi,
+        },
     )
 
 
@@ -207,6 +260,8 @@ def point_line(point: OperatingPoint, policy: Policy) -> str:
     """`orl operating-point`'s printed line: the choice, its pass@1 and TPF, the verdict, an edge's note."""
     status = "matched" if point.matched else "NOT matched (most accurate point used)"
     edge = edge_note(point.edge, point.grid, policy.rule.symbol)
-    return (f"operating point {point.policy}: pass@1={point.pass_at_1:.4f} tpf={point.tpf:.3f} "
-            f"(reference {point.reference_pass_at_1:.4f} - {point.tolerance}; {status}; {point.why})"
-            + (f"; {edge}" if edge else ""))
+    return (
+        f"operating point {point.policy}: pass@1={point.pass_at_1:.4f} tpf={point.tpf:.3f} "
+        f"(reference {point.reference_pass_at_1:.4f} - {point.tolerance}; {status}; {point.why})"
+        + (f"; {edge}" if edge else "")
+    )

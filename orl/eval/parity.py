@@ -45,8 +45,15 @@ class StepRecorder:
     def __call__(self, logits: torch.Tensor, masked: torch.Tensor, out: StepOutput) -> None:
         if bool(masked[0].any()):  # dlmrt's predicated no-op steps did no work
             probs = torch.softmax(logits[0].float(), -1)
-            self.steps.append(StepRecord(out.confidence[0].clone(), probs.topk(2, -1).values, masked[0].clone(),
-                                         out.committed[0].clone(), out.tokens[0].clone()))
+            self.steps.append(
+                StepRecord(
+                    out.confidence[0].clone(),
+                    probs.topk(2, -1).values,
+                    masked[0].clone(),
+                    out.committed[0].clone(),
+                    out.tokens[0].clone(),
+                )
+            )
 
     def view(self, view) -> None:
         self(view.logits, view.masked, view.out)
@@ -70,7 +77,9 @@ def decision_margin(policy: Policy, step: StepRecord, positions: torch.Tensor) -
     return min(margins) if margins else float("nan")
 
 
-def first_difference(policy: Policy, ref: list[StepRecord], other: list[StepRecord]) -> tuple[int, float, float] | None:
+def first_difference(
+    policy: Policy, ref: list[StepRecord], other: list[StepRecord]
+) -> tuple[int, float, float] | None:
     """(step index, decision margin, max confidence difference) at the first differing step."""
     for k, (a, b) in enumerate(zip(ref, other, strict=False)):
         differ = (a.committed != b.committed) | ((a.tokens != b.tokens) & a.committed)
@@ -82,13 +91,17 @@ def first_difference(policy: Policy, ref: list[StepRecord], other: list[StepReco
     return None
 
 
-def compare_outputs(ref: Engine, other: Engine, problems: Sequence[dict],
-                    max_new_tokens: int) -> tuple[int, list[tuple[dict, Generation, Generation]]]:
+def compare_outputs(
+    ref: Engine, other: Engine, problems: Sequence[dict], max_new_tokens: int
+) -> tuple[int, list[tuple[dict, Generation, Generation]]]:
     """(identical count, [(problem, reference generation, other generation)] of the differing prompts);
     identical means equal token ids and NFE."""
     identical, differing = 0, []
     for problem in problems:
-        a, b = ref.generate(problem["prompt"], max_new_tokens), other.generate(problem["prompt"], max_new_tokens)
+        a, b = (
+            ref.generate(problem["prompt"], max_new_tokens),
+            other.generate(problem["prompt"], max_new_tokens),
+        )
         if a.token_ids == b.token_ids and a.nfe == b.nfe:
             identical += 1
         else:
@@ -96,8 +109,16 @@ def compare_outputs(ref: Engine, other: Engine, problems: Sequence[dict],
     return identical, differing
 
 
-def explain_difference(ckpt, policy: Policy, prompt: str, max_new_tokens: int, *, sync_every: int | None,
-                       residual: bool, ignore_eos: bool) -> str:
+def explain_difference(
+    ckpt,
+    policy: Policy,
+    prompt: str,
+    max_new_tokens: int,
+    *,
+    sync_every: int | None,
+    residual: bool,
+    ignore_eos: bool,
+) -> str:
     """Why one prompt differs: both decoders again with their step observers (dlmrt eager, whose observer
     runs Python inside the chunk), and the first differing step's margin, in one phrase."""
     from orl.engines.dlmrt import DlmrtConfig
@@ -111,5 +132,7 @@ def explain_difference(ckpt, policy: Policy, prompt: str, max_new_tokens: int, *
     found = first_difference(policy, ref_steps.steps, dl_steps.steps)
     if found is None:
         return "eager dlmrt reproduces no difference (it is in the compiled numerics)"
-    return (f"first differing step {found[0]}: decision margin {found[1]:.3g}, max |confidence diff| "
-            f"{found[2]:.3g}")
+    return (
+        f"first differing step {found[0]}: decision margin {found[1]:.3g}, max |confidence diff| "
+        f"{found[2]:.3g}"
+    )

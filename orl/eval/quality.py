@@ -2,9 +2,9 @@
 accuracy, on the answer suites) with per-problem results (docs/method.md §4: greedy, one sample each).
 
 How a suite is scored is CHECKERS, one entry per suite: HumanEval-format problems by their unit tests in the
-sandbox (tinycode, tinycode-long, humaneval) and TinyMath's by their final answer line (orl/sandbox/answer.py),
-both through orl.sandbox.check_many; MBPP's asserts in the sandbox; GSM8K's final number and MATH-500's
-boxed answer compared as text (orl/eval/answers.py; nothing of the completion runs).
+sandbox (tinycode, tinycode-long, humaneval) and TinyMath's by their final answer line
+(orl/sandbox/answer.py), both through orl.sandbox.check_many; MBPP's asserts in the sandbox; GSM8K's final
+number and MATH-500's boxed answer compared as text (orl/eval/answers.py; nothing of the completion runs).
 """
 
 from __future__ import annotations
@@ -61,28 +61,41 @@ Checker = Callable[[Sequence[dict], Sequence[str], CheckOptions], list[Checked]]
 def _sandboxed(problems: Sequence[dict], completions: list[str], options: CheckOptions) -> list[Checked]:
     from orl.sandbox import check_many
 
-    results = check_many(list(problems), completions, timeout_s=options.timeout_s, workers=options.workers,
-                         progress=options.progress, isolation=options.isolation)
-    return [Checked(r.passed, r.result, c, r.isolation, r.memory_bound)
-            for r, c in zip(results, completions, strict=True)]
+    results = check_many(
+        list(problems),
+        completions,
+        timeout_s=options.timeout_s,
+        workers=options.workers,
+        progress=options.progress,
+        isolation=options.isolation,
+    )
+    return [
+        Checked(r.passed, r.result, c, r.isolation, r.memory_bound)
+        for r, c in zip(results, completions, strict=True)
+    ]
 
 
 def check_problems(problems: Sequence[dict], texts: Sequence[str], options: CheckOptions) -> list[Checked]:
     """orl.sandbox.check_many: HumanEval-format problems, prompt + completion against the problem's tests in
     the sandbox (a chat response's code replaces the prompt's stub, orl/eval/chat.py); problems with a
     `final_answer` (TinyMath) by the final answer line of the completion."""
-    completions = [completion_from_response(p, t) if options.chat else t
-                   for p, t in zip(problems, texts, strict=True)]
+    completions = [
+        completion_from_response(p, t) if options.chat else t for p, t in zip(problems, texts, strict=True)
+    ]
     return _sandboxed(problems, completions, options)
 
 
 def check_mbpp(problems: Sequence[dict], texts: Sequence[str], options: CheckOptions) -> list[Checked]:
     """MBPP (orl/tasks/mbpp.py): the completion's code (a chat response's first fenced block) is the program,
     after the task's setup code; its asserts run in the sandbox's test process against its function."""
-    jobs = [{"task_id": p["task_id"], "prompt": p["setup"], "test": p["test"],
-             "entry_point": p["entry_point"]} for p in problems]
-    completions = [("\n" if p["setup"] and not p["setup"].endswith("\n") else "") + response_code(t)
-                   for p, t in zip(problems, texts, strict=True)]
+    jobs = [
+        {"task_id": p["task_id"], "prompt": p["setup"], "test": p["test"], "entry_point": p["entry_point"]}
+        for p in problems
+    ]
+    completions = [
+        ("\n" if p["setup"] and not p["setup"].endswith("\n") else "") + response_code(t)
+        for p, t in zip(problems, texts, strict=True)
+    ]
     return _sandboxed(jobs, completions, options)
 
 
@@ -90,8 +103,9 @@ def _answers(check: Callable[[str, str], tuple[bool, str]]) -> Checker:
     """A checker comparing each completion's final answer with the problem's `answer` (no sandbox)."""
 
     def checker(problems: Sequence[dict], texts: Sequence[str], options: CheckOptions) -> list[Checked]:
-        return [Checked(*check(t, p["answer"]), t, "none", "none")
-                for p, t in zip(problems, texts, strict=True)]
+        return [
+            Checked(*check(t, p["answer"]), t, "none", "none") for p, t in zip(problems, texts, strict=True)
+        ]
 
     return checker
 
@@ -109,8 +123,9 @@ CHECKERS: dict[str | None, Checker] = {
 }
 
 
-def check_outputs(suite: str | None, problems: Sequence[dict], texts: Sequence[str],
-                  options: CheckOptions | None = None) -> list[Checked]:
+def check_outputs(
+    suite: str | None, problems: Sequence[dict], texts: Sequence[str], options: CheckOptions | None = None
+) -> list[Checked]:
     """The verdict of each text (a completion, or a chat response) on its problem, by the suite's checker."""
     if suite not in CHECKERS:
         known = ", ".join(str(k) for k in CHECKERS if k)
@@ -120,18 +135,32 @@ def check_outputs(suite: str | None, problems: Sequence[dict], texts: Sequence[s
     return CHECKERS[suite](problems, texts, options or CheckOptions()) if problems else []
 
 
-def generate_all(engine: Engine, problems: list[dict], max_new_tokens: int, progress: bool = True,
-                 chat: Callable[[str], str] | None = None) -> list[Generation]:
+def generate_all(
+    engine: Engine,
+    problems: list[dict],
+    max_new_tokens: int,
+    progress: bool = True,
+    chat: Callable[[str], str] | None = None,
+) -> list[Generation]:
     """Every problem's prompt (through `chat`, the chat template, where given) decoded by `engine`."""
     from tqdm import tqdm
 
-    return [engine.generate(chat(p["prompt"]) if chat else p["prompt"], max_new_tokens)
-            for p in tqdm(problems, desc=f"generate ({engine.name})", disable=not progress, dynamic_ncols=True)]
+    return [
+        engine.generate(chat(p["prompt"]) if chat else p["prompt"], max_new_tokens)
+        for p in tqdm(problems, desc=f"generate ({engine.name})", disable=not progress, dynamic_ncols=True)
+    ]
 
 
 def evaluate_quality(
-    engine: Engine, problems: list[dict], max_new_tokens: int, *, timeout_s: float = 5.0, progress: bool = True,
-    workers: int | None = None, chat: Callable[[str], str] | None = None, isolation: str = "bwrap",
+    engine: Engine,
+    problems: list[dict],
+    max_new_tokens: int,
+    *,
+    timeout_s: float = 5.0,
+    progress: bool = True,
+    workers: int | None = None,
+    chat: Callable[[str], str] | None = None,
+    isolation: str = "bwrap",
     suite: str | None = None,
 ) -> QualityResult:
     """pass@1 over `problems`. A problem the engine refuses (e.g. its prompt exceeds the model's context)
@@ -152,16 +181,22 @@ def evaluate_quality(
             outcomes.append(f"failed: not generated: {exc}")
     generated = [(p, g) for p, g in zip(problems, outcomes, strict=True) if isinstance(g, Generation)]
     generations = [g for _, g in generated]
-    options = CheckOptions(chat=chat is not None, timeout_s=timeout_s, workers=workers, progress=progress,
-                           isolation=isolation)
+    options = CheckOptions(
+        chat=chat is not None, timeout_s=timeout_s, workers=workers, progress=progress, isolation=isolation
+    )
     checked = iter(check_outputs(suite, [p for p, _ in generated], [g.text for g in generations], options))
     per_problem, results = [], []
     for p, g in zip(problems, outcomes, strict=True):
         if isinstance(g, Generation):
             r = next(checked)
             results.append(r)
-            row = {"task_id": p["task_id"], "passed": r.passed, "result": r.result,
-                   "completion": r.completion, **g.counts()}
+            row = {
+                "task_id": p["task_id"],
+                "passed": r.passed,
+                "result": r.result,
+                "completion": r.completion,
+                **g.counts(),
+            }
             if chat:
                 row["response"] = g.text
             per_problem.append(row)

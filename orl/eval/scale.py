@@ -40,26 +40,65 @@ from orl.model.transformer import ModelConfig, Transformer
 
 # Shapes of public checkpoints (their config.json). The sdar-* entries are SDAR-*-Chat at
 # block sizes 4..32 (JetLM/SDAR-*-b<B>): Qwen3 shapes, absolute blocks, <|MASK|> at 151669.
-_QWEN3 = dict(vocab_size=151936, head_dim=128, num_key_value_heads=8, rope_theta=1_000_000.0,
-              rms_norm_eps=1e-6, max_position_embeddings=40960)
+_QWEN3 = dict(
+    vocab_size=151936,
+    head_dim=128,
+    num_key_value_heads=8,
+    rope_theta=1_000_000.0,
+    rms_norm_eps=1e-6,
+    max_position_embeddings=40960,
+)
 ARCHS: dict[str, dict] = {
-    "qwen3-0.6b": dict(_QWEN3, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                       num_attention_heads=16, tie_word_embeddings=True),
-    "qwen3-1.7b": dict(_QWEN3, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-                       num_attention_heads=16, tie_word_embeddings=True),
-    "qwen3-4b": dict(_QWEN3, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
-                     num_attention_heads=32, tie_word_embeddings=True),
-    "qwen3-8b": dict(_QWEN3, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                     num_attention_heads=32, tie_word_embeddings=False),
+    "qwen3-0.6b": dict(
+        _QWEN3,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        tie_word_embeddings=True,
+    ),
+    "qwen3-1.7b": dict(
+        _QWEN3,
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        tie_word_embeddings=True,
+    ),
+    "qwen3-4b": dict(
+        _QWEN3,
+        hidden_size=2560,
+        intermediate_size=9728,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        tie_word_embeddings=True,
+    ),
+    "qwen3-8b": dict(
+        _QWEN3,
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        tie_word_embeddings=False,
+    ),
     # A few-M-parameter shape for tests and quick looks.
-    "tiny": dict(vocab_size=1024, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=2048,
-                 tie_word_embeddings=True),
+    "tiny": dict(
+        vocab_size=1024,
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+    ),
 }
 for _size, _base in (("1.7b", "qwen3-1.7b"), ("4b", "qwen3-4b"), ("8b", "qwen3-8b")):
     for _block in (4, 8, 16, 32):
-        ARCHS[f"sdar-{_size}-b{_block}"] = dict(ARCHS[_base], block_size=_block, block_layout="absolute",
-                                               mask_token_id=151669)
+        ARCHS[f"sdar-{_size}-b{_block}"] = dict(
+            ARCHS[_base], block_size=_block, block_layout="absolute", mask_token_id=151669
+        )
 DEFAULT_BLOCK = 16  # block size of the qwen3-* / tiny shapes run as block-diffusion models (QwenDLM-style)
 
 
@@ -70,12 +109,18 @@ def arch_config(arch: str, block: int | None = None) -> ModelConfig:
     values = dict(ARCHS[arch])
     values.setdefault("block_size", block or DEFAULT_BLOCK)
     if block is not None and block != values["block_size"]:
-        raise InputError(f"--block: {arch} has block size {values['block_size']}; drop --block or pick another arch")
+        raise InputError(
+            f"--block: {arch} has block size {values['block_size']}; drop --block or pick another arch"
+        )
     values.setdefault("mask_token_id", values["vocab_size"] - 1)
-    return ModelConfig(attention_mode="block-causal", eos_token_id=values["vocab_size"] - 2, pad_token_id=0, **values)
+    return ModelConfig(
+        attention_mode="block-causal", eos_token_id=values["vocab_size"] - 2, pad_token_id=0, **values
+    )
 
 
-def random_model(config: ModelConfig, device: str | torch.device, dtype: torch.dtype, seed: int = 0) -> Transformer:
+def random_model(
+    config: ModelConfig, device: str | torch.device, dtype: torch.dtype, seed: int = 0
+) -> Transformer:
     """A Transformer of these shapes with random weights, allocated once, straight in `dtype` on `device`."""
     with torch.device("meta"):
         model = Transformer(config).to(dtype)
@@ -101,7 +146,11 @@ class IdTokenizer:
     """Token ids written as text ("17 4021 9"): what random-weight models decode is not text."""
 
     def __init__(self, config: ModelConfig):
-        self.eos_id, self.pad_id, self.mask_id = config.eos_token_id, config.pad_token_id, config.mask_token_id
+        self.eos_id, self.pad_id, self.mask_id = (
+            config.eos_token_id,
+            config.pad_token_id,
+            config.mask_token_id,
+        )
         self.vocab_size = config.vocab_size
 
     @property
@@ -121,8 +170,12 @@ def random_checkpoint(arch: str, device, dtype: torch.dtype, block: int | None =
     """A Checkpoint (no files behind it) wrapping a random model of `arch`."""
     config = arch_config(arch, block)
     model = random_model(config, device, dtype)
-    return Checkpoint(model=model, tokenizer=IdTokenizer(config), path=Path(f"random-weights:{arch}"),
-                      config={"orl_model_name": f"{arch} (random weights)"})
+    return Checkpoint(
+        model=model,
+        tokenizer=IdTokenizer(config),
+        path=Path(f"random-weights:{arch}"),
+        config={"orl_model_name": f"{arch} (random weights)"},
+    )
 
 
 def random_prompts(config: ModelConfig, count: int, length: int, seed: int = 0) -> list[str]:
@@ -212,7 +265,9 @@ def gemm_rate(device, dtype: torch.dtype, size: int, repeats: int = 3) -> float:
 
 def kv_bytes_read(config: ModelConfig, context: int, element_size: int) -> int:
     """Keys and values of `context` positions, every layer: what attention over that context reads."""
-    return config.num_hidden_layers * 2 * config.num_key_value_heads * config.head_dim * context * element_size
+    return (
+        config.num_hidden_layers * 2 * config.num_key_value_heads * config.head_dim * context * element_size
+    )
 
 
 def copy_bandwidth(device, nbytes: int = 1 << 30, repeats: int = 3) -> float:
@@ -232,18 +287,25 @@ def copy_bandwidth(device, nbytes: int = 1 << 30, repeats: int = 3) -> float:
     return 2 * src.numel() * src.element_size() / best
 
 
-
 def random_hf_causal_lm(config: ModelConfig, device, dtype: torch.dtype, seed: int = 0):
     """transformers' own Qwen3ForCausalLM with the same shapes and random weights (the AR row of Table 3b)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     hf_config = Qwen3Config(
-        vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
-        num_hidden_layers=config.num_hidden_layers, num_attention_heads=config.num_attention_heads,
-        num_key_value_heads=config.num_key_value_heads, head_dim=config.head_dim, rope_theta=config.rope_theta,
-        rms_norm_eps=config.rms_norm_eps, max_position_embeddings=config.max_position_embeddings,
-        tie_word_embeddings=config.tie_word_embeddings, eos_token_id=config.eos_token_id,
-        pad_token_id=config.pad_token_id, bos_token_id=config.eos_token_id,
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads,
+        head_dim=config.head_dim,
+        rope_theta=config.rope_theta,
+        rms_norm_eps=config.rms_norm_eps,
+        max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=config.tie_word_embeddings,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.eos_token_id,
     )
     with torch.device("meta"):
         model = Qwen3ForCausalLM(hf_config).to(dtype)

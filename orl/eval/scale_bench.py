@@ -51,50 +51,85 @@ def measure_machine(ckpt, run: ScaleRun, dtype: torch.dtype, *, copy_mb: int, ge
     end, and its arithmetic is one block of tokens against that context (the other engines' time per
     forward is a mean over forwards of other sizes, so only their bandwidth floor is stated)."""
     config, device = ckpt.model.config, ckpt.model.embedding.device
-    plan = plan_blocks(run.prompt_len, run.max_new_tokens, config.block_size, config.block_layout,
-                       config.max_position_embeddings)
+    plan = plan_blocks(
+        run.prompt_len,
+        run.max_new_tokens,
+        config.block_size,
+        config.block_layout,
+        config.max_position_embeddings,
+    )
     bandwidth = copy_bandwidth(device, copy_mb << 20)
     element = torch.empty((), dtype=dtype).element_size()
     rate = gemm_rate(device, dtype, gemm_size)
-    floor = Floor(weight_bytes_read(ckpt.model), kv_bytes_read(config, plan.end, element), bandwidth,
-                  flops_per_forward(ckpt.model, config.block_size, plan.end), rate)
+    floor = Floor(
+        weight_bytes_read(ckpt.model),
+        kv_bytes_read(config, plan.end, element),
+        bandwidth,
+        flops_per_forward(ckpt.model, config.block_size, plan.end),
+        rate,
+    )
     return Machine(floor, bandwidth, rate)
 
 
 def machine_line(arch: str, dtype: torch.dtype, machine: Machine) -> str:
     floor = machine.floor
-    return (f"{arch}: {floor.weight_bytes / 1e9:.3f} GB of weights read per forward "
-            f"({str(dtype).replace('torch.', '')}), copy bandwidth {machine.bandwidth / 1e9:.2f} GB/s, floor "
-            f"{floor.seconds * 1e3:.3f} ms per forward; GEMM {machine.rate / 1e9:.1f} GFLOP/s, a block forward's "
-            f"compute floor {floor.compute_seconds * 1e3:.3f} ms")
+    return (
+        f"{arch}: {floor.weight_bytes / 1e9:.3f} GB of weights read per forward "
+        f"({str(dtype).replace('torch.', '')}), copy bandwidth {machine.bandwidth / 1e9:.2f} GB/s, floor "
+        f"{floor.seconds * 1e3:.3f} ms per forward; GEMM {machine.rate / 1e9:.1f} GFLOP/s, a block forward's "
+        f"compute floor {floor.compute_seconds * 1e3:.3f} ms"
+    )
 
 
-def scale_record(engine: Engine, prompts: Sequence[str], run: ScaleRun, machine: Machine, *,
-                 config) -> dict:
+def scale_record(engine: Engine, prompts: Sequence[str], run: ScaleRun, machine: Machine, *, config) -> dict:
     """Time `engine` over `prompts` at the run's fixed length: its `scale_bench` record."""
     floor = machine.floor
     suite_run = measure_latency(engine, prompts, run.max_new_tokens, warmup=run.warmup, progress=run.progress)
     summary = suite_run.summary
     forwards = sum(t.nfe + t.nfe_prefill for t in suite_run.timings)
-    metrics = {**summary.metrics(), "time_per_forward_s": summary.total_s / forwards,
-               "bandwidth_gb_per_s": machine.bandwidth / 1e9, "floor_s": floor.seconds,
-               "weight_bytes_read": floor.weight_bytes, "kv_bytes_read": floor.kv_bytes}
-    extra = {"arch": run.arch, "random_weights": True, "prompt_len": run.prompt_len, "block": config.block_size,
-             "layout": config.block_layout, "per_request": timings_as_dicts(suite_run.timings),
-             "time_per_forward": "wall / (counted forwards + prefill)", **engine.describe().settings}
+    metrics = {
+        **summary.metrics(),
+        "time_per_forward_s": summary.total_s / forwards,
+        "bandwidth_gb_per_s": machine.bandwidth / 1e9,
+        "floor_s": floor.seconds,
+        "weight_bytes_read": floor.weight_bytes,
+        "kv_bytes_read": floor.kv_bytes,
+    }
+    extra = {
+        "arch": run.arch,
+        "random_weights": True,
+        "prompt_len": run.prompt_len,
+        "block": config.block_size,
+        "layout": config.block_layout,
+        "per_request": timings_as_dicts(suite_run.timings),
+        "time_per_forward": "wall / (counted forwards + prefill)",
+        **engine.describe().settings,
+    }
     if isinstance(engine, DlmrtEngine):
         _dlmrt_step(engine, prompts[0], run, metrics, extra)
     # Ignored here: the floor counts what a forward must read; the reference decoder and the AR
     # model read the same weights per forward, so their ratio says how far each is from it.
     metrics["floor_ratio"] = metrics["time_per_forward_s"] / floor.seconds
     if isinstance(engine, DlmrtEngine):
-        metrics.update(gemm_gflop_per_s=machine.rate / 1e9, flops_per_forward=floor.flops,
-                       compute_floor_s=floor.compute_seconds, roofline_floor_s=floor.roofline_seconds,
-                       roofline_ratio=metrics["time_per_forward_s"] / floor.roofline_seconds)
+        metrics.update(
+            gemm_gflop_per_s=machine.rate / 1e9,
+            flops_per_forward=floor.flops,
+            compute_floor_s=floor.compute_seconds,
+            roofline_floor_s=floor.roofline_seconds,
+            roofline_ratio=metrics["time_per_forward_s"] / floor.roofline_seconds,
+        )
     info = engine.describe()
-    return make_record("scale_bench", system=f"{run.arch} (random weights: speed only)", engine=info.name,
-                       model=info.model_block(), metrics=metrics, policy=info.policy, suite=None,
-                       n_problems=len(prompts), extra=extra)
+    return make_record(
+        "scale_bench",
+        system=f"{run.arch} (random weights: speed only)",
+        engine=info.name,
+        model=info.model_block(),
+        metrics=metrics,
+        policy=info.policy,
+        suite=None,
+        n_problems=len(prompts),
+        extra=extra,
+    )
 
 
 def _dlmrt_step(engine: DlmrtEngine, prompt: str, run: ScaleRun, metrics: dict, extra: dict) -> None:
@@ -111,5 +146,7 @@ def scale_line(record: dict) -> str:
     """One engine's printed line: time per forward against the floor (and the roofline), tokens/s, TPF."""
     m = record["metrics"]
     roofline = f"  roofline x{m['roofline_ratio']:.2f}" if "roofline_ratio" in m else ""
-    return (f"{record['engine']:12s} time/forward {m['time_per_forward_s'] * 1e3:9.3f} ms  floor "
-            f"x{m['floor_ratio']:.2f}{roofline}  tokens/s {m['tokens_per_s']:9.1f}  TPF {m['tpf']:.2f}")
+    return (
+        f"{record['engine']:12s} time/forward {m['time_per_forward_s'] * 1e3:9.3f} ms  floor "
+        f"x{m['floor_ratio']:.2f}{roofline}  tokens/s {m['tokens_per_s']:9.1f}  TPF {m['tpf']:.2f}"
+    )

@@ -50,8 +50,11 @@ def acceptance_rate(generations: Sequence[Generation]) -> float | None:
 
 def is_speculative(info: EngineInfo, generations: Sequence[Generation]) -> bool:
     """The engine says so, or its generations show verification or draft forwards."""
-    return (info.speculative or any("verify_forwards" in (g.extra or {}) for g in generations)
-            or any(g.draft_forwards for g in generations))
+    return (
+        info.speculative
+        or any("verify_forwards" in (g.extra or {}) for g in generations)
+        or any(g.draft_forwards for g in generations)
+    )
 
 
 def speculative_metrics(info: EngineInfo, generations: Sequence[Generation]) -> dict[str, float]:
@@ -68,8 +71,9 @@ def speculative_metrics(info: EngineInfo, generations: Sequence[Generation]) -> 
     return metrics
 
 
-def spec_point(engine: Engine, prompts: Sequence[str], k: int, *, max_new_tokens: int, warmup: int,
-               progress: bool = True) -> tuple[dict, EngineInfo]:
+def spec_point(
+    engine: Engine, prompts: Sequence[str], k: int, *, max_new_tokens: int, warmup: int, progress: bool = True
+) -> tuple[dict, EngineInfo]:
     """One point of `orl spec-sweep`: a draft-model row timed at k drafted tokens (the engine is closed
     after), with a digest of its completions; (the point, the engine's description)."""
     from orl.eval.latency import measure_latency
@@ -81,10 +85,15 @@ def spec_point(engine: Engine, prompts: Sequence[str], k: int, *, max_new_tokens
         engine.close()
     metrics = {**run.summary.metrics(), **speculative_metrics(info, run.generations)}
     digest = hashlib.sha256(repr([g.token_ids for g in run.generations]).encode()).hexdigest()
-    return {"num_speculative_tokens": k, "tokens_per_s": metrics["tokens_per_s"],
-            "latency_median_s": metrics["latency_median_s"], "latency_p90_s": metrics["latency_p90_s"],
-            "acceptance_length": metrics.get("acceptance_length"),
-            "acceptance_rate": acceptance_rate(run.generations), "tokens_sha256": digest}, info
+    return {
+        "num_speculative_tokens": k,
+        "tokens_per_s": metrics["tokens_per_s"],
+        "latency_median_s": metrics["latency_median_s"],
+        "latency_p90_s": metrics["latency_p90_s"],
+        "acceptance_length": metrics.get("acceptance_length"),
+        "acceptance_rate": acceptance_rate(run.generations),
+        "tokens_sha256": digest,
+    }, info
 
 
 def choose(points: list[dict]) -> dict:
@@ -92,24 +101,43 @@ def choose(points: list[dict]) -> dict:
     return max(points, key=lambda point: (point["tokens_per_s"], -point["num_speculative_tokens"]))
 
 
-def delta_point(engine: Engine, verification: Verification, problems: Sequence[dict], *, max_new_tokens: int,
-                progress: bool = True, chat=None, timeout_s: float = 5.0,
-                workers: int | None = None) -> tuple[dict, EngineInfo]:
+def delta_point(
+    engine: Engine,
+    verification: Verification,
+    problems: Sequence[dict],
+    *,
+    max_new_tokens: int,
+    progress: bool = True,
+    chat=None,
+    timeout_s: float = 5.0,
+    workers: int | None = None,
+) -> tuple[dict, EngineInfo]:
     """One point of `orl spec-sweep --deltas`: the engine, built at `verification` (one relaxed δ), evaluated
     on `problems` (pass@1 in the sandbox, per problem), with its acceptance length and tokens/s over the
     same run; the engine is closed after. (The point, with its `per_problem` outcomes; the engine's
     description.)"""
     try:
-        result = evaluate_quality(engine, list(problems), max_new_tokens, progress=progress, chat=chat,
-                                  timeout_s=timeout_s, workers=workers)
+        result = evaluate_quality(
+            engine,
+            list(problems),
+            max_new_tokens,
+            progress=progress,
+            chat=chat,
+            timeout_s=timeout_s,
+            workers=workers,
+        )
         info = engine.describe()
     finally:
         engine.close()
-    return {"verification": str(verification), "delta": verification.delta, "pass_at_1": result.pass_at_1,
-            "acceptance_length": acceptance_length(result.generations),
-            "acceptance_rate": acceptance_rate(result.generations),
-            "tokens_per_s": result.tokens / result.wall_s if result.wall_s else None,
-            "per_problem": result.per_problem}, info
+    return {
+        "verification": str(verification),
+        "delta": verification.delta,
+        "pass_at_1": result.pass_at_1,
+        "acceptance_length": acceptance_length(result.generations),
+        "acceptance_rate": acceptance_rate(result.generations),
+        "tokens_per_s": result.tokens / result.wall_s if result.wall_s else None,
+        "per_problem": result.per_problem,
+    }, info
 
 
 def choose_delta(points: Sequence[dict], reference: dict, where: str, tolerance: float) -> OperatingPoint:
@@ -117,9 +145,15 @@ def choose_delta(points: Sequence[dict], reference: dict, where: str, tolerance:
     matched-accuracy choice of orl/eval/operating_point.py, with ORL's quality record as the reference and
     the acceptance length as the speed (the operating point's TPF: the fastest matching δ; none matching,
     the most accurate). `where` names the reference's file in errors."""
-    candidates = [Candidate(Verification.parse(p["verification"]), p["pass_at_1"],
-                            p["acceptance_length"] or 0.0, outcomes(p, f"{where} (delta={p['delta']:g})"))
-                  for p in points]
+    candidates = [
+        Candidate(
+            Verification.parse(p["verification"]),
+            p["pass_at_1"],
+            p["acceptance_length"] or 0.0,
+            outcomes(p, f"{where} (delta={p['delta']:g})"),
+        )
+        for p in points
+    ]
     return choose_operating_point(candidates, outcomes(reference, where), tolerance)
 
 
@@ -130,29 +164,57 @@ def pass_on(record: dict, problems: Sequence[dict]) -> float | None:
     return sum(shared) / len(shared) if shared else None
 
 
-def delta_sweep(build: Callable[[Verification], Engine], rules: Sequence[Verification], problems: Sequence[dict],
-                reference: dict, reference_file: str, tolerance: float, *, max_new_tokens: int,
-                progress: bool = True, chat=None, timeout_s: float = 5.0) -> dict:
+def delta_sweep(
+    build: Callable[[Verification], Engine],
+    rules: Sequence[Verification],
+    problems: Sequence[dict],
+    reference: dict,
+    reference_file: str,
+    tolerance: float,
+    *,
+    max_new_tokens: int,
+    progress: bool = True,
+    chat=None,
+    timeout_s: float = 5.0,
+) -> dict:
     """`orl spec-sweep --deltas`: every relaxed δ of `rules` evaluated on `problems` (an engine built per δ
     by `build`), and the δ chosen at matched accuracy against `reference` (ORL's quality record, read from
     `reference_file`); the choice document `--verification @FILE.json` reads, with every point."""
     points, info = [], None
     for rule in rules:
-        point, info = delta_point(build(rule), rule, problems, max_new_tokens=max_new_tokens, progress=progress,
-                                  chat=chat, timeout_s=timeout_s)
+        point, info = delta_point(
+            build(rule),
+            rule,
+            problems,
+            max_new_tokens=max_new_tokens,
+            progress=progress,
+            chat=chat,
+            timeout_s=timeout_s,
+        )
         points.append(point)
-        print(f"delta={rule.delta:g}: pass@1={point['pass_at_1']:.4f} acceptance length "
-              f"{point['acceptance_length'] or float('nan'):.3f} {point['tokens_per_s'] or 0:.1f} tokens/s")
+        print(
+            f"delta={rule.delta:g}: pass@1={point['pass_at_1']:.4f} acceptance length "
+            f"{point['acceptance_length'] or float('nan'):.3f} {point['tokens_per_s'] or 0:.1f} tokens/s"
+        )
     chosen = choose_delta(points, reference, reference_file, tolerance)
     return {
-        "engine": info.name, "n_problems": len(problems), "device": info.device,
-        "verification": chosen.policy, "delta": chosen.value,
+        "engine": info.name,
+        "n_problems": len(problems),
+        "device": info.device,
+        "verification": chosen.policy,
+        "delta": chosen.value,
         "chosen_by": "acceptance_length at matched accuracy",
         # The match is paired over the swept problems: the reference's pass@1 on them, and on all of its own.
-        "reference": {"file": str(reference_file), "system": reference["system"],
-                      "pass_at_1_on_swept_problems": pass_on(reference, problems),
-                      "pass_at_1": chosen.reference_pass_at_1, "n_problems": reference.get("n_problems")},
-        "operating_point": chosen.to_dict(), "edge_note": edge_note(chosen.edge, chosen.grid, "δ"),
-        "matched": chosen.matched, "why": chosen.why,
+        "reference": {
+            "file": str(reference_file),
+            "system": reference["system"],
+            "pass_at_1_on_swept_problems": pass_on(reference, problems),
+            "pass_at_1": chosen.reference_pass_at_1,
+            "n_problems": reference.get("n_problems"),
+        },
+        "operating_point": chosen.to_dict(),
+        "edge_note": edge_note(chosen.edge, chosen.grid, "δ"),
+        "matched": chosen.matched,
+        "why": chosen.why,
         "points": [{k: v for k, v in p.items() if k != "per_problem"} for p in points],
     }

@@ -34,10 +34,17 @@ def sweep_policies(policy: Policy, values: Sequence[float], where: str = "sweep"
     return [policy.with_value(value, where) for value in values]
 
 
-def run_sweep(make_engine: Callable[[Policy], Engine], problems: Sequence[dict], policies: Sequence[Policy],
-              max_new_tokens: int, *, progress: bool = True,
-              report: Callable[[SweepPoint], None] | None = None,
-              chat: Callable[[str], str] | None = None, suite: str | None = None) -> list[SweepPoint]:
+def run_sweep(
+    make_engine: Callable[[Policy], Engine],
+    problems: Sequence[dict],
+    policies: Sequence[Policy],
+    max_new_tokens: int,
+    *,
+    progress: bool = True,
+    report: Callable[[SweepPoint], None] | None = None,
+    chat: Callable[[str], str] | None = None,
+    suite: str | None = None,
+) -> list[SweepPoint]:
     """One quality evaluation per policy (`sweep_policies`; prompts through `chat`, the chat template,
     where given; `suite` chooses the checker, orl.eval.quality.CHECKERS); each engine is warmed up on the
     first prompt so compilation is not timed."""
@@ -45,8 +52,9 @@ def run_sweep(make_engine: Callable[[Policy], Engine], problems: Sequence[dict],
     for policy in policies:
         engine = make_engine(policy)
         engine.generate(chat(problems[0]["prompt"]) if chat else problems[0]["prompt"], max_new_tokens)
-        result = evaluate_quality(engine, list(problems), max_new_tokens, progress=progress, chat=chat,
-                                  suite=suite)
+        result = evaluate_quality(
+            engine, list(problems), max_new_tokens, progress=progress, chat=chat, suite=suite
+        )
         point = SweepPoint(policy, result, engine)
         points.append(point)
         if report is not None:
@@ -54,34 +62,76 @@ def run_sweep(make_engine: Callable[[Policy], Engine], problems: Sequence[dict],
     return points
 
 
-def sweep_record(point: SweepPoint, *, system: str, engine: str, model: dict, suite: str, split: str,
-                 n_problems: int, chat_template: bool) -> dict:
+def sweep_record(
+    point: SweepPoint,
+    *,
+    system: str,
+    engine: str,
+    model: dict,
+    suite: str,
+    split: str,
+    n_problems: int,
+    chat_template: bool,
+) -> dict:
     """One point's `sweep` record: pass@1, TPF, tokens/s and the per-problem outcomes at its policy."""
     info = point.engine.describe()
     r = point.result
     return make_record(
-        "sweep", system=system, engine=engine, model=model, policy=point.policy.to_record(), suite=suite,
-        split=split, n_problems=n_problems, per_problem=r.per_problem,
-        metrics={**r.forwards, "pass_at_1": r.pass_at_1, "tpf": r.tpf, "tokens_per_s": point.tokens_per_s,
-                 "nfe_mean": r.nfe_mean},
-        extra={"device": info.device, "chat_template": chat_template, **info.settings})
+        "sweep",
+        system=system,
+        engine=engine,
+        model=model,
+        policy=point.policy.to_record(),
+        suite=suite,
+        split=split,
+        n_problems=n_problems,
+        per_problem=r.per_problem,
+        metrics={
+            **r.forwards,
+            "pass_at_1": r.pass_at_1,
+            "tpf": r.tpf,
+            "tokens_per_s": point.tokens_per_s,
+            "nfe_mean": r.nfe_mean,
+        },
+        extra={"device": info.device, "chat_template": chat_template, **info.settings},
+    )
 
 
-def aup_record(points: Sequence[SweepPoint], *, system: str, engine: str, model: dict, suite: str, split: str,
-               n_problems: int) -> dict:
+def aup_record(
+    points: Sequence[SweepPoint],
+    *,
+    system: str,
+    engine: str,
+    model: dict,
+    suite: str,
+    split: str,
+    n_problems: int,
+) -> dict:
     """The sweep's `aup` record: d3LLM's AUP with this sweep's own y_max (undefined: None and the reason)."""
     area, note = aup_or_none([(p.result.tpf, p.result.pass_at_1) for p in points])
     metrics = {"aup": None, "y_max": None, "aup_dropped": None}
     if area is not None:
         metrics = {"aup": area.value, "y_max": area.y_max, "aup_dropped": area.dropped}
-    points_block = [{p.policy.parameter: p.policy.value, "tpf": p.result.tpf, "pass_at_1": p.result.pass_at_1}
-                    for p in points]
+    points_block = [
+        {p.policy.parameter: p.policy.value, "tpf": p.result.tpf, "pass_at_1": p.result.pass_at_1}
+        for p in points
+    ]
     return make_record(
-        "aup", system=system, engine=engine, model=model, suite=suite, split=split, n_problems=n_problems,
+        "aup",
+        system=system,
+        engine=engine,
+        model=model,
+        suite=suite,
+        split=split,
+        n_problems=n_problems,
         metrics=metrics,
-        extra={"definition": "d3LLM AUP (orl/eval/aup.py): percent x TPF, alpha 3, points below y1 - 5 dropped",
-               "y_max_of": "this sweep's highest point; a table recomputes AUP with its own y_max",
-               "points": points_block, "note": note})
+        extra={
+            "definition": "d3LLM AUP (orl/eval/aup.py): percent x TPF, alpha 3, points below y1 - 5 dropped",
+            "y_max_of": "this sweep's highest point; a table recomputes AUP with its own y_max",
+            "points": points_block,
+            "note": note,
+        },
+    )
 
 
 def aup_line(record: dict) -> str:
@@ -95,5 +145,7 @@ def aup_line(record: dict) -> str:
 def point_line(point: SweepPoint) -> str:
     """One point's printed line: its parameter's value, pass@1, TPF and tokens/s."""
     r = point.result
-    return (f"{point.policy.parameter}={point.policy.value:g} pass@1={r.pass_at_1:.4f} tpf={r.tpf:.3f} "
-            f"tokens_per_s={point.tokens_per_s or 0:.1f}")
+    return (
+        f"{point.policy.parameter}={point.policy.value:g} pass@1={r.pass_at_1:.4f} tpf={r.tpf:.3f} "
+        f"tokens_per_s={point.tokens_per_s or 0:.1f}"
+    )

@@ -57,7 +57,9 @@ class Runs:
         if len(set(shapes.values())) != 1 or any(len(shape) != 2 for shape in shapes.values()):
             raise InputError(f"Runs: every array must be [seeds, problems] of one shape, got {shapes}")
         if next(iter(shapes.values()))[1] != len(self.ids):
-            raise InputError(f"Runs: {len(self.ids)} problem ids for arrays of shape {next(iter(shapes.values()))}")
+            raise InputError(
+                f"Runs: {len(self.ids)} problem ids for arrays of shape {next(iter(shapes.values()))}"
+            )
 
     @property
     def n_seeds(self) -> int:
@@ -85,7 +87,9 @@ class Runs:
 def stack_runs(ids: Sequence[str], rows: Sequence[Mapping[str, Sequence[float]]]) -> Runs:
     """Runs from one mapping name -> per-problem values per seed (all over the same `ids`)."""
     names = list(rows[0])
-    return Runs(tuple(ids), {name: np.array([[float(v) for v in row[name]] for row in rows]) for name in names})
+    return Runs(
+        tuple(ids), {name: np.array([[float(v) for v in row[name]] for row in rows]) for name in names}
+    )
 
 
 def common_ids(*runs: Runs) -> tuple[str, ...]:
@@ -191,7 +195,9 @@ def _percentiles(values: np.ndarray) -> tuple[float | None, float | None]:
     return float(lo), float(hi)
 
 
-def bootstrap(statistic: Statistic, n_problems: int, n_seeds: int = 1, resamples: int = RESAMPLES) -> Estimate:
+def bootstrap(
+    statistic: Statistic, n_problems: int, n_seeds: int = 1, resamples: int = RESAMPLES
+) -> Estimate:
     """The statistic with its bootstrap percentile interval (problems, and seeds where there are several)."""
     value = float(statistic(*_identity(n_problems, n_seeds))[0])
     problems, (seeds,) = draw(n_problems, [n_seeds], resamples)
@@ -199,8 +205,16 @@ def bootstrap(statistic: Statistic, n_problems: int, n_seeds: int = 1, resamples
     return Estimate(value, lo, hi)
 
 
-def paired(a: Statistic, seeds_a: int, b: Statistic, seeds_b: int, n_problems: int, *, ratio: bool = False,
-           resamples: int = RESAMPLES) -> Estimate:
+def paired(
+    a: Statistic,
+    seeds_a: int,
+    b: Statistic,
+    seeds_b: int,
+    n_problems: int,
+    *,
+    ratio: bool = False,
+    resamples: int = RESAMPLES,
+) -> Estimate:
     """a − b (or a / b with ratio=True) over the same problem resamples, with interval and p-value.
 
     Both statistics must index the same, aligned problems (Runs.on(common_ids(...)))."""

@@ -21,8 +21,14 @@ from orl.model.weights import file_sha256, weights_digest
 CHECKPOINTS = ("ar", "draft", "dlm")  # AR target, draft model, converted dLLM
 # What a checkpoint folder needs to load and to say how it was trained. Resume state is left behind, and so
 # is train_log.jsonl: every .jsonl under results/<profile>/ is read as a record file.
-KEPT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-              "tokenizer_config.json", "train_summary.json")
+KEPT_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "train_summary.json",
+)
 MAX_FILE_BYTES = 16 * 1024 * 1024  # the repository's limit for a committed checkpoint file
 MANIFEST = "manifest.json"
 
@@ -39,15 +45,27 @@ def copy_base(sources: dict[str, Path], base_dir: Path) -> dict:
             if not (Path(source) / file).is_file():
                 continue
             if (Path(source) / file).stat().st_size > MAX_FILE_BYTES:
-                raise CheckpointError(f"{Path(source) / file}: larger than {MAX_FILE_BYTES} bytes, not committed")
+                raise CheckpointError(
+                    f"{Path(source) / file}: larger than {MAX_FILE_BYTES} bytes, not committed"
+                )
             shutil.copyfile(Path(source) / file, out / file)
             files[file] = {"bytes": (out / file).stat().st_size, "sha256": file_sha256(out / file)}
-        summary = json.loads((out / "train_summary.json").read_text()) if "train_summary.json" in files else {}
-        entries[name] = {"weights_sha256": weights_digest(out), "files": files,
-                         "stage": summary.get("stage"), "steps": summary.get("steps"),
-                         "cpu_linear": summary.get("cpu_linear"), "config_digest": summary.get("config_digest"),
-                         "wall_s": summary.get("wall_s")}
-    manifest = {"what": "the tiny profile's base checkpoints (orl/model/base_manifest.py)", "checkpoints": entries}
+        summary = (
+            json.loads((out / "train_summary.json").read_text()) if "train_summary.json" in files else {}
+        )
+        entries[name] = {
+            "weights_sha256": weights_digest(out),
+            "files": files,
+            "stage": summary.get("stage"),
+            "steps": summary.get("steps"),
+            "cpu_linear": summary.get("cpu_linear"),
+            "config_digest": summary.get("config_digest"),
+            "wall_s": summary.get("wall_s"),
+        }
+    manifest = {
+        "what": "the tiny profile's base checkpoints (orl/model/base_manifest.py)",
+        "checkpoints": entries,
+    }
     atomic_write_json(base_dir / MANIFEST, manifest)
     return manifest
 
@@ -65,7 +83,9 @@ def check_manifest(base_dir: Path) -> dict:
             if not found.is_file():
                 raise CheckpointError(f"{found}: named by {path} but missing")
             if found.stat().st_size != expected["bytes"] or file_sha256(found) != expected["sha256"]:
-                raise CheckpointError(f"{found}: its sha256 differs from {path} checkpoints.{name}.files.{file}")
+                raise CheckpointError(
+                    f"{found}: its sha256 differs from {path} checkpoints.{name}.files.{file}"
+                )
         if weights_digest(base_dir / name) != entry["weights_sha256"]:
             raise CheckpointError(f"{base_dir / name}: weights digest differs from {path} checkpoints.{name}")
     return manifest
@@ -90,14 +110,17 @@ def base_problem(base_dir: Path, stage_digests: dict[str, str]) -> str | None:
             return f"{path}: checkpoints.{name} missing"
         trained_with = str(entries[name].get("config_digest") or "")
         if not trained_with.startswith(f"{stage_digests[name]}-"):
-            return (f"{path}: checkpoints.{name} was trained with preset digest {trained_with.split('-')[0]!r}, "
-                    f"the preset now gives {stage_digests[name]!r} (its {STAGES[name]} sections changed)")
+            return (
+                f"{path}: checkpoints.{name} was trained with preset digest {trained_with.split('-')[0]!r}, "
+                f"the preset now gives {stage_digests[name]!r} (its {STAGES[name]} sections changed)"
+            )
     return None
 
 
 def take_base(base_dir: Path, name: str, out_dir: Path) -> None:
     """Copy checkpoint `name` of the committed base to out_dir, after checking every base file against the
-    manifest (CheckpointError otherwise). config.json is written last: its presence marks a complete folder."""
+    manifest (CheckpointError otherwise). config.json is written last: its presence marks a complete
+    folder."""
     manifest = check_manifest(base_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = sorted(manifest["checkpoints"][name]["files"], key=lambda file: file == "config.json")

@@ -84,7 +84,11 @@ def model_dtype(model: torch.nn.Module) -> torch.dtype:
 
 
 def save_checkpoint(
-    model: Transformer, tokenizer: Tokenizer, out_dir: str | Path, *, extra_config: dict | None = None,
+    model: Transformer,
+    tokenizer: Tokenizer,
+    out_dir: str | Path,
+    *,
+    extra_config: dict | None = None,
     max_shard_bytes: int | None = None,
 ) -> Path:
     """Write tokenizer.json, the weights, then config.json (last: a directory with a config is complete)."""
@@ -109,18 +113,25 @@ def _check_header(cfg: ModelConfig, infos: dict[str, TensorInfo], config_path: P
     """The sizes a config.json declares against the weights' headers, before any module exists."""
     embed = infos.get("model.embed_tokens.weight")
     if embed is None:
-        raise CheckpointError(f"{config_path.parent / WEIGHTS}: model.embed_tokens.weight: missing from the weights")
+        raise CheckpointError(
+            f"{config_path.parent / WEIGHTS}: model.embed_tokens.weight: missing from the weights"
+        )
     if len(embed.shape) != 2 or embed.shape[0] != cfg.vocab_size:
-        raise CheckpointError(f"{config_path}: vocab_size: {cfg.vocab_size}, but {embed.file}: "
-                              f"model.embed_tokens.weight has shape {embed.shape}")
+        raise CheckpointError(
+            f"{config_path}: vocab_size: {cfg.vocab_size}, but {embed.file}: "
+            f"model.embed_tokens.weight has shape {embed.shape}"
+        )
     if embed.shape[1] != cfg.hidden_size:
-        raise CheckpointError(f"{config_path}: hidden_size: {cfg.hidden_size}, but {embed.file}: "
-                              f"model.embed_tokens.weight has shape {embed.shape}")
+        raise CheckpointError(
+            f"{config_path}: hidden_size: {cfg.hidden_size}, but {embed.file}: "
+            f"model.embed_tokens.weight has shape {embed.shape}"
+        )
     layers = sorted({int(m.group(1)) for name in infos if (m := _LAYER.match(name))})
     if layers != list(range(cfg.num_hidden_layers)):
         held = f"layers {layers[0]}..{layers[-1]} ({len(layers)})" if layers else "no layers"
-        raise CheckpointError(f"{config_path}: num_hidden_layers: {cfg.num_hidden_layers}, but the weights "
-                              f"hold {held}")
+        raise CheckpointError(
+            f"{config_path}: num_hidden_layers: {cfg.num_hidden_layers}, but the weights hold {held}"
+        )
 
 
 def _resolve_special_ids(cfg: ModelConfig, tokenizer: Tokenizer, ckpt_dir: Path) -> None:
@@ -135,18 +146,24 @@ def _resolve_special_ids(cfg: ModelConfig, tokenizer: Tokenizer, ckpt_dir: Path)
         return
     if cfg.mask_token_id is None:
         if tokenizer.mask_id is None:
-            raise CheckpointError(f"{ckpt_dir / TOKENIZER_CONFIG}: mask_token: a block-diffusion checkpoint needs a "
-                                  f"mask token (config.json mask_token_id, or {SDAR_MASK!r} / '[MASK]' in "
-                                  f"{TOKENIZER})")
+            raise CheckpointError(
+                f"{ckpt_dir / TOKENIZER_CONFIG}: mask_token: a block-diffusion checkpoint needs a "
+                f"mask token (config.json mask_token_id, or {SDAR_MASK!r} / '[MASK]' in "
+                f"{TOKENIZER})"
+            )
         cfg.mask_token_id = tokenizer.mask_id
     elif tokenizer.mask_id is None:
         tokenizer.mask_id = cfg.mask_token_id
     elif tokenizer.mask_id != cfg.mask_token_id:
-        raise CheckpointError(f"{ckpt_dir / CONFIG}: mask_token_id is {cfg.mask_token_id} but {ckpt_dir / TOKENIZER} "
-                              f"has its mask token at {tokenizer.mask_id}")
+        raise CheckpointError(
+            f"{ckpt_dir / CONFIG}: mask_token_id is {cfg.mask_token_id} but {ckpt_dir / TOKENIZER} "
+            f"has its mask token at {tokenizer.mask_id}"
+        )
 
 
-def _build_on_meta(cfg: ModelConfig, config: dict, infos: dict[str, TensorInfo], ckpt_dir: Path) -> Transformer:
+def _build_on_meta(
+    cfg: ModelConfig, config: dict, infos: dict[str, TensorInfo], ckpt_dir: Path
+) -> Transformer:
     """The model with no storage, NVFP4 linears where the weights are quantized; shapes checked."""
     with torch.device("meta"):
         model = Transformer(cfg)
@@ -162,17 +179,23 @@ def _build_on_meta(cfg: ModelConfig, config: dict, infos: dict[str, TensorInfo],
     missing, unexpected = sorted(set(expected) - file_names), sorted(file_names - set(expected))
     if missing or unexpected:
         where = ckpt_dir / (WEIGHTS if (ckpt_dir / WEIGHTS).is_file() else WEIGHTS_INDEX)
-        raise CheckpointError(f"{where}: tensors do not match config.json "
-                              f"(missing: {missing[:5]}, unexpected: {unexpected[:5]})")
+        raise CheckpointError(
+            f"{where}: tensors do not match config.json "
+            f"(missing: {missing[:5]}, unexpected: {unexpected[:5]})"
+        )
     # The model's own parameter order, not the file's, so the error names the same tensor whoever wrote the
     # file.
     for name, want in expected.items():
         info = infos[name]
         scalar = want.numel() == 1 and info.shape in ((), (1,))
         if info.shape != tuple(want.shape) and not scalar:
-            raise CheckpointError(f"{info.file}: {name}: shape {info.shape} but config.json implies {tuple(want.shape)}")
+            raise CheckpointError(
+                f"{info.file}: {name}: shape {info.shape} but config.json implies {tuple(want.shape)}"
+            )
         if want.is_floating_point() and not info.dtype.is_floating_point:
-            raise CheckpointError(f"{info.file}: {name}: dtype {info.dtype} but a floating-point weight is expected")
+            raise CheckpointError(
+                f"{info.file}: {name}: dtype {info.dtype} but a floating-point weight is expected"
+            )
     return model
 
 
@@ -195,7 +218,9 @@ def load_checkpoint(
     if not ckpt_dir.is_dir():
         raise CheckpointError(f"{ckpt_dir}: checkpoint directory not found")
     config_path = ckpt_dir / CONFIG
-    config = read_json_config(config_path, "a checkpoint needs config.json, its safetensors weights and tokenizer.json")
+    config = read_json_config(
+        config_path, "a checkpoint needs config.json, its safetensors weights and tokenizer.json"
+    )
     cfg = model_config_from_hf(config, config_path)
     target_dtype = dtype or config_dtype(config, config_path)
     tokenizer = load_tokenizer(ckpt_dir / TOKENIZER)

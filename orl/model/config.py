@@ -48,8 +48,9 @@ def read_json_config(path: Path, missing_hint: str) -> dict:
 def architecture(config: dict, path: Path) -> str:
     archs = config.get("architectures")
     if not isinstance(archs, list) or not archs or archs[0] not in SUPPORTED_ARCHS:
-        raise CheckpointError(f"{path}: architectures: unsupported {json.dumps(archs)}; "
-                              f"supported: {', '.join(SUPPORTED_ARCHS)}")
+        raise CheckpointError(
+            f"{path}: architectures: unsupported {json.dumps(archs)}; supported: {', '.join(SUPPORTED_ARCHS)}"
+        )
     return archs[0]
 
 
@@ -58,7 +59,9 @@ def read_config(ckpt_dir: str | Path) -> dict:
     if not Path(ckpt_dir).is_dir():
         raise CheckpointError(f"{ckpt_dir}: checkpoint directory not found")
     path = Path(ckpt_dir) / CONFIG
-    config = read_json_config(path, "a checkpoint needs config.json, its safetensors weights and tokenizer.json")
+    config = read_json_config(
+        path, "a checkpoint needs config.json, its safetensors weights and tokenizer.json"
+    )
     model_config_from_hf(config, path)
     return config
 
@@ -123,8 +126,10 @@ def _rope_theta(fields: _Fields) -> float:
             fields.fail(name, "an object or null")
         kind = rope.get("rope_type", rope.get("type", "default"))
         if kind != "default":
-            raise CheckpointError(f"{path}: {name}.rope_type: {json.dumps(kind)} is not supported; "
-                                  "only default RoPE (as every Qwen3 / SDAR release uses)")
+            raise CheckpointError(
+                f"{path}: {name}.rope_type: {json.dumps(kind)} is not supported; "
+                "only default RoPE (as every Qwen3 / SDAR release uses)"
+            )
     rope = config.get("rope_parameters") or {}
     if config.get("rope_theta") is None and rope.get("rope_theta") is not None:
         return _Fields(rope, f"{path}: rope_parameters").number("rope_theta")
@@ -138,11 +143,14 @@ def model_config_from_hf(config: dict, path: Path) -> ModelConfig:
     hidden, heads = f.integer("hidden_size"), f.integer("num_attention_heads")
     kv_heads = f.integer("num_key_value_heads", heads)
     if heads % kv_heads:
-        raise CheckpointError(f"{path}: num_key_value_heads: {kv_heads} does not divide "
-                              f"num_attention_heads {heads}")
+        raise CheckpointError(
+            f"{path}: num_key_value_heads: {kv_heads} does not divide num_attention_heads {heads}"
+        )
     if config.get("head_dim") is None and hidden % heads:
-        raise CheckpointError(f"{path}: head_dim: missing, and hidden_size {hidden} is not a multiple of "
-                              f"num_attention_heads {heads}")
+        raise CheckpointError(
+            f"{path}: head_dim: missing, and hidden_size {hidden} is not a multiple of "
+            f"num_attention_heads {heads}"
+        )
     head_dim = f.integer("head_dim", hidden // heads)
     if head_dim % 2:
         f.fail("head_dim", "an even integer (RoPE rotates pairs)")
@@ -150,19 +158,27 @@ def model_config_from_hf(config: dict, path: Path) -> ModelConfig:
     if f.boolean("use_sliding_window", False):
         f.fail("use_sliding_window", "false (sliding-window attention is not supported)")
     layer_types = config.get("layer_types")
-    if layer_types is not None and (not isinstance(layer_types, list)
-                                    or any(t != "full_attention" for t in layer_types)):
+    if layer_types is not None and (
+        not isinstance(layer_types, list) or any(t != "full_attention" for t in layer_types)
+    ):
         f.fail("layer_types", 'a list of "full_attention"')
     for name in ("eos_token_id", "pad_token_id", "bos_token_id"):
         value = config.get(name)
         ids = value if isinstance(value, list) else [value]
-        if value is not None and not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ids):
+        if value is not None and not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ids
+        ):
             f.fail(name, "a token id, a list of token ids, or null")
     config_dtype(config, path)
     values = dict(
-        vocab_size=f.integer("vocab_size"), hidden_size=hidden, intermediate_size=f.integer("intermediate_size"),
-        num_hidden_layers=f.integer("num_hidden_layers"), num_attention_heads=heads,
-        num_key_value_heads=kv_heads, head_dim=head_dim, rope_theta=_rope_theta(f),
+        vocab_size=f.integer("vocab_size"),
+        hidden_size=hidden,
+        intermediate_size=f.integer("intermediate_size"),
+        num_hidden_layers=f.integer("num_hidden_layers"),
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        rope_theta=_rope_theta(f),
         rms_norm_eps=f.number("rms_norm_eps", 1e-6),
         max_position_embeddings=f.integer("max_position_embeddings"),
         tie_word_embeddings=f.boolean("tie_word_embeddings", False),
@@ -175,14 +191,21 @@ def model_config_from_hf(config: dict, path: Path) -> ModelConfig:
             f.fail("block_size", f"at most max_position_embeddings ({values['max_position_embeddings']})")
         mask = config.get("mask_token_id")
         if arch == DIFFUSION_ARCH and mask is None:
-            raise CheckpointError(f"{path}: mask_token_id: a diffusion checkpoint needs an integer mask token id")
-        if mask is not None and (not isinstance(mask, int) or isinstance(mask, bool)
-                                 or not 0 <= mask < values["vocab_size"]):
+            raise CheckpointError(
+                f"{path}: mask_token_id: a diffusion checkpoint needs an integer mask token id"
+            )
+        if mask is not None and (
+            not isinstance(mask, int) or isinstance(mask, bool) or not 0 <= mask < values["vocab_size"]
+        ):
             f.fail("mask_token_id", f"a token id below vocab_size ({values['vocab_size']})")
-        values.update(attention_mode="block-causal", block_size=block, mask_token_id=mask,
-                      block_layout=f.choice("block_layout", BLOCK_LAYOUTS, DEFAULT_LAYOUT[arch]),
-                      residual_alpha=f.number("residual_alpha", 0.0, strict=False),
-                      residual_adapter=_residual_adapter(config, path, values["hidden_size"]))
+        values.update(
+            attention_mode="block-causal",
+            block_size=block,
+            mask_token_id=mask,
+            block_layout=f.choice("block_layout", BLOCK_LAYOUTS, DEFAULT_LAYOUT[arch]),
+            residual_alpha=f.number("residual_alpha", 0.0, strict=False),
+            residual_adapter=_residual_adapter(config, path, values["hidden_size"]),
+        )
     else:
         values.update(attention_mode="causal", mask_token_id=None)
     return ModelConfig(**values)
@@ -194,8 +217,10 @@ def _residual_adapter(config: dict, path: Path, hidden: int) -> dict | None:
     if value is None:
         return None
     if not isinstance(value, dict) or value.get("shape") != [hidden, hidden]:
-        raise CheckpointError(f"{path}: residual_adapter: expected null or {{\"form\": ..., \"shape\": "
-                              f"[{hidden}, {hidden}]}} (hidden_size), got {json.dumps(value)}")
+        raise CheckpointError(
+            f'{path}: residual_adapter: expected null or {{"form": ..., "shape": '
+            f"[{hidden}, {hidden}]}} (hidden_size), got {json.dumps(value)}"
+        )
     return dict(value)
 
 
@@ -245,8 +270,11 @@ def hf_config(config: ModelConfig, arch: str, dtype: torch.dtype = torch.float32
         "dtype": dtype_name,
     }
     if arch in DEFAULT_LAYOUT:
-        out.update(block_size=config.block_size, mask_token_id=config.mask_token_id,
-                   residual_alpha=config.residual_alpha)
+        out.update(
+            block_size=config.block_size,
+            mask_token_id=config.mask_token_id,
+            residual_alpha=config.residual_alpha,
+        )
         if config.residual_adapter is not None:
             out["residual_adapter"] = dict(config.residual_adapter)
         out["block_layout"] = config.block_layout

@@ -31,17 +31,19 @@ site-packages/vllm/), which this module's names and shapes follow:
   [hidden, heads x head_dim], self_attn.q_norm / k_norm [head_dim], mlp.gate_proj / up_proj [intermediate,
   hidden], mlp.down_proj [hidden, intermediate]; `norm.weight` [hidden]; `lm_head.weight` [draft_vocab,
   hidden]. Optional: `embed_tokens.weight` (absent: the target's embedding is shared, v1/spec_decode/
-  llm_base_proposer.py), `d2t` [draft_vocab] (draft id + d2t[id] = target id; needed only when draft_vocab_size
-  differs from the target's vocab) and `t2d` (ignored by the loader). Our tiny vocabulary is small, so the head
-  drafts over the whole of it: no d2t / t2d, and no embed_tokens (the target's, frozen in training).
-- The layer (Qwen3Eagle3DecoderLayer.forward, norm_before_residual false): residual = g (the fc output or the
-  previous step's pre-norm output); x = [input_layernorm(embed), hidden_norm(g)]; Qwen3 attention (q/k RMSNorm
-  per head, rotary, grouped-query) over x; residual += attention; out = mlp(post_attention_layernorm(residual))
-  + residual is the pre-norm state fed to the next step; logits = lm_head(norm(out)).
-- Positions and inputs (v1/spec_decode/llm_base_proposer.py propose): the first pass shifts the tokens by one,
-  so the head at position t sees token t + 1 with the target's features of position t and predicts token t + 2;
-  each further draft step feeds the drafted token at the next position with the last pre-norm output. The
-  head's KV cache keeps the first pass's keys of accepted positions across steps.
+  llm_base_proposer.py), `d2t` [draft_vocab] (draft id + d2t[id] = target id; needed only when
+  draft_vocab_size differs from the target's vocab) and `t2d` (ignored by the loader). Our tiny vocabulary
+  is small, so the head drafts over the whole of it: no d2t / t2d, and no embed_tokens (the target's, frozen
+  in training).
+- The layer (Qwen3Eagle3DecoderLayer.forward, norm_before_residual false): residual = g (the fc output or
+  the previous step's pre-norm output); x = [input_layernorm(embed), hidden_norm(g)]; Qwen3 attention (q/k
+  RMSNorm per head, rotary, grouped-query) over x; residual += attention; out =
+  mlp(post_attention_layernorm(residual)) + residual is the pre-norm state fed to the next step; logits =
+  lm_head(norm(out)).
+- Positions and inputs (v1/spec_decode/llm_base_proposer.py propose): the first pass shifts the tokens by
+  one, so the head at position t sees token t + 1 with the target's features of position t and predicts
+  token t + 2; each further draft step feeds the drafted token at the next position with the last pre-norm
+  output. The head's KV cache keeps the first pass's keys of accepted positions across steps.
 """
 
 from __future__ import annotations
@@ -73,7 +75,9 @@ def default_aux_layer_ids(num_layers: int) -> list[int]:
         return [num_layers - 3, num_layers - 2, num_layers - 1]
     if num_layers == 2:
         return [0, 1, 2]
-    raise InputError(f"num_hidden_layers: an EAGLE-3 head needs a target with at least 2 layers, got {num_layers}")
+    raise InputError(
+        f"num_hidden_layers: an EAGLE-3 head needs a target with at least 2 layers, got {num_layers}"
+    )
 
 
 @dataclass
@@ -88,8 +92,10 @@ class Eagle3Config:
             self.aux_layer_ids = default_aux_layer_ids(self.target.num_hidden_layers)
         ids = list(self.aux_layer_ids)
         if ids != sorted(set(ids)) or ids[0] < 0 or ids[-1] > self.target.num_hidden_layers:
-            raise InputError(f"aux_layer_ids: expected distinct increasing ids in 0..{self.target.num_hidden_layers} "
-                             f"(vLLM concatenates the states in sorted order), got {ids}")
+            raise InputError(
+                f"aux_layer_ids: expected distinct increasing ids in 0..{self.target.num_hidden_layers} "
+                f"(vLLM concatenates the states in sorted order), got {ids}"
+            )
 
     @property
     def hidden(self) -> int:
@@ -102,11 +108,19 @@ class Eagle3Config:
     def to_hf(self) -> dict:
         """config.json for vLLM: the target's Qwen3 fields, one layer, the EAGLE-3 fields."""
         cfg = hf_config(self.target, HEAD_ARCH)
-        cfg.update(num_hidden_layers=1, tie_word_embeddings=False, draft_vocab_size=self.target.vocab_size,
-                   target_hidden_size=self.target.hidden_size, num_aux_hidden_states=len(self.aux_layer_ids),
-                   eagle_aux_hidden_state_layer_ids=list(self.aux_layer_ids), norm_before_residual=False,
-                   eagle_config={"eagle_aux_hidden_state_layer_ids": list(self.aux_layer_ids),
-                                 "use_aux_hidden_state": True})
+        cfg.update(
+            num_hidden_layers=1,
+            tie_word_embeddings=False,
+            draft_vocab_size=self.target.vocab_size,
+            target_hidden_size=self.target.hidden_size,
+            num_aux_hidden_states=len(self.aux_layer_ids),
+            eagle_aux_hidden_state_layer_ids=list(self.aux_layer_ids),
+            norm_before_residual=False,
+            eagle_config={
+                "eagle_aux_hidden_state_layer_ids": list(self.aux_layer_ids),
+                "use_aux_hidden_state": True,
+            },
+        )
         cfg["orl_eagle3"] = {"target": asdict(self.target), "aux_layer_ids": list(self.aux_layer_ids)}
         return cfg
 
@@ -114,7 +128,9 @@ class Eagle3Config:
     def from_hf(cls, config: dict) -> Eagle3Config:
         ours = config.get("orl_eagle3")
         if not isinstance(ours, dict) or "target" not in ours:
-            raise InputError("config.json: orl_eagle3: expected the object an EAGLE-3 head written here carries")
+            raise InputError(
+                "config.json: orl_eagle3: expected the object an EAGLE-3 head written here carries"
+            )
         return cls(ModelConfig.from_dict(ours["target"]), list(ours["aux_layer_ids"]))
 
 
@@ -146,8 +162,12 @@ class HeadAttention(nn.Module):
 
     def __init__(self, t: ModelConfig):
         super().__init__()
-        self.n_heads, self.n_kv, self.head_dim, self.theta = (t.num_attention_heads, t.num_key_value_heads,
-                                                              t.head_dim, t.rope_theta)
+        self.n_heads, self.n_kv, self.head_dim, self.theta = (
+            t.num_attention_heads,
+            t.num_key_value_heads,
+            t.head_dim,
+            t.rope_theta,
+        )
         wide = 2 * t.hidden_size
         self.q_proj = nn.Linear(wide, self.n_heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(wide, self.n_kv * self.head_dim, bias=False)
@@ -163,7 +183,10 @@ class HeadAttention(nn.Module):
         k = self.k_norm(self.k_proj(x).view(b, n, self.n_kv, self.head_dim)).transpose(1, 2)
         v = self.v_proj(x).view(b, n, self.n_kv, self.head_dim).transpose(1, 2)
         cos, sin = rope_tables(positions.expand(b, n), self.head_dim, self.theta)
-        q, k = apply_rope(q, cos.to(q.dtype), sin.to(q.dtype)), apply_rope(k, cos.to(k.dtype), sin.to(k.dtype))
+        q, k = (
+            apply_rope(q, cos.to(q.dtype), sin.to(q.dtype)),
+            apply_rope(k, cos.to(k.dtype), sin.to(k.dtype)),
+        )
         group = self.n_heads // self.n_kv
         return q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
@@ -207,7 +230,7 @@ class Eagle3Head(nn.Module):
         setattr(self, HEAD_LAYER, HeadLayer(t))
         self.norm = RMSNorm(t.hidden_size, t.rms_norm_eps)
         self.lm_head = nn.Linear(t.hidden_size, t.vocab_size, bias=False)
-        self.scale = t.head_dim ** -0.5
+        self.scale = t.head_dim**-0.5
 
     @property
     def layer(self) -> HeadLayer:
@@ -259,7 +282,9 @@ def unroll(head: Eagle3Head, embed: nn.Embedding, aux: torch.Tensor, ids: torch.
     values: list[torch.Tensor] = []
     outputs = []
     for k in range(steps):
-        q, key, value, residual = head.layer.enter(embed(shifted[:, k + 1: k + 1 + n]), hidden, positions + k)
+        q, key, value, residual = head.layer.enter(
+            embed(shifted[:, k + 1 : k + 1 + n]), hidden, positions + k
+        )
         keys.append(key)
         values.append(value)
         first = (q @ keys[0].transpose(-1, -2)) * head.scale  # [b, h, n, n]
@@ -268,15 +293,16 @@ def unroll(head: Eagle3Head, embed: nn.Embedding, aux: torch.Tensor, ids: torch.
         weights = torch.softmax(torch.cat([first, *own], dim=-1), dim=-1)
         attn = weights[..., :n] @ values[0]
         for j, vj in enumerate(values[1:]):
-            attn = attn + weights[..., n + j: n + j + 1] * vj
+            attn = attn + weights[..., n + j : n + j + 1] * vj
         hidden = head.layer.leave(attn, residual)
         outputs.append(head.logits(hidden))
     return outputs
 
 
 @torch.no_grad()
-def propose(head: Eagle3Head, embed: nn.Embedding, aux: torch.Tensor, ids: list[int], next_token: int,
-            steps: int) -> list[int]:
+def propose(
+    head: Eagle3Head, embed: nn.Embedding, aux: torch.Tensor, ids: list[int], next_token: int, steps: int
+) -> list[int]:
     """Greedy drafts after context `ids` (aux: the target's states of those positions, [1, len, fc_in])
     whose next token the target chose as `next_token`: the first pass over the context, then `steps` - 1
     single-token steps with a growing cache, as vLLM's proposer runs the head."""
@@ -290,7 +316,9 @@ def propose(head: Eagle3Head, embed: nn.Embedding, aux: torch.Tensor, ids: list[
     drafts = [int(head.logits(hidden)[0, -1].argmax())]
     for step in range(1, steps):
         pos = torch.tensor([n - 1 + step], device=device)
-        q, k1, v1, residual = head.layer.enter(embed(torch.tensor([[drafts[-1]]], device=device)), hidden, pos)
+        q, k1, v1, residual = head.layer.enter(
+            embed(torch.tensor([[drafts[-1]]], device=device)), hidden, pos
+        )
         k, v = torch.cat([k, k1], dim=2), torch.cat([v, v1], dim=2)
         attn = _attend(q, k, v, torch.ones(1, k.shape[2], dtype=torch.bool, device=device), head.scale)
         hidden = head.layer.leave(attn, residual)
@@ -307,26 +335,29 @@ def check_head_tensors(cfg: Eagle3Config, state: dict[str, torch.Tensor], where:
     """The written names and shapes against `expected_tensors` (a clear error otherwise)."""
     expected = expected_tensors(cfg)
     if set(state) != set(expected):
-        raise InputError(f"{where}: tensors {sorted(set(state) ^ set(expected))} differ from the EAGLE-3 layout")
+        raise InputError(
+            f"{where}: tensors {sorted(set(state) ^ set(expected))} differ from the EAGLE-3 layout"
+        )
     for name, shape in expected.items():
         if tuple(state[name].shape) != shape:
             raise InputError(f"{where}: {name}: expected shape {shape}, got {tuple(state[name].shape)}")
 
 
-def cross_entropy_steps(logits: list[torch.Tensor], ids: torch.Tensor, loss_mask: torch.Tensor,
-                        decay: float) -> tuple[torch.Tensor, list[float]]:
+def cross_entropy_steps(
+    logits: list[torch.Tensor], ids: torch.Tensor, loss_mask: torch.Tensor, decay: float
+) -> tuple[torch.Tensor, list[float]]:
     """Sum over steps of decay^k x the mean cross entropy of step k's predictions (token t + k + 2) where
     `loss_mask` marks that token as one the head must learn (a generated token); and each step's accuracy."""
     total = logits[0].new_zeros(())
     accuracy = []
     n = ids.shape[1] - 1
     for k, step in enumerate(logits):
-        target = torch.cat([ids, ids.new_zeros(ids.shape[0], k + 1)], dim=1)[:, k + 2: k + 2 + n]
-        mask = torch.cat([loss_mask, loss_mask.new_zeros(ids.shape[0], k + 1)], dim=1)[:, k + 2: k + 2 + n]
+        target = torch.cat([ids, ids.new_zeros(ids.shape[0], k + 1)], dim=1)[:, k + 2 : k + 2 + n]
+        mask = torch.cat([loss_mask, loss_mask.new_zeros(ids.shape[0], k + 1)], dim=1)[:, k + 2 : k + 2 + n]
         if not mask.any():
             accuracy.append(0.0)
             continue
         ce = F.cross_entropy(step[mask], target[mask])
-        total = total + decay ** k * ce
+        total = total + decay**k * ce
         accuracy.append(float((step[mask].argmax(-1) == target[mask]).float().mean()))
     return total, accuracy

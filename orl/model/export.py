@@ -65,27 +65,39 @@ def _notes(fmt: str, cfg, auto_map: dict | None) -> list[str]:
         return []
     notes = []
     if cfg.block_layout != "absolute":
-        notes.append(f"these weights were trained with block_layout {cfg.block_layout!r} (blocks start after the "
-                     "prompt); config.json records it and this harness decodes them that way, but SDAR's own "
-                     "runtime (generate.py, modeling_sdar.py), SGLang and LMDeploy always place blocks at absolute "
-                     "positions, so they run these weights off the layout they were trained with")
+        notes.append(
+            f"these weights were trained with block_layout {cfg.block_layout!r} (blocks start after the "
+            "prompt); config.json records it and this harness decodes them that way, but SDAR's own "
+            "runtime (generate.py, modeling_sdar.py), SGLang and LMDeploy always place blocks at absolute "
+            "positions, so they run these weights off the layout they were trained with"
+        )
     if (cfg.block_size, cfg.mask_token_id) != (SERVING_BLOCK_SIZE, SERVING_MASK_ID):
-        notes.append(f"block_size {cfg.block_size}, mask_token_id {cfg.mask_token_id}: SGLang's dLLM backend takes "
-                     f"SDARForCausalLM's block size ({SERVING_BLOCK_SIZE}) and mask id ({SERVING_MASK_ID}) from a "
-                     f"built-in table and LMDeploy takes mask id {SERVING_MASK_ID}, not config.json; they serve "
-                     "this export only where those match")
+        notes.append(
+            f"block_size {cfg.block_size}, mask_token_id {cfg.mask_token_id}: SGLang's dLLM backend takes "
+            f"SDARForCausalLM's block size ({SERVING_BLOCK_SIZE}) and mask id ({SERVING_MASK_ID}) from a "
+            f"built-in table and LMDeploy takes mask id {SERVING_MASK_ID}, not config.json; they serve "
+            "this export only where those match"
+        )
     if cfg.residual_alpha and cfg.residual_adapter is None:
-        notes.append(f"residual_alpha {cfg.residual_alpha} (ORL's residual context) is recorded; other runtimes "
-                     "do not implement it")
+        notes.append(
+            f"residual_alpha {cfg.residual_alpha} (ORL's residual context) is recorded; other runtimes "
+            "do not implement it"
+        )
     if auto_map is None:
-        notes.append("no modeling code is included: transformers and the serving stacks read model_type 'sdar' "
-                     "through an SDAR release's configuration_sdar.py / modeling_sdar.py (trust_remote_code); "
-                     "--sdar-code DIR copies them from a local SDAR checkpoint")
+        notes.append(
+            "no modeling code is included: transformers and the serving stacks read model_type 'sdar' "
+            "through an SDAR release's configuration_sdar.py / modeling_sdar.py (trust_remote_code); "
+            "--sdar-code DIR copies them from a local SDAR checkpoint"
+        )
     return notes
 
 
 def export_checkpoint(
-    src: str | Path, out_dir: str | Path, fmt: str, *, max_shard_bytes: int = DEFAULT_SHARD_BYTES,
+    src: str | Path,
+    out_dir: str | Path,
+    fmt: str,
+    *,
+    max_shard_bytes: int = DEFAULT_SHARD_BYTES,
     sdar_code: str | Path | None = None,
 ) -> ExportResult:
     """Write checkpoint `src` as format `fmt` ("sdar" or "qwen3") into the new directory `out_dir`."""
@@ -96,14 +108,20 @@ def export_checkpoint(
         raise InputError(f"--out {out_dir}: the directory exists and is not empty; export writes a new one")
     ckpt = load_checkpoint(src)  # on the CPU, in the checkpoint's own dtype
     if ckpt.config.get("quantization_config"):
-        raise CheckpointError(f"{ckpt.path / CONFIG}: quantization_config: NVFP4 checkpoints are not exported "
-                              "(SDAR / Qwen3 runtimes read dense weights); export the checkpoint it was quantized from")
+        raise CheckpointError(
+            f"{ckpt.path / CONFIG}: quantization_config: NVFP4 checkpoints are not exported "
+            "(SDAR / Qwen3 runtimes read dense weights); export the checkpoint it was quantized from"
+        )
     if fmt == "sdar" and not ckpt.is_diffusion:
-        raise CheckpointError(f"{ckpt.path / CONFIG}: architectures: {ckpt.arch} is an AR checkpoint; "
-                              "--format sdar needs a block-diffusion one (use --format qwen3)")
+        raise CheckpointError(
+            f"{ckpt.path / CONFIG}: architectures: {ckpt.arch} is an AR checkpoint; "
+            "--format sdar needs a block-diffusion one (use --format qwen3)"
+        )
     if fmt == "qwen3" and ckpt.is_diffusion:
-        raise CheckpointError(f"{ckpt.path / CONFIG}: architectures: {ckpt.arch} is a block-diffusion checkpoint; "
-                              "as Qwen3 it would run as an AR model (use --format sdar)")
+        raise CheckpointError(
+            f"{ckpt.path / CONFIG}: architectures: {ckpt.arch} is a block-diffusion checkpoint; "
+            "as Qwen3 it would run as an AR model (use --format sdar)"
+        )
     auto_map, code_files = _sdar_code(Path(sdar_code)) if sdar_code is not None else (None, [])
     model, cfg = ckpt.model, ckpt.model.config
     config = hf_config(cfg, FORMATS[fmt], model_dtype(model))
@@ -118,10 +136,14 @@ def export_checkpoint(
     if cfg.residual_adapter is not None:
         # SDAR / Qwen3 runtimes have no residual context: the adapter (docs/method.md §2) cannot go with them.
         config.pop("residual_adapter", None)
-        config["residual_alpha"] = 0.0  # α without the adapter would be the entropy-weighted form: off instead
+        config["residual_alpha"] = (
+            0.0  # α without the adapter would be the entropy-weighted form: off instead
+        )
         state = {k: v for k, v in state.items() if not k.startswith("residual_adapter.")}
-        notes.append("the residual adapter (residual_adapter.*, docs/method.md §2) is DROPPED: SDAR / Qwen3 runtimes "
-                     "have no residual context, so the export decodes without it (residual off), not as ORL does")
+        notes.append(
+            "the residual adapter (residual_adapter.*, docs/method.md §2) is DROPPED: SDAR / Qwen3 runtimes "
+            "have no residual context, so the export decodes without it (residual off), not as ORL does"
+        )
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))

@@ -23,7 +23,9 @@ def causal_limits(query_idx: torch.Tensor) -> torch.Tensor:
     return query_idx + 1
 
 
-def block_causal_limits(query_idx: torch.Tensor, completion_start: torch.Tensor | int, block_size: int) -> torch.Tensor:
+def block_causal_limits(
+    query_idx: torch.Tensor, completion_start: torch.Tensor | int, block_size: int
+) -> torch.Tensor:
     """Per-query key limits; `completion_start` is a scalar or one value per batch row ([b, 1])."""
     start = torch.as_tensor(completion_start, device=query_idx.device)
     if start.dim() == 1:

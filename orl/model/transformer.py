@@ -39,7 +39,9 @@ class ModelConfig:
     rms_norm_eps: float = 1e-6
     max_position_embeddings: int = 256
     tie_word_embeddings: bool = True
-    attention_bias: bool = False  # biases on q/k/v/o projections (Qwen3's attention_bias; off in every release)
+    attention_bias: bool = (
+        False  # biases on q/k/v/o projections (Qwen3's attention_bias; off in every release)
+    )
     # Block diffusion (docs/method.md §1-2, §5); ignored by the AR model.
     attention_mode: str = "causal"  # "causal" or "block-causal"
     # Where blocks sit: "after-prompt" (ours: the prompt attends causally, block 0 starts right after it)
@@ -79,7 +81,9 @@ class RMSNorm(nn.Module):
 
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin of shape [batch, 1, seq, head_dim] for integer positions [batch, seq]."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    )
     angles = positions.float()[..., None] * inv_freq  # [b, t, d/2]
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos()[:, None], angles.sin()[:, None]
@@ -106,8 +110,10 @@ class KVCache:
     def allocate(cls, config: ModelConfig, batch: int, max_len: int, device, dtype) -> KVCache:
         shape = (batch, config.num_key_value_heads, max_len, config.head_dim)
         layers = range(config.num_hidden_layers)
-        return cls([torch.zeros(shape, device=device, dtype=dtype) for _ in layers],
-                   [torch.zeros(shape, device=device, dtype=dtype) for _ in layers])
+        return cls(
+            [torch.zeros(shape, device=device, dtype=dtype) for _ in layers],
+            [torch.zeros(shape, device=device, dtype=dtype) for _ in layers],
+        )
 
     @property
     def max_len(self) -> int:
@@ -143,7 +149,9 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
 
-def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def grouped_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
     """Grouped-query attention: q [b, Hq, t, d] over k, v [b, Hkv, s, d], Hq a multiple of Hkv.
 
     Query head h reads key/value head h // (Hq / Hkv). Without a mask (causal AR training) SDPA's own
@@ -222,7 +230,7 @@ class ResidualAdapter(nn.Module):
         if not self.w1.weight.is_meta:
             # W₁ from its own generator, not the global one: every rank of a sharded run (which shards
             # each rank's own tensor) and a single process start from the same adapter.
-            draw = torch.randn(d, d, generator=torch.Generator().manual_seed(ADAPTER_INIT_SEED)) * d ** -0.5
+            draw = torch.randn(d, d, generator=torch.Generator().manual_seed(ADAPTER_INIT_SEED)) * d**-0.5
             with torch.no_grad():
                 self.w1.weight.copy_(draw)
         nn.init.zeros_(self.w2.weight)
@@ -258,8 +266,10 @@ class Transformer(nn.Module):
         """Add a fresh (zero-output) residual adapter, as ORL does to a base dLLM; recorded in the config."""
         shape = adapter_spec(self.config)["shape"]
         if self.config.residual_adapter is not None and self.config.residual_adapter.get("shape") != shape:
-            raise ValueError(f"residual_adapter: shape {self.config.residual_adapter.get('shape')} does not match "
-                             f"hidden_size {self.config.hidden_size}")
+            raise ValueError(
+                f"residual_adapter: shape {self.config.residual_adapter.get('shape')} does not match "
+                f"hidden_size {self.config.hidden_size}"
+            )
         device = self.model.embed_tokens.weight.device
         dtype = self.model.embed_tokens.weight.dtype
         self.residual_adapter = ResidualAdapter(self.config).to(device=device, dtype=dtype)

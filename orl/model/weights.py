@@ -33,9 +33,20 @@ from orl.io import atomic_write_json
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 WINDOW_BYTES = 256 << 20
-_DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
-           "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2, "I64": torch.int64,
-           "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "BF16": torch.bfloat16,
+    "F16": torch.float16,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
 
 
 @dataclass(frozen=True)
@@ -78,9 +89,13 @@ def read_index(index: Path) -> dict[str, Path]:
     for name, shard in weight_map.items():
         # A shard is a file in this directory, never a path out of it.
         if not isinstance(shard, str) or Path(shard).name != shard or not shard.endswith(".safetensors"):
-            raise CheckpointError(f"{index}: weight_map.{name}: expected a .safetensors file name, got {shard!r}")
+            raise CheckpointError(
+                f"{index}: weight_map.{name}: expected a .safetensors file name, got {shard!r}"
+            )
         if not (index.parent / shard).is_file():
-            raise CheckpointError(f"{index.parent / shard}: file not found (named by {index.name} for {name})")
+            raise CheckpointError(
+                f"{index.parent / shard}: file not found (named by {index.name} for {name})"
+            )
         shards[name] = index.parent / shard
     return shards
 
@@ -91,7 +106,9 @@ def _open(path: Path):
     try:
         return safe_open(str(path), framework="pt")
     except Exception as exc:  # safetensors raises on truncation and bad headers
-        raise CheckpointError(f"{path}: cannot read safetensors weights ({exc}); the file may be truncated") from None
+        raise CheckpointError(
+            f"{path}: cannot read safetensors weights ({exc}); the file may be truncated"
+        ) from None
 
 
 def read_headers(ckpt_dir: Path) -> dict[str, TensorInfo]:
@@ -112,8 +129,10 @@ def read_headers(ckpt_dir: Path) -> dict[str, TensorInfo]:
     if index is not None:
         absent = sorted(set(index) - set(infos))
         if absent:
-            raise CheckpointError(f"{ckpt_dir / WEIGHTS_INDEX}: weight_map names {len(absent)} tensor(s) their "
-                                  f"shard does not hold (first: {absent[0]} in {index[absent[0]].name})")
+            raise CheckpointError(
+                f"{ckpt_dir / WEIGHTS_INDEX}: weight_map names {len(absent)} tensor(s) their "
+                f"shard does not hold (first: {absent[0]} in {index[absent[0]].name})"
+            )
     return infos
 
 
@@ -124,7 +143,9 @@ def copy_into(targets: Mapping[str, torch.Tensor], infos: Mapping[str, TensorInf
         by_file.setdefault(infos[name].file, set()).add(name)
     for path, wanted in by_file.items():
         with _open(path) as handle:
-            pending = [name for name in handle.offset_keys() if name in wanted]  # file order: sequential reads
+            pending = [
+                name for name in handle.offset_keys() if name in wanted
+            ]  # file order: sequential reads
         while pending:
             with _open(path) as handle:  # a fresh mapping per window; closing it unmaps the pages read
                 mapped = 0
@@ -165,7 +186,9 @@ def _atomic_save(tensors: dict[str, torch.Tensor], path: Path) -> None:
         raise
 
 
-def write_weights(state: Mapping[str, torch.Tensor], out_dir: Path, max_shard_bytes: int | None = None) -> list[Path]:
+def write_weights(
+    state: Mapping[str, torch.Tensor], out_dir: Path, max_shard_bytes: int | None = None
+) -> list[Path]:
     """Write `state` as model.safetensors, or as shards plus model.safetensors.index.json when it is larger.
 
     Weight files of an earlier save in `out_dir` that the new one does not use are removed
@@ -182,9 +205,13 @@ def write_weights(state: Mapping[str, torch.Tensor], out_dir: Path, max_shard_by
             _atomic_save({n: state[n].cpu() for n in tensors}, out_dir / shard_name)
         total = sum(t.numel() * t.element_size() for t in state.values())
         weight_map = {n: shard_name for shard_name, tensors in zip(names, plan, strict=True) for n in tensors}
-        atomic_write_json(out_dir / WEIGHTS_INDEX, {"metadata": {"total_size": total}, "weight_map": weight_map})
+        atomic_write_json(
+            out_dir / WEIGHTS_INDEX, {"metadata": {"total_size": total}, "weight_map": weight_map}
+        )
     stale = {*out_dir.glob("model-*-of-*.safetensors"), out_dir / WEIGHTS, out_dir / WEIGHTS_INDEX}
-    for path in stale - {out_dir / n for n in names} - ({out_dir / WEIGHTS_INDEX} if len(plan) > 1 else set()):
+    for path in (
+        stale - {out_dir / n for n in names} - ({out_dir / WEIGHTS_INDEX} if len(plan) > 1 else set())
+    ):
         path.unlink(missing_ok=True)
     return [out_dir / n for n in names]
 

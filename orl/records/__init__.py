@@ -9,6 +9,14 @@ from orl.records.schema import gpu_count, make_record, not_run, record_split, va
 from orl.records.store import load_record_tree, load_records, write_records
 
 __all__ = [
-    "capture_environment", "config_hash", "gpu_count", "load_record_tree", "load_records", "make_record",
-    "not_run", "record_split", "validate_record", "write_records",
+    "capture_environment",
+    "config_hash",
+    "gpu_count",
+    "load_record_tree",
+    "load_records",
+    "make_record",
+    "not_run",
+    "record_split",
+    "validate_record",
+    "write_records",
 ]

@@ -51,7 +51,13 @@ TIME_METRICS = {
     "train_wall_s", "step_time_s", "step_time_eager_s", "step_time_graph_s", "forward_time_s",
 }  # fmt: skip
 RATE_METRICS = {"tokens_per_s", "peak_tokens_per_s", "train_tokens_per_s", "step_tokens_per_s"}
-IN_RUN_SPEEDUPS = {"speedup", "speedup_vs_eager", "speedup_vs_reference", "speedup_vs_bf16", "speedup_vs_dequant"}
+IN_RUN_SPEEDUPS = {
+    "speedup",
+    "speedup_vs_eager",
+    "speedup_vs_reference",
+    "speedup_vs_bf16",
+    "speedup_vs_dequant",
+}
 _FLOAT_SLACK = 1e-12
 
 
@@ -134,9 +140,13 @@ def compare_runs(
     report = RegressionReport()
     base_index, base_dup = _index(baseline)
     cur_index, cur_dup = _index(current)
-    report.lines.append(f"orl regress: {names[0]} ({len(baseline)} records) vs {names[1]} ({len(current)} records)")
+    report.lines.append(
+        f"orl regress: {names[0]} ({len(baseline)} records) vs {names[1]} ({len(current)} records)"
+    )
     if base_dup or cur_dup:
-        report.lines.append(f"  note: {base_dup} / {cur_dup} records repeat a key; the latest of each is compared")
+        report.lines.append(
+            f"  note: {base_dup} / {cur_dup} records repeat a key; the latest of each is compared"
+        )
 
     base_ref = _reference_time(baseline, reference_system)
     cur_ref = _reference_time(current, reference_system)
@@ -150,7 +160,11 @@ def compare_runs(
         timing = (base_ref[1], cur_ref[1])
     else:
         missing = [n for n, ref in zip(names, (base_ref, cur_ref), strict=True) if ref is None]
-        why = f"no {reference_system!r} record in {' and '.join(missing)}" if missing else "reference metrics differ"
+        why = (
+            f"no {reference_system!r} record in {' and '.join(missing)}"
+            if missing
+            else "reference metrics differ"
+        )
         report.lines.append(f"timing was not compared: {why} (in-run speedups still are)")
         timing = None
     tol_text = ", ".join(f"{k} ±{v:g}" for k, v in sorted(tolerances.items()))

@@ -115,8 +115,10 @@ def make_record(
     out, like a record written before splits: it reads as "test", record_split).
     """
     if kind in SPLIT_KINDS and split is None and status == "measured":
-        raise ValueError(f"{kind} record for {system!r}: split: expected 'dev' or 'test' (which problems of "
-                         f"{suite!r} it measured), got None")
+        raise ValueError(
+            f"{kind} record for {system!r}: split: expected 'dev' or 'test' (which problems of "
+            f"{suite!r} it measured), got None"
+        )
     model = {"ckpt": None, "ckpt_sha256": None, **model}
     record = {
         "schema_version": SCHEMA_VERSION,
@@ -223,7 +225,9 @@ def _describe(error) -> tuple[str, str]:
         return _json_path(path), f"expected {wanted}, got {short_repr(value)}"
     if kind in ("enum", "const"):
         options = want if kind == "enum" else [want]
-        return _json_path(path), f"expected one of {', '.join(short_repr(o) for o in options)}, got {short_repr(value)}"
+        return _json_path(
+            path
+        ), f"expected one of {', '.join(short_repr(o) for o in options)}, got {short_repr(value)}"
     if kind == "minimum":
         return _json_path(path), f"must be >= {want}, got {short_repr(value)}"
     if kind == "exclusiveMinimum":
@@ -262,7 +266,9 @@ def validate_record(record: dict, *, source: str = "<record>") -> None:
     table cannot average them), and measured latency percentiles must be ordered.
     """
     if not isinstance(record, dict):
-        raise InputError(f"{source}: expected a JSON object, got {json_type_name(record)} {short_repr(record)}")
+        raise InputError(
+            f"{source}: expected a JSON object, got {json_type_name(record)} {short_repr(record)}"
+        )
     errors = list(_validator().iter_errors(record))
     if errors:
         # Report the shallowest error first: a missing object explains its missing fields.

@@ -36,7 +36,9 @@ def _parse_line(raw: bytes, *, source: str, is_last: bool, has_newline: bool) ->
             ) from None
         raise InputError(f"{source}: invalid JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise InputError(f"{source}: expected a JSON object per line, got {json_type_name(value)} {short_repr(value)}")
+        raise InputError(
+            f"{source}: expected a JSON object per line, got {json_type_name(value)} {short_repr(value)}"
+        )
     return value
 
 
@@ -60,7 +62,9 @@ def load_records(path: str | os.PathLike) -> list[dict]:
             continue
         source = f"{path} line {index + 1}"
         is_last = index == len(lines) - 1
-        record = _parse_line(raw, source=source, is_last=is_last, has_newline=ends_with_newline or not is_last)
+        record = _parse_line(
+            raw, source=source, is_last=is_last, has_newline=ends_with_newline or not is_last
+        )
         try:
             validate_record(record, source=source)
         except RecursionError:

@@ -95,7 +95,9 @@ def record_problems(record: dict) -> list[str]:
         if not env.get(field):
             problems.append(f"env.{field}: missing (the environment block must name it)")
     if env.get("gpu_name") and not gpu_slug(env["gpu_name"]):
-        problems.append(f"env.gpu_name: {env['gpu_name'][:80]!r} has no letter or digit to name its folder by")
+        problems.append(
+            f"env.gpu_name: {env['gpu_name'][:80]!r} has no letter or digit to name its folder by"
+        )
     if record["status"] != "measured":
         problems.append(f"status: {record['status']!r}: submit measured records only")
     date_problem = _date_problem(record)
@@ -147,7 +149,11 @@ def check_submission(path: str | Path) -> list[dict]:
 def submission_path(records: list[dict], root: str | Path) -> Path:
     first = records[0]
     date = max(record_date(r) for r in records)
-    return Path(root) / gpu_slug(first["env"]["gpu_name"], gpu_count(first)) / f"{date}-{first['env']['git_sha'][:12]}.jsonl"
+    return (
+        Path(root)
+        / gpu_slug(first["env"]["gpu_name"], gpu_count(first))
+        / f"{date}-{first['env']['git_sha'][:12]}.jsonl"
+    )
 
 
 def _open_folder(root: Path, name: str) -> int:
@@ -164,8 +170,10 @@ def _open_folder(root: Path, name: str) -> int:
             fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root_fd)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise InputError(f"{root / name}: is a symbolic link or not a folder; submissions are filed only "
-                                 f"in real folders under {root} (nothing written)") from None
+                raise InputError(
+                    f"{root / name}: is a symbolic link or not a folder; submissions are filed only "
+                    f"in real folders under {root} (nothing written)"
+                ) from None
             raise
         if created:
             os.fchmod(fd, 0o755)
@@ -177,7 +185,7 @@ def _open_folder(root: Path, name: str) -> int:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     os.fchmod(fd, 0o644)
     os.fsync(fd)
 

@@ -45,9 +45,11 @@ _COLUMNS: dict[int, list] = {
         "pass_at_1", "latency_median_s", "submissions", "driver", "cuda", "torch", "git_sha", "date"],
     5: ["system", "engine", "suite", "seeds", "n_problems", "operating_point", ("tpf", SEEDED),
         ("tpf_prefill", INTERVAL), ("tpf_commit", INTERVAL), ("tpf_ceiling", INTERVAL),
-        ("pass_at_1", SEEDED), ("aup", SEEDED), "aup_dropped", ("tpf_diff", TESTED), ("pass_at_1_diff", TESTED),
-        ("aup_diff", TESTED), "gated_share", "aec_active_share", "retained_fraction", "self_generated_tokens", "train_wall_s", "world_size", "device_hours",
-        "train_gpu_hours", "train_tokens_per_s", "peak_memory_gb", "step_tokens_per_s_packed", "step_tokens_per_s_unpacked", "train_step_speedup"],
+        ("pass_at_1", SEEDED), ("aup", SEEDED), "aup_dropped", ("tpf_diff", TESTED),
+        ("pass_at_1_diff", TESTED), ("aup_diff", TESTED), "gated_share", "aec_active_share",
+        "retained_fraction", "self_generated_tokens", "train_wall_s", "world_size", "device_hours",
+        "train_gpu_hours", "train_tokens_per_s", "peak_memory_gb", "step_tokens_per_s_packed",
+        "step_tokens_per_s_unpacked", "train_step_speedup"],
 }  # fmt: skip
 
 

@@ -1,8 +1,8 @@
 """Render a profile's report: records in, tables + figures + index out.
 
-    records under <results>/**/*.jsonl  ─┐
-    contributed results/hardware/**      ├─► tables 1..5 (md, tex, csv) ─┐
-    results/paper/claims.yaml           ─┘   figures (png, pdf)         ├─► <out>/index.md
+records under <results>/**/*.jsonl  ─┐
+contributed results/hardware/**      ├─► tables 1..5 (md, tex, csv) ─┐
+results/paper/claims.yaml           ─┘   figures (png, pdf)         ├─► <out>/index.md
 """
 
 from __future__ import annotations

@@ -124,9 +124,16 @@ def _parse_citation(path: Path, claim_id: str, field: str, entry: object) -> Cit
     if not isinstance(entry, dict) or set(entry) != {"source", "quote"}:
         raise _fail(path, claim_id, field, f"expected a mapping with exactly source and quote, got {entry!r}")
     source, quote = entry["source"], entry["quote"]
-    if not isinstance(source, str) or not (_SEED_PATTERN.fullmatch(source) or _PAGE_PATTERN.fullmatch(source)):
-        raise _fail(path, claim_id, f"{field}.source", "expected a seed file name like 000_x.txt or a page "
-                    f"section like page:index.html#results, got {source!r}")
+    if not isinstance(source, str) or not (
+        _SEED_PATTERN.fullmatch(source) or _PAGE_PATTERN.fullmatch(source)
+    ):
+        raise _fail(
+            path,
+            claim_id,
+            f"{field}.source",
+            "expected a seed file name like 000_x.txt or a page "
+            f"section like page:index.html#results, got {source!r}",
+        )
     _check_text(path, claim_id, f"{field}.quote", quote, nullable=False)
     if len(" ".join(quote.split())) > MAX_QUOTE_CHARS:
         raise _fail(
@@ -146,7 +153,9 @@ def _parse_claim(path: Path, index: int, entry: object) -> Claim:
             raise _fail(path, claim_id, field, "missing field")
     unknown = sorted(set(entry) - set(_REQUIRED) - set(_OPTIONAL))
     if unknown:
-        raise _fail(path, claim_id, unknown[0], f"unknown field (expected: {', '.join(_REQUIRED + _OPTIONAL)})")
+        raise _fail(
+            path, claim_id, unknown[0], f"unknown field (expected: {', '.join(_REQUIRED + _OPTIONAL)})"
+        )
 
     table = entry["table"]
     if table is not None and (isinstance(table, bool) or table not in TABLES):
@@ -164,10 +173,17 @@ def _parse_claim(path: Path, index: int, entry: object) -> Claim:
     if entry["unit"] not in UNITS:
         raise _fail(path, claim_id, "unit", f"expected one of {', '.join(UNITS)}, got {entry['unit']!r}")
     if entry["qualifier"] is not None and entry["qualifier"] not in QUALIFIERS:
-        raise _fail(path, claim_id, "qualifier", f"expected one of {', '.join(QUALIFIERS)} or null, got {entry['qualifier']!r}")
+        raise _fail(
+            path,
+            claim_id,
+            "qualifier",
+            f"expected one of {', '.join(QUALIFIERS)} or null, got {entry['qualifier']!r}",
+        )
     if entry.get("note") is not None:
         _check_text(path, claim_id, "note", entry["note"], nullable=False)
-    main = _parse_citation(path, claim_id, "source/quote", {"source": entry["source"], "quote": entry["quote"]})
+    main = _parse_citation(
+        path, claim_id, "source/quote", {"source": entry["source"], "quote": entry["quote"]}
+    )
     also = entry.get("also") or []
     if not isinstance(also, list):
         raise _fail(path, claim_id, "also", f"expected a list of {{source, quote}}, got {also!r}")
@@ -201,9 +217,14 @@ def load_claims(path: str | Path = DEFAULT_CLAIMS_PATH) -> list[Claim]:
         raise ConfigError(f"{path}: no such claims file") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict) or not {"claims"} <= set(data) <= {"claims", "notes"} \
-            or not isinstance(data["claims"], list):
-        raise ConfigError(f"{path}: expected a mapping with claims: a list of claims (and optional notes: a list)")
+    if (
+        not isinstance(data, dict)
+        or not {"claims"} <= set(data) <= {"claims", "notes"}
+        or not isinstance(data["claims"], list)
+    ):
+        raise ConfigError(
+            f"{path}: expected a mapping with claims: a list of claims (and optional notes: a list)"
+        )
     claims = [_parse_claim(path, index, entry) for index, entry in enumerate(data["claims"])]
     seen: set[str] = set()
     for claim in claims:
@@ -226,8 +247,9 @@ def page_text(html_text: str) -> str:
     return normalise_space(html.unescape(re.sub(r"<[^>]*>", " ", html_text)))
 
 
-def citation_problems(claims: list[Claim], seeds_dir: str | Path = DEFAULT_SEEDS_DIR,
-                      page_dir: str | Path | None = None) -> list[str]:
+def citation_problems(
+    claims: list[Claim], seeds_dir: str | Path = DEFAULT_SEEDS_DIR, page_dir: str | Path | None = None
+) -> list[str]:
     """Every citation whose source is missing or does not contain its quote (whitespace normalised).
 
     Seed citations are read from `seeds_dir`; page citations from `page_dir` (a copy of the page's
@@ -243,13 +265,16 @@ def citation_problems(claims: list[Claim], seeds_dir: str | Path = DEFAULT_SEEDS
             if citation.source not in texts:
                 file = folder / name
                 raw = file.read_text(encoding="utf-8") if file.is_file() else None
-                texts[citation.source] = None if raw is None else page_text(raw) if citation.on_page \
-                    else normalise_space(raw)
+                texts[citation.source] = (
+                    None if raw is None else page_text(raw) if citation.on_page else normalise_space(raw)
+                )
             text = texts[citation.source]
             if text is None:
                 problems.append(f"claim {claim.id!r}: source {citation.source} not found in {folder}")
             elif normalise_space(citation.quote) not in text:
-                problems.append(f"claim {claim.id!r}: quote {citation.quote!r} not found in {citation.source}")
+                problems.append(
+                    f"claim {claim.id!r}: quote {citation.quote!r} not found in {citation.source}"
+                )
     return problems
 
 
@@ -279,7 +304,11 @@ def load_notes(path: str | Path = DEFAULT_CLAIMS_PATH) -> list[LedgerNote]:
         if not isinstance(entry["id"], str) or not _ID_PATTERN.match(entry["id"]):
             raise ConfigError(f"{path}: notes[{index}]: id: expected a lowercase slug, got {entry['id']!r}")
         tables = entry["tables"]
-        if not isinstance(tables, list) or not tables or any(isinstance(t, bool) or t not in TABLES for t in tables):
+        if (
+            not isinstance(tables, list)
+            or not tables
+            or any(isinstance(t, bool) or t not in TABLES for t in tables)
+        ):
             raise ConfigError(f"{where}: tables: expected a non-empty list of 1..5, got {tables!r}")
         if not isinstance(entry["text"], str) or not entry["text"].strip():
             raise ConfigError(f"{where}: text: expected a non-empty string")

@@ -90,7 +90,10 @@ def sweep_curves(records: list[dict]) -> dict[tuple, list[tuple]]:
         tau = Policy.from_record(block, f"{record['system']}: policy").value if block else None
         key = (record["system"], record["engine"], record["suite"], record["model"]["ckpt_sha256"])
         curves.setdefault(key, []).append((tpf, acc, tau, _interval(record)))
-    return {key: sorted(points, key=lambda p: p[:3]) for key, points in sorted(curves.items(), key=lambda kv: str(kv[0]))}
+    return {
+        key: sorted(points, key=lambda p: p[:3])
+        for key, points in sorted(curves.items(), key=lambda kv: str(kv[0]))
+    }
 
 
 def mean_curves(curves: dict[tuple, list[tuple]]) -> dict[tuple, list[tuple]]:
@@ -111,7 +114,9 @@ def mean_curves(curves: dict[tuple, list[tuple]]) -> dict[tuple, list[tuple]]:
     return out
 
 
-def plot_accuracy_vs_tpf(records: list[dict], paths: list[Path], table_aups: dict | None = None) -> list[Path]:
+def plot_accuracy_vs_tpf(
+    records: list[dict], paths: list[Path], table_aups: dict | None = None
+) -> list[Path]:
     """One line per system and suite: the mean over its training seeds at each threshold, the band the seeds
     span, τ at the ends of the line; the legend gives each system's AUP as its table reports it
     (`table_aups`: {(system, suite): (aup, lo, hi, table)}), so figure and tables agree."""
@@ -132,20 +137,32 @@ def plot_accuracy_vs_tpf(records: list[dict], paths: list[Path], table_aups: dic
             aup = (table_aups or {}).get((system, suite or None))
             label = f"{system} [{engine}]"
             if aup and aup[0] is not None:
-                interval = f" [{aup[1]:.0f}, {aup[2]:.0f}]" if aup[1] is not None and aup[2] is not None else ""
+                interval = (
+                    f" [{aup[1]:.0f}, {aup[2]:.0f}]" if aup[1] is not None and aup[2] is not None else ""
+                )
                 label += f", AUP {aup[0]:.0f}{interval} (Table {aup[3]})"
             if seeds.get((system, engine, suite or None), 1) > 1:
                 label += f", mean of {seeds[(system, engine, suite or None)]} seeds"
-                ax.fill_between(xs, [r[3] for r in rows], [r[4] for r in rows], color=color, alpha=0.12, linewidth=0)
+                ax.fill_between(
+                    xs, [r[3] for r in rows], [r[4] for r in rows], color=color, alpha=0.12, linewidth=0
+                )
             ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, color=color, label=label)
             for r in (rows[0], rows[-1]) if len(rows) > 1 else rows:
-                ax.annotate(f"τ {r[0]:g}", (r[1], r[2]), textcoords="offset points", xytext=(3, 3), fontsize=6,
-                            color=color)
+                ax.annotate(
+                    f"τ {r[0]:g}",
+                    (r[1], r[2]),
+                    textcoords="offset points",
+                    xytext=(3, 3),
+                    fontsize=6,
+                    color=color,
+                )
         if curves:
             ax.set_xlabel("tokens per forward (TPF)")
             ax.set_ylabel("pass@1")
-            ax.set_title(f"accuracy vs TPF{f' ({suite})' if suite else ''}: threshold sweeps; band: the seeds' range",
-                         fontsize=8)
+            ax.set_title(
+                f"accuracy vs TPF{f' ({suite})' if suite else ''}: threshold sweeps; band: the seeds' range",
+                fontsize=8,
+            )
             ax.set_xlim(left=0)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=1, frameon=False)
@@ -170,9 +187,17 @@ def plot_tokens_per_s(table2: pd.DataFrame, paths: list[Path]) -> list[Path]:
     hi = [float(v) if not pd.isna(v) else x for v, x in zip(measured["tokens_per_s_hi"], values, strict=True)]
     positions = list(range(len(labels)))
     colors = [f"C{suites.index(s) % 10}" for s in measured["suite"]]
-    ax.barh(positions, values, xerr=[[v - a for v, a in zip(values, lo, strict=True)],
-                                     [b - v for v, b in zip(values, hi, strict=True)]],
-            color=colors, capsize=2, error_kw={"linewidth": 0.8})
+    ax.barh(
+        positions,
+        values,
+        xerr=[
+            [v - a for v, a in zip(values, lo, strict=True)],
+            [b - v for v, b in zip(values, hi, strict=True)],
+        ],
+        color=colors,
+        capsize=2,
+        error_kw={"linewidth": 0.8},
+    )
     for pos, value, top in zip(positions, values, hi, strict=True):
         ax.text(top, pos, f" {value:,.0f}", va="center", fontsize=7)
     ax.set_yticks(positions, labels, fontsize=7)
@@ -198,7 +223,10 @@ def entropy_curves(records: list[dict]) -> dict[tuple[str, str | None], list[flo
         key = (record["system"], record["suite"])
         if key not in latest or record["created"] > latest[key]["created"]:
             latest[key] = record
-    return {key: [float(v) for v in rec["extra"]["mean_entropy_per_step"]] for key, rec in sorted(latest.items(), key=str)}
+    return {
+        key: [float(v) for v in rec["extra"]["mean_entropy_per_step"]]
+        for key, rec in sorted(latest.items(), key=str)
+    }
 
 
 def plot_entropy(records: list[dict], paths: list[Path]) -> list[Path]:
@@ -209,7 +237,9 @@ def plot_entropy(records: list[dict], paths: list[Path]) -> list[Path]:
         _empty(ax, "no measured records of kind 'entropy' with extra.mean_entropy_per_step")
         return _save(fig, paths)
     for (system, suite), values in curves.items():
-        ax.plot(range(1, len(values) + 1), values, marker=".", label=f"{system}{f' ({suite})' if suite else ''}")
+        ax.plot(
+            range(1, len(values) + 1), values, marker=".", label=f"{system}{f' ({suite})' if suite else ''}"
+        )
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -227,7 +257,11 @@ def length_curves(records: list[dict]) -> dict[tuple, list[tuple]]:
     latest: dict[tuple, dict] = {}
     for record in records:
         extra = record.get("extra") or {}
-        if record["kind"] != "engine_bench" or record["status"] != "measured" or extra.get("stop_at_eos") is not False:
+        if (
+            record["kind"] != "engine_bench"
+            or record["status"] != "measured"
+            or extra.get("stop_at_eos") is not False
+        ):
             continue
         key = (record["system"], record["suite"], extra.get("max_new_tokens"), record["engine"])
         if key[2] is not None and (key not in latest or record["created"] > latest[key]["created"]):

@@ -26,7 +26,9 @@ from orl.records.regress import DEFAULT_REFERENCE_SYSTEM, REFERENCE_METRICS
 def reference_timing(records: list[dict]) -> dict:
     """The "reference timing" record: the latest measured latency record of the GATE_REFERENCE row."""
     system = rows.ROW[rows.GATE_REFERENCE].system
-    measured = [r for r in records if r["kind"] == "latency" and r["system"] == system and r["status"] == "measured"]
+    measured = [
+        r for r in records if r["kind"] == "latency" and r["system"] == system and r["status"] == "measured"
+    ]
     if not measured:
         raise InputError(f"regression gate: no measured 'latency' record of {system!r} "
                          "(orl.rows.GATE_REFERENCE) "
@@ -34,7 +36,9 @@ def reference_timing(records: list[dict]) -> dict:
     source = max(measured, key=lambda r: r["created"])
     timing = {m: source["metrics"][m] for m in REFERENCE_METRICS if source["metrics"].get(m) is not None}
     if not timing:
-        raise InputError(f"regression gate: the latency record of {system!r} has none of {', '.join(REFERENCE_METRICS)}")
+        raise InputError(
+            f"regression gate: the latency record of {system!r} has none of {', '.join(REFERENCE_METRICS)}"
+        )
     record = copy.deepcopy(source)
     record.update(system=DEFAULT_REFERENCE_SYSTEM, metrics=timing, per_problem=None)
     record["extra"] = {"reference_of": {"kind": source["kind"], "system": system, "engine": source["engine"],

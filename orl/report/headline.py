@@ -28,7 +28,9 @@ def verification(row: dict) -> str:
     greedily against the AR target) or relaxed with its δ, none for AR decoding, parallel commits for the
     dLLM rows."""
     engine = row.get("engine")
-    if isinstance(row.get("verification"), str):  # the line's row drafts (orl.rows Row.draft; table2.verification)
+    if isinstance(
+        row.get("verification"), str
+    ):  # the line's row drafts (orl.rows Row.draft; table2.verification)
         return "strict (greedy)" if row["verification"] == "strict" else row["verification"]
     if engine in ("dlmrt", "dlmrt-eager", "reference"):
         return "none (dLLM commits)"
@@ -45,20 +47,42 @@ def short_point(row: dict) -> str | None:
 
 
 HEADLINES: dict[int, tuple[Column, ...]] = {
-    1: (Column("model", "model", False), Column("variant", "variant", False),
-        Column("operating point", "operating_point", False, derive=short_point), Column("TPF", "tpf"),
-        Column("tokens/s", "tokens_per_s"), Column("pass@1", "pass_at_1"), Column("TPF gain", "tpf_gain"),
-        Column("throughput gain", "throughput_gain")),
-    2: (Column("system", "system", False), Column("verification", "", False, derive=verification),
-        Column("TPF", "tpf"), Column("tokens/s", "tokens_per_s"), Column("pass@1", "pass_at_1"),
-        Column("matched", "matched", False), Column("speedup vs AR", "speedup_vs_ar")),
-    3: (Column("setup", "setup", False), Column("engine", "engine", False), Column("tokens/s", "tokens_per_s"),
-        Column("TPF", "tpf"), Column("same TPF", "same_tpf", False),
-        Column("speedup vs reference", "speedup_vs_reference")),
-    5: (Column("system", "system", False), Column("TPF", "tpf"), Column("pass@1", "pass_at_1"),
-        Column("AUP", "aup"), Column("TPF − ORL", "tpf_diff", signed=True),
+    1: (
+        Column("model", "model", False),
+        Column("variant", "variant", False),
+        Column("operating point", "operating_point", False, derive=short_point),
+        Column("TPF", "tpf"),
+        Column("tokens/s", "tokens_per_s"),
+        Column("pass@1", "pass_at_1"),
+        Column("TPF gain", "tpf_gain"),
+        Column("throughput gain", "throughput_gain"),
+    ),
+    2: (
+        Column("system", "system", False),
+        Column("verification", "", False, derive=verification),
+        Column("TPF", "tpf"),
+        Column("tokens/s", "tokens_per_s"),
+        Column("pass@1", "pass_at_1"),
+        Column("matched", "matched", False),
+        Column("speedup vs AR", "speedup_vs_ar"),
+    ),
+    3: (
+        Column("setup", "setup", False),
+        Column("engine", "engine", False),
+        Column("tokens/s", "tokens_per_s"),
+        Column("TPF", "tpf"),
+        Column("same TPF", "same_tpf", False),
+        Column("speedup vs reference", "speedup_vs_reference"),
+    ),
+    5: (
+        Column("system", "system", False),
+        Column("TPF", "tpf"),
+        Column("pass@1", "pass_at_1"),
+        Column("AUP", "aup"),
+        Column("TPF − ORL", "tpf_diff", signed=True),
         Column("pass@1 − ORL", "pass_at_1_diff", signed=True),
-        Column("self-generated tokens", "self_generated_tokens", False)),
+        Column("self-generated tokens", "self_generated_tokens", False),
+    ),
 }
 HEADLINE_TABLES = tuple(HEADLINES)
 NOT_RUN_PREFIX = "not run: "
@@ -144,16 +168,21 @@ def table1_grid(frame: pd.DataFrame) -> pd.DataFrame:
     for model, variant in keys:
         row: dict = {"model": model, "variant": variant}
         for suite in suites:
-            line = next((r for r in lines
-                         if (r["model"], r["variant"], r.get("suite")) == (model, variant, suite)), {})
+            line = next(
+                (r for r in lines if (r["model"], r["variant"], r.get("suite")) == (model, variant, suite)),
+                {},
+            )
             for name, source, scale in (("accuracy", "pass_at_1", 100.0), ("tpf", "tpf", 1.0)):
                 for suffix in ("", "_lo", "_hi"):
                     value = line.get(source + suffix) if line.get("status") == "measured" else None
                     row[f"{suite}_{name}{suffix}"] = None if _missing(value) else value * scale
             row[f"{suite}_status"] = line.get("status")
         rows.append(row)
-    columns = ["model", "variant"] + [f"{s}_{n}{x}" for s in suites for n in ("accuracy", "tpf")
-                                      for x in ("", "_lo", "_hi")] + [f"{s}_status" for s in suites]
+    columns = (
+        ["model", "variant"]
+        + [f"{s}_{n}{x}" for s in suites for n in ("accuracy", "tpf") for x in ("", "_lo", "_hi")]
+        + [f"{s}_status" for s in suites]
+    )
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -165,11 +194,19 @@ def grid_headline(frame: pd.DataFrame) -> Headline:
     columns = [(None, Column("model", "model", False)), (None, Column("variant", "variant", False))]
     for suite in suites:
         name = BENCHMARK_NAMES.get(suite, suite)
-        columns += [(suite, Column(f"{name} acc. (%)", f"{suite}_accuracy")),
-                    (suite, Column(f"{name} TPF", f"{suite}_tpf"))]
-    cells = [tuple("not run" if suite and str(r[f"{suite}_status"] or "").startswith(NOT_RUN_PREFIX)
-                   else cell(r, column) for suite, column in columns)
-             for r in grid.to_dict("records")]
+        columns += [
+            (suite, Column(f"{name} acc. (%)", f"{suite}_accuracy")),
+            (suite, Column(f"{name} TPF", f"{suite}_tpf")),
+        ]
+    cells = [
+        tuple(
+            "not run"
+            if suite and str(r[f"{suite}_status"] or "").startswith(NOT_RUN_PREFIX)
+            else cell(r, column)
+            for suite, column in columns
+        )
+        for r in grid.to_dict("records")
+    ]
     return Headline(None, pd.DataFrame(cells, columns=[c.header for _, c in columns]), GRID_TITLE)
 
 
@@ -182,11 +219,17 @@ def headlines(frame: pd.DataFrame) -> list[Headline]:
     suites = list(dict.fromkeys(r.get("suite") for r in records if r.get("status") == "measured"))
     out = [grid_headline(frame)] if table == 1 and suites else []
     for suite in suites:
-        cells = [tuple(cell(r, c) for c in columns) for r in records
-                 if r.get("status") == "measured" and r.get("suite") == suite]
+        cells = [
+            tuple(cell(r, c) for c in columns)
+            for r in records
+            if r.get("status") == "measured" and r.get("suite") == suite
+        ]
         cells = list(dict.fromkeys(cells))
-        out.append(Headline(None if _missing(suite) else suite,
-                            pd.DataFrame(cells, columns=[c.header for c in columns])))
+        out.append(
+            Headline(
+                None if _missing(suite) else suite, pd.DataFrame(cells, columns=[c.header for c in columns])
+            )
+        )
     return out
 
 
@@ -207,8 +250,10 @@ def not_run_lines(frame: pd.DataFrame) -> list[str]:
         reasons.setdefault(key, [])
         if not _missing(suite) and suite not in reasons[key]:
             reasons[key].append(str(suite))
-    return [f"{label} ({engine}): {reason}" + (f" ({', '.join(suites)})" if suites else "")
-            for (label, engine, reason), suites in reasons.items()]
+    return [
+        f"{label} ({engine}): {reason}" + (f" ({', '.join(suites)})" if suites else "")
+        for (label, engine, reason), suites in reasons.items()
+    ]
 
 
 def measured_on(frame: pd.DataFrame) -> str:
@@ -216,4 +261,3 @@ def measured_on(frame: pd.DataFrame) -> str:
     gpus = frame.attrs.get("gpus") or []
     places = [*gpus, *(["CPU"] if frame.attrs.get("cpu_lines") else [])]
     return ", ".join(places) if places else "nothing measured"
-

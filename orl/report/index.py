@@ -40,7 +40,14 @@ def write_index(out_dir: str | Path, profile: str) -> Path:
         png, pdf = figure_paths(out_dir)[name]
         if png.is_file() and pdf.is_file():
             rel_png, rel_pdf = png.relative_to(out_dir).as_posix(), pdf.relative_to(out_dir).as_posix()
-            lines += [f"### {name}", "", f"![{name}]({rel_png})", "", f"[PNG]({rel_png}) · [PDF]({rel_pdf})", ""]
+            lines += [
+                f"### {name}",
+                "",
+                f"![{name}]({rel_png})",
+                "",
+                f"[PNG]({rel_png}) · [PDF]({rel_pdf})",
+                "",
+            ]
         else:
             lines += [f"### {name}", "", f"not rendered yet (`orl render --profile {profile} --figures`)", ""]
     lines += ["", "The paper's claims and their sources: results/paper/claims.yaml."]

@@ -30,7 +30,9 @@ def reference_runs(records: list[dict], suite: str | None) -> Runs | None:
 
 def tolerance_of(records: list[dict]) -> float:
     """The matching tolerance the operating-point records used (the latest one), else the default."""
-    found = [r for r in records if r["kind"] == "quality" and (r.get("extra") or {}).get("tolerance") is not None]
+    found = [
+        r for r in records if r["kind"] == "quality" and (r.get("extra") or {}).get("tolerance") is not None
+    ]
     if not found:
         return DEFAULT_TOLERANCE
     return float(max(found, key=lambda r: r["created"])["extra"]["tolerance"])
@@ -67,7 +69,9 @@ def operating_point_text(line: Measured) -> str | None:
     """Each seed's chosen point (τ=0.9) and where it sits in its sweep's grid (seeds choosing alike
     grouped)."""
     groups: dict[tuple, list] = {}
-    for position, (seed, record) in enumerate(zip(line.seeds, line.records.get("quality") or [], strict=False)):
+    for position, (seed, record) in enumerate(
+        zip(line.seeds, line.records.get("quality") or [], strict=False)
+    ):
         policy = _policy(record)
         sweep = line.sweeps[position] if position < len(line.sweeps) else []
         if policy is not None:
@@ -75,12 +79,15 @@ def operating_point_text(line: Measured) -> str | None:
     parts = []
     for (label, edge), seeds in groups.items():
         named = ", ".join(f"s{seed}" for seed in seeds if seed is not None)
-        parts.append(label + (f" ({named})" if named and len(groups) > 1 else "") + (f": {edge}" if edge else ""))
+        parts.append(
+            label + (f" ({named})" if named and len(groups) > 1 else "") + (f": {edge}" if edge else "")
+        )
     return "; ".join(parts) or None
 
 
-def matched_columns(line: Measured, reference: Runs | None, tolerance: float, *,
-                    is_reference: bool = False) -> dict:
+def matched_columns(
+    line: Measured, reference: Runs | None, tolerance: float, *, is_reference: bool = False
+) -> dict:
     """`matched` (text) and `pass_at_1_diff`: the line's pass@1 minus the AR target's, paired."""
     out = {"matched": None, **stats.comparison_columns("pass_at_1_diff", None)}
     if not line.measured or not line.records.get("quality"):

@@ -43,22 +43,33 @@ class Measured:
 
     def metric(self, kind: str, name: str) -> list[float | None]:
         """`name` of each seed's record of `kind` (None where it has none)."""
-        return [None if r["metrics"].get(name) is None else float(r["metrics"][name]) for r in self.records.get(kind, [])]
+        return [
+            None if r["metrics"].get(name) is None else float(r["metrics"][name])
+            for r in self.records.get(kind, [])
+        ]
 
     def n_problems(self, kind: str) -> int | None:
         found = self.records.get(kind) or []
         return found[0]["n_problems"] if found else None
 
 
-def sweep_points(records: list[dict], want: Want, suite: str | None, seed, index: dict[str, int]) -> list[dict]:
+def sweep_points(
+    records: list[dict], want: Want, suite: str | None, seed, index: dict[str, int]
+) -> list[dict]:
     """Every measured sweep record of a line (of one seed, unless ANY_SEED), every τ and every repeat."""
     sweep_want = Want(want.system, want.engine, ("sweep",), model=want.model, precision=want.precision)
-    return [record for record in records
-            if record["status"] == "measured" and matches(record, sweep_want, "sweep", suite or want.suite)
-            and (seed == ANY_SEED or record_seed(record, index) == seed)]
+    return [
+        record
+        for record in records
+        if record["status"] == "measured"
+        and matches(record, sweep_want, "sweep", suite or want.suite)
+        and (seed == ANY_SEED or record_seed(record, index) == seed)
+    ]
 
 
-def sweep_records(records: list[dict], want: Want, suite: str | None, seed, index: dict[str, int]) -> list[dict]:
+def sweep_records(
+    records: list[dict], want: Want, suite: str | None, seed, index: dict[str, int]
+) -> list[dict]:
     """The latest measured sweep record of each τ of a line (of one seed, unless ANY_SEED)."""
     latest: dict = {}
     for record in sweep_points(records, want, suite, seed, index):
@@ -71,16 +82,30 @@ def sweep_records(records: list[dict], want: Want, suite: str | None, seed, inde
 def y_max_of(records: list[dict], wants: list[Want], suite: str | None) -> float | None:
     """The highest pass@1, in percent, among the measured sweep points of these lines on `suite`: every
     point of every seed (AUP's y_max, docs/method.md §4), not only the latest record of each τ."""
-    accuracies = [float(record["metrics"]["pass_at_1"]) for want in wants
-                  for record in sweep_points(records, want, suite, ANY_SEED, {})
-                  if record["metrics"].get("pass_at_1") is not None]
+    accuracies = [
+        float(record["metrics"]["pass_at_1"])
+        for want in wants
+        for record in sweep_points(records, want, suite, ANY_SEED, {})
+        if record["metrics"].get("pass_at_1") is not None
+    ]
     return 100.0 * max(accuracies) if accuracies else None
 
 
-def measure(records: list[dict], want: Want, suite: str | None, index: dict[str, int], *, all_seeds: bool,
-            request_kinds: tuple[str, ...] = ()) -> Measured:
+def measure(
+    records: list[dict],
+    want: Want,
+    suite: str | None,
+    index: dict[str, int],
+    *,
+    all_seeds: bool,
+    request_kinds: tuple[str, ...] = (),
+) -> Measured:
     """Resolve a line per seed (all_seeds) or on its first seed, and build its per-problem data."""
-    groups = resolve_seeds(records, want, suite, index) if all_seeds else [(None, first_seed(records, want, suite, index))]
+    groups = (
+        resolve_seeds(records, want, suite, index)
+        if all_seeds
+        else [(None, first_seed(records, want, suite, index))]
+    )
     measured = [(seed, res) for seed, res in groups if res.measured]
     first = measured[0][1] if measured else groups[0][1]
     if not all_seeds and measured:  # the one seed first_seed resolved (None where none is recorded)
@@ -158,11 +183,13 @@ def legacy_tpf_notes(lines: list[Measured], kind: str) -> list[str]:
     """The table's note explaining LEGACY_TPF_NOTE, where any measured line carries it."""
     if not any(line.measured and predates_forward_count(line, kind) for line in lines):
         return []
-    return [f"Lines noted '{LEGACY_TPF_NOTE}' read records made before every system's forwards were counted "
-            "one way (docs/metrics.md): their TPF is as recorded then, with the prefill forward counted "
-            "for AR and speculative engines (in Table 2 a speculative line's TPF is its acceptance length) "
-            "and not for dLLM engines; `tpf_prefill`, `tpf_commit` and `tpf_ceiling` are not recorded "
-            "there (—)."]
+    return [
+        f"Lines noted '{LEGACY_TPF_NOTE}' read records made before every system's forwards were counted "
+        "one way (docs/metrics.md): their TPF is as recorded then, with the prefill forward counted "
+        "for AR and speculative engines (in Table 2 a speculative line's TPF is its acceptance length) "
+        "and not for dLLM engines; `tpf_prefill`, `tpf_commit` and `tpf_ceiling` are not recorded "
+        "there (—)."
+    ]
 
 
 def tokens_per_s_columns(line: Measured, kind: str) -> dict:

@@ -32,18 +32,26 @@ def prompt_sets(lines: list[Measured], kinds: tuple[str, ...]) -> list[str]:
         for kind in kinds:
             for record in line.records.get(kind, []):
                 if record["n_problems"] is not None:
-                    sizes.setdefault(line.resolved.suite, {}).setdefault(kind, set()).add(record["n_problems"])
+                    sizes.setdefault(line.resolved.suite, {}).setdefault(kind, set()).add(
+                        record["n_problems"]
+                    )
     out = []
     for suite, by_kind in sizes.items():
         every = set().union(*by_kind.values())
         name = suite or "(any suite)"
         if len(every) == 1:
-            out.append(f"Prompt set, {name}: the first {every.pop()} problems of the suite, for every "
-                       f"{' and '.join(sorted(by_kind))} record of this table (one set per table).")
+            out.append(
+                f"Prompt set, {name}: the first {every.pop()} problems of the suite, for every "
+                f"{' and '.join(sorted(by_kind))} record of this table (one set per table)."
+            )
         else:
-            parts = ", ".join(f"{kind} over {'/'.join(str(n) for n in sorted(ns))}" for kind, ns in sorted(by_kind.items()))
-            out.append(f"Prompt set, {name}: NOT one set: {parts} problems (records of a run made before one "
-                       "prompt set per table; a TPF here and in another column may differ for that reason).")
+            parts = ", ".join(
+                f"{kind} over {'/'.join(str(n) for n in sorted(ns))}" for kind, ns in sorted(by_kind.items())
+            )
+            out.append(
+                f"Prompt set, {name}: NOT one set: {parts} problems (records of a run made before one "
+                "prompt set per table; a TPF here and in another column may differ for that reason)."
+            )
     return out
 
 
@@ -58,17 +66,22 @@ def completion_lengths(lines: list[Measured]) -> list[str]:
         tokens = [row["tokens"] for row in rows if row.get("tokens") is not None]
         if tokens:  # lines of one system on several engines share its quality record: named once
             by_suite.setdefault(line.resolved.suite, {}).setdefault(line.resolved.want.system, median(tokens))
-    return [f"Median completion, {suite or '(any suite)'} (tokens per problem of each line's quality record): "
-            + "; ".join(f"{system} {value:g}" for system, value in systems.items()) + "."
-            for suite, systems in by_suite.items()]
+    return [
+        f"Median completion, {suite or '(any suite)'} (tokens per problem of each line's quality record): "
+        + "; ".join(f"{system} {value:g}" for system, value in systems.items())
+        + "."
+        for suite, systems in by_suite.items()
+    ]
 
 
 def uncertainty_note() -> str:
-    return (f"Intervals are {LEVEL:.0%}: pass@1 of one checkpoint by Wilson's score interval; TPF, tokens/s, AUP "
-            f"and means over seeds by the bootstrap over problems (and over seeds: crossed), {RESAMPLES} "
-            "resamples, "
-            f"fixed generator seed {BOOTSTRAP_SEED}; gains and differences by the paired bootstrap (same "
-            "problems, "
-            "same resamples for both systems). A comparison whose interval includes no effect (1 for a "
-            "ratio, 0 for "
-            "a difference) is labelled unresolved, and stays in the table.")
+    return (
+        f"Intervals are {LEVEL:.0%}: pass@1 of one checkpoint by Wilson's score interval; TPF, tokens/s, AUP "
+        f"and means over seeds by the bootstrap over problems (and over seeds: crossed), {RESAMPLES} "
+        "resamples, "
+        f"fixed generator seed {BOOTSTRAP_SEED}; gains and differences by the paired bootstrap (same "
+        "problems, "
+        "same resamples for both systems). A comparison whose interval includes no effect (1 for a "
+        "ratio, 0 for "
+        "a difference) is labelled unresolved, and stays in the table."
+    )

@@ -66,6 +66,7 @@ def _counts(entries: Sequence[dict], *, required: bool = False) -> dict[str, lis
     """tokens and nfe of each entry (0 where missing, unless `required`), and where every entry has
     them, nfe_prefill, blocks and the two forward totals: nfe + nfe_prefill, nfe + blocks
     (orl/engines/forwards.py)."""
+
     def get(entry: dict, key: str):
         return entry[key] if required else entry.get(key) or 0
 
@@ -103,9 +104,11 @@ def tpf_ceiling_of(runs: Runs):
 
 
 # The forward-count columns beside TPF: column -> (the Runs array it needs, its statistic).
-FORWARD_COLUMNS = {"tpf_prefill": ("forwards_prefill", tpf_prefill_of),
-                   "tpf_commit": ("forwards_commit", tpf_commit_of),
-                   "tpf_ceiling": ("blocks", tpf_ceiling_of)}
+FORWARD_COLUMNS = {
+    "tpf_prefill": ("forwards_prefill", tpf_prefill_of),
+    "tpf_commit": ("forwards_commit", tpf_commit_of),
+    "tpf_ceiling": ("blocks", tpf_ceiling_of),
+}
 
 
 def tokens_per_s_of(runs: Runs):

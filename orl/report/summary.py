@@ -17,8 +17,13 @@ from orl.records.store import NOT_RECORD_DIRS
 
 def record_files(results: Path) -> list[Path]:
     """The record files of a profile, as the tables read them (not checkpoints or scratch)."""
-    return [p for p in sorted(results.rglob("*.jsonl"))
-            if not any(part in NOT_RECORD_DIRS or part.startswith(".") for part in p.relative_to(results).parts[:-1])]
+    return [
+        p
+        for p in sorted(results.rglob("*.jsonl"))
+        if not any(
+            part in NOT_RECORD_DIRS or part.startswith(".") for part in p.relative_to(results).parts[:-1]
+        )
+    ]
 
 
 def summary(profile: str, table: str, since: float, root: Path = Path(".")) -> list[str]:
@@ -28,23 +33,31 @@ def summary(profile: str, table: str, since: float, root: Path = Path(".")) -> l
     if csv.is_file():
         status = pd.read_csv(csv)["status"].fillna("")
         measured = int((status == "measured").sum())
-        lines.append(f"Table {table}: {md} (beside it .csv with every column, .tex, .html): {measured} of "
-                     f"{len(status)} lines measured, {len(status) - measured} not run (each with its reason)")
+        lines.append(
+            f"Table {table}: {md} (beside it .csv with every column, .tex, .html): {measured} of "
+            f"{len(status)} lines measured, {len(status) - measured} not run (each with its reason)"
+        )
     else:
         lines.append(f"Table {table}: {md} was not written (see the errors above)")
     files = record_files(results) if results.is_dir() else []
     fresh = [p for p in files if p.stat().st_mtime >= since]
     if files and not fresh:
-        lines.append(f"This run wrote no record: the {len(files)} record files under {results}/ were already up to "
-                     "date, so nothing was trained or measured (FORCE=1 trains and measures again).")
+        lines.append(
+            f"This run wrote no record: the {len(files)} record files under {results}/ were already up to "
+            "date, so nothing was trained or measured (FORCE=1 trains and measures again)."
+        )
     else:
         lines.append(f"This run wrote {len(fresh)} of the {len(files)} record files under {results}/.")
-    lines.append(f"All tables and figures: {reports}/index.md; the HTML report: make report PROFILE={profile}")
+    lines.append(
+        f"All tables and figures: {reports}/index.md; the HTML report: make report PROFILE={profile}"
+    )
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orl.report.summary", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m orl.report.summary", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--profile", required=True)
     parser.add_argument("--table", default="2")
     parser.add_argument("--since", type=float, required=True, help="unix time the run started")

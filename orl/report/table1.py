@@ -45,12 +45,22 @@ def build_table1(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
         m = measure(records, want, line.suite, index, all_seeds=True, request_kinds=("latency",))
         y_max = y_max_of(records, [w for other, w in pairs if other.suite == line.suite], line.suite)
         aup, aup_note = aup_columns(m, y_max)
-        values = {**base_row(m.resolved), "model": line.family.label, "variant": line.label,
-                  "seeds": len(m.recorded_seeds) or None, "n_problems": m.n_problems("quality"),
-                  **tpf_columns(m, "quality"), **forward_columns(m, "quality"),
-                  **tokens_per_s_columns(m, "latency"), **pass_columns(m), **aup}
+        values = {
+            **base_row(m.resolved),
+            "model": line.family.label,
+            "variant": line.label,
+            "seeds": len(m.recorded_seeds) or None,
+            "n_problems": m.n_problems("quality"),
+            **tpf_columns(m, "quality"),
+            **forward_columns(m, "quality"),
+            **tokens_per_s_columns(m, "latency"),
+            **pass_columns(m),
+            **aup,
+        }
         matched = matched_columns(m, reference_runs(records, m.resolved.suite), tolerance)["matched"]
-        values["operating_point"] = "; ".join(filter(None, [operating_point_text(m), matched and f"AR target: {matched}"])) or None
+        values["operating_point"] = (
+            "; ".join(filter(None, [operating_point_text(m), matched and f"AR target: {matched}"])) or None
+        )
         notes = [values["note"]] if values["note"] else []
         if m.measured and aup_note:
             notes.append(aup_note)
@@ -71,8 +81,12 @@ def build_table1(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
             values.update(_gains(m, base_line, values, base))
         out.extend(with_claims(values, line.claims, by_id))
     lines = [m for _, m, _ in built]
-    notes = [*prompt_sets(lines, ("quality", "latency")), *completion_lengths(lines),
-             *legacy_tpf_notes(lines, "quality"), uncertainty_note()]
+    notes = [
+        *prompt_sets(lines, ("quality", "latency")),
+        *completion_lengths(lines),
+        *legacy_tpf_notes(lines, "quality"),
+        uncertainty_note(),
+    ]
     return frame(1, out, claims, notes)
 
 

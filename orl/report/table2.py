@@ -53,12 +53,17 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
         block = []
         for row, line, want in lines:
             m = measure(records, want, suite, index, all_seeds=False, request_kinds=("latency",))
-            value = {**base_row(m.resolved), "n_problems": m.n_problems("latency"), **tpf_columns(m, "latency"),
-                     **forward_columns(m, "latency"),
-                     "latency_median_s": m.resolved.metric("latency_median_s"),
-                     "latency_p90_s": m.resolved.metric("latency_p90_s"), **tokens_per_s_columns(m, "latency"),
-                     **pass_columns(m), **matched_columns(m, reference, tolerance,
-                                                          is_reference=row.key == rows.MATCH_REFERENCE)}  # fmt: skip
+            value = {
+                **base_row(m.resolved),
+                "n_problems": m.n_problems("latency"),
+                **tpf_columns(m, "latency"),
+                **forward_columns(m, "latency"),
+                "latency_median_s": m.resolved.metric("latency_median_s"),
+                "latency_p90_s": m.resolved.metric("latency_p90_s"),
+                **tokens_per_s_columns(m, "latency"),
+                **pass_columns(m),
+                **matched_columns(m, reference, tolerance, is_reference=row.key == rows.MATCH_REFERENCE),
+            }
             notes = [value["note"]] if value["note"] else []
             if m.measured and row.sweep:
                 aup, aup_note = aup_columns(m, y_max)
@@ -81,8 +86,12 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
                                 if r.key == rows.MATCH_REFERENCE), None)  # fmt: skip
         _lossless(block, reference_value)
         out.extend(_with_claims(block, by_id))
-    notes = [*prompt_sets(measured_lines, ("latency", "quality")), *completion_lengths(measured_lines),
-             *legacy_tpf_notes(measured_lines, "latency"), uncertainty_note()]
+    notes = [
+        *prompt_sets(measured_lines, ("latency", "quality")),
+        *completion_lengths(measured_lines),
+        *legacy_tpf_notes(measured_lines, "latency"),
+        uncertainty_note(),
+    ]
     return frame(2, out, claims, notes)
 
 

@@ -35,10 +35,22 @@ def build_table3(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
         block = []
         for line, want in pairs:
             m = measure(records, want, suite, index, all_seeds=False, request_kinds=(KIND,))
-            block.append((line, m, {**base_row(m.resolved), "setup": line.label, "engine": want.engine,
-                                    "n_problems": m.n_problems(KIND), **tokens_per_s_columns(m, KIND),
-                                    "latency_median_s": m.resolved.metric("latency_median_s"),
-                                    "latency_p90_s": m.resolved.metric("latency_p90_s"), **tpf_columns(m, KIND)}))
+            block.append(
+                (
+                    line,
+                    m,
+                    {
+                        **base_row(m.resolved),
+                        "setup": line.label,
+                        "engine": want.engine,
+                        "n_problems": m.n_problems(KIND),
+                        **tokens_per_s_columns(m, KIND),
+                        "latency_median_s": m.resolved.metric("latency_median_s"),
+                        "latency_p90_s": m.resolved.metric("latency_p90_s"),
+                        **tpf_columns(m, KIND),
+                    },
+                )
+            )
             measured_lines.append(m)
         out.extend(_compare_block(block, by_id))
     return frame(3, out, claims, [*prompt_sets(measured_lines, (KIND,)), uncertainty_note()])
@@ -71,10 +83,14 @@ def _compare_block(block, by_id: dict) -> list[dict]:
         value.update(_speedup(m, value, fastest, "speedup_vs_serving"))
         if value["tpf"] is not None and subject["tpf"] is not None:
             same = math.isclose(value["tpf"], subject["tpf"], rel_tol=1e-9, abs_tol=1e-12)
-            value["same_tpf"] = "yes" if same else f"no ({value['tpf']:.4g} vs {subject['engine']} {subject['tpf']:.4g})"
+            value["same_tpf"] = (
+                "yes" if same else f"no ({value['tpf']:.4g} vs {subject['engine']} {subject['tpf']:.4g})"
+            )
         if line.claims and value["status"] == "measured" and fastest is None:
-            extra = ("no SGLang / vLLM row measured here (needs CUDA and sglang / vllm): "
-                     "speedup_vs_serving not measured")
+            extra = (
+                "no SGLang / vLLM row measured here (needs CUDA and sglang / vllm): "
+                "speedup_vs_serving not measured"
+            )
             value["note"] = "; ".join(filter(None, [value["note"], extra]))
         out.extend(with_claims(value, line.claims, by_id))
     return out

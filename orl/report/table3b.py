@@ -24,8 +24,10 @@ COLUMNS = ["arch", "block", "precision", "device", "engine", "max_new_tokens", "
            "kernels_per_step", "cpu_linear", "tokens_per_s", "tpf", "weight_bytes_read", "kv_bytes_read",
            "bandwidth_gb_per_s", "status", "note"]  # fmt: skip
 ENGINE_ORDER = ("dlmrt", "dlmrt-eager", "reference", "hf")
-NO_RECORDS = ("not run: no scale_bench records (the DAG does not run `orl bench-scale`; run it, e.g. "
-              "`orl bench-scale --arch qwen3-0.6b --out results/<profile>/scale/qwen3-0.6b.jsonl`, and render again)")
+NO_RECORDS = (
+    "not run: no scale_bench records (the DAG does not run `orl bench-scale`; run it, e.g. "
+    "`orl bench-scale --arch qwen3-0.6b --out results/<profile>/scale/qwen3-0.6b.jsonl`, and render again)"
+)
 
 
 def _device(record: dict) -> str:
@@ -50,8 +52,14 @@ def _generated(extra: dict) -> int | None:
 
 def _key(record: dict) -> tuple:
     extra = record.get("extra") or {}
-    return (extra.get("arch"), extra.get("block"), record["model"]["precision"], _device(record), record["engine"],
-            _cpu_linear(record))
+    return (
+        extra.get("arch"),
+        extra.get("block"),
+        record["model"]["precision"],
+        _device(record),
+        record["engine"],
+        _cpu_linear(record),
+    )
 
 
 def _order(key: tuple) -> tuple:

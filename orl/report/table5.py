@@ -47,7 +47,9 @@ from orl.report.select import latest_train_record, ratio, record_seed, seed_inde
 ORL = rows.ROW[rows.TRAINED].system
 
 
-def _train_records(records: list[dict], system: str, seeds: list[int | None], index: dict[str, int]) -> list[dict]:
+def _train_records(
+    records: list[dict], system: str, seeds: list[int | None], index: dict[str, int]
+) -> list[dict]:
     """The latest measured training-run record of `system` for each of the line's seeds."""
     runs = [r for r in records if r["kind"] == "train" and r["system"] == system and r["status"] == "measured"
             and r["metrics"].get("self_generated_tokens") is not None
@@ -78,7 +80,9 @@ def _device_hours(record: dict) -> float | None:
     return None if wall is None else wall / 3600 * int(extra.get("world_size") or 1)
 
 
-def _cost(records: list[dict], system: str, seeds: list[int | None], index: dict[str, int]) -> tuple[dict, list[str]]:
+def _cost(
+    records: list[dict], system: str, seeds: list[int | None], index: dict[str, int]
+) -> tuple[dict, list[str]]:
     """Training cost (mean over seeds), the gated fraction, and the step-speed columns of a line."""
     trained = _train_records(records, system, seeds, index)
     values: dict = {}
@@ -86,22 +90,34 @@ def _cost(records: list[dict], system: str, seeds: list[int | None], index: dict
     if trained:
         first = trained[0]
         values["self_generated_tokens"] = mean(r["metrics"]["self_generated_tokens"] for r in trained)
-        walls = [r["metrics"]["train_wall_s"] for r in trained if r["metrics"].get("train_wall_s") is not None]
+        walls = [
+            r["metrics"]["train_wall_s"] for r in trained if r["metrics"].get("train_wall_s") is not None
+        ]
         values["train_wall_s"] = mean(walls) if walls else None
         worlds = [int(r["extra"]["world_size"]) for r in trained if (r.get("extra") or {}).get("world_size")]
         values["world_size"] = max(worlds) if worlds else None
         hours = [_device_hours(r) for r in trained]
-        values["device_hours"] = mean(h for h in hours if h is not None) if any(h is not None for h in hours) else None
+        values["device_hours"] = (
+            mean(h for h in hours if h is not None) if any(h is not None for h in hours) else None
+        )
         if first["env"]["gpu_name"] and values["train_wall_s"] is not None:
             gpu_hours = [r["metrics"].get("train_gpu_hours") for r in trained]
-            values["train_gpu_hours"] = (mean(gpu_hours) if all(h is not None for h in gpu_hours)
-                                         else values["train_wall_s"] / 3600 * gpu_count(first))
-        speeds = [r["metrics"]["train_tokens_per_s"] for r in trained if r["metrics"].get("train_tokens_per_s")]
+            values["train_gpu_hours"] = (
+                mean(gpu_hours)
+                if all(h is not None for h in gpu_hours)
+                else values["train_wall_s"] / 3600 * gpu_count(first)
+            )
+        speeds = [
+            r["metrics"]["train_tokens_per_s"] for r in trained if r["metrics"].get("train_tokens_per_s")
+        ]
         values["train_tokens_per_s"] = mean(speeds) if speeds else None
         peaks = [r["metrics"]["peak_memory_bytes"] for r in trained if r["metrics"].get("peak_memory_bytes")]
         values["peak_memory_gb"] = max(peaks) / 1e9 if peaks else None
-        for column, key in (("gated_share", "gated_share"), ("aec_active_share", "aec_active_share"),
-                            ("retained_fraction", "retained_fraction")):
+        for column, key in (
+            ("gated_share", "gated_share"),
+            ("aec_active_share", "aec_active_share"),
+            ("retained_fraction", "retained_fraction"),
+        ):
             present = [v for v in (_step_mean(r, key) for r in trained) if v is not None]
             values[column] = mean(present) if present else None
         # The training run is what the cost claims are about, so compare on its machine and model.
@@ -135,8 +151,14 @@ def build_table5(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
     built = []
     for _, want in pairs:
         m = measure(records, want, suite, index, all_seeds=True)
-        value = {**base_row(m.resolved), "seeds": len(m.recorded_seeds) or None, "n_problems": m.n_problems("quality"),
-                 **tpf_columns(m, "quality"), **forward_columns(m, "quality"), **pass_columns(m)}  # fmt: skip
+        value = {
+            **base_row(m.resolved),
+            "seeds": len(m.recorded_seeds) or None,
+            "n_problems": m.n_problems("quality"),
+            **tpf_columns(m, "quality"),
+            **forward_columns(m, "quality"),
+            **pass_columns(m),
+        }
         notes = [value["note"]] if value["note"] else []
         if m.measured:
             aup, aup_note = aup_columns(m, y_max)
@@ -152,7 +174,9 @@ def build_table5(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
                 notes.append("training seed not recorded (a train record with extra.seed): one run, no sd")
             if predates_forward_count(m, "quality"):
                 notes.append(LEGACY_TPF_NOTE)
-        value["train_step_speedup"] = ratio(value.get("step_tokens_per_s_packed"), value.get("step_tokens_per_s_unpacked"))
+        value["train_step_speedup"] = ratio(
+            value.get("step_tokens_per_s_packed"), value.get("step_tokens_per_s_unpacked")
+        )
         value["note"] = "; ".join(filter(None, notes)) or None
         built.append((want, m, value))
     orl = next(((m, v) for want, m, v in built if want.system == ORL), None)

@@ -10,5 +10,14 @@ from orl.sandbox.isolation import ISOLATION_CHOICES, ISOLATION_LABELS, SandboxUn
 from orl.sandbox.limits import ExecutionResult, SandboxLimits
 from orl.sandbox.runner import resolve_isolation, run_program
 
-__all__ = ["ISOLATION_CHOICES", "ISOLATION_LABELS", "ExecutionResult", "SandboxLimits", "SandboxUnavailable",
-           "check_completion", "check_many", "resolve_isolation", "run_program"]
+__all__ = [
+    "ISOLATION_CHOICES",
+    "ISOLATION_LABELS",
+    "ExecutionResult",
+    "SandboxLimits",
+    "SandboxUnavailable",
+    "check_completion",
+    "check_many",
+    "resolve_isolation",
+    "run_program",
+]

@@ -55,8 +55,9 @@ def check_answer(problem: dict, completion: str) -> ExecutionResult:
     task_id = str(problem.get("task_id", "?"))
     reference = parse_number(str(problem.get(ANSWER_FIELD, "")))
     if reference is None:
-        raise InputError(f"problem {task_id}: {ANSWER_FIELD}: expected a number, "
-                         f"got {problem.get(ANSWER_FIELD)!r:.60}")
+        raise InputError(
+            f"problem {task_id}: {ANSWER_FIELD}: expected a number, got {problem.get(ANSWER_FIELD)!r:.60}"
+        )
     line = final_answer(completion)
     if line is None:
         passed, result = False, "failed: no final answer line (#### <number>)"
@@ -69,5 +70,11 @@ def check_answer(problem: dict, completion: str) -> ExecutionResult:
         else:
             expected = problem[ANSWER_FIELD]
             passed, result = False, f"failed: final answer {line[:SHOWN_CHARS]}, expected {expected}"
-    return ExecutionResult(task_id=task_id, passed=passed, result=result, isolation=ISOLATION,
-                           duration_s=time.perf_counter() - started, memory_bound=ISOLATION)
+    return ExecutionResult(
+        task_id=task_id,
+        passed=passed,
+        result=result,
+        isolation=ISOLATION,
+        duration_s=time.perf_counter() - started,
+        memory_bound=ISOLATION,
+    )

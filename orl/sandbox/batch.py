@@ -71,7 +71,9 @@ def check_many(
     # Threads suffice: each one only waits on its run's processes.
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {
-            pool.submit(check_completion, problem, completion, timeout_s, isolation=isolation, limits=limits): i
+            pool.submit(
+                check_completion, problem, completion, timeout_s, isolation=isolation, limits=limits
+            ): i
             for i, (problem, completion) in enumerate(zip(problems, completions, strict=True))
         }
         bar = tqdm(total=len(futures), desc="sandbox", unit="prog", disable=not progress, leave=False)

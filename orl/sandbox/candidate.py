@@ -87,7 +87,9 @@ def main() -> None:
         exec(compile(job["code"], "<candidate>", "exec"), namespace)
         function = namespace.get(job["entry_point"]) if job["entry_point"] else None
         if job["entry_point"] and not callable(function):
-            raise NameError(f"the entry point {job['entry_point']!r} is not a function the completion defines")
+            raise NameError(
+                f"the entry point {job['entry_point']!r} is not a function the completion defines"
+            )
     except BaseException as exc:
         send(replies, {"load_error": _describe(exc)}, limit)
         os._exit(1)

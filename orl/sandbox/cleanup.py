@@ -53,7 +53,7 @@ def _tag_of(name: str) -> str | None:
     """The owner tag in 'orl-sandbox-<pid>.<start>-...'; None for other names."""
     if not name.startswith(PREFIX):
         return None
-    tag = name[len(PREFIX):].split("-", 1)[0]
+    tag = name[len(PREFIX) :].split("-", 1)[0]
     return tag if tag.count(".") == 1 and tag.replace(".", "").isdigit() else None
 
 

@@ -53,7 +53,13 @@ def _libc():
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+        libc.mount.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_ulong,
+            ctypes.c_char_p,
+        ]
         _LIBC.append((libc, ctypes.get_errno))
     return _LIBC[0][0]
 
@@ -73,7 +79,9 @@ def _bytes(text: str | None) -> bytes | None:
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    _call(_libc().mount(_bytes(source), _bytes(target), _bytes(fstype), flags, _bytes(data)), f"mount {target}")
+    _call(
+        _libc().mount(_bytes(source), _bytes(target), _bytes(fstype), flags, _bytes(data)), f"mount {target}"
+    )
 
 
 def read_job() -> dict:
@@ -192,6 +200,7 @@ def _enter_namespaces(spec: dict) -> None:
 
 def _supervise(spec: dict) -> None:
     """Weak fallback: fork the role; this trusted parent cleans up if the harness dies first."""
+
     def harness_died(signum, frame) -> None:
         if spec["uid"] is not None:  # every process of the run's private uid, daemons included
             killer = os.fork()
@@ -223,8 +232,12 @@ def _load_seccomp(program: bytes) -> None:
     class Program(ctypes.Structure):  # struct sock_fprog
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
-    _call(_libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(Program(len(program) // 8, program)), 0, 0),
-          "seccomp")
+    _call(
+        _libc().prctl(
+            PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(Program(len(program) // 8, program)), 0, 0
+        ),
+        "seccomp",
+    )
 
 
 def _drop_privileges(spec: dict) -> None:

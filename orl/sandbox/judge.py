@@ -141,7 +141,9 @@ class Link:
         try:
             send(self.requests, {"args": args, "kwargs": kwargs}, self.limit)
         except NotPlainData as exc:
-            raise self.fail(f"failed: the tests passed a value that cannot cross to the candidate ({exc})") from None
+            raise self.fail(
+                f"failed: the tests passed a value that cannot cross to the candidate ({exc})"
+            ) from None
         except OSError:
             raise self.fail("failed: the candidate's process ended", ended=True) from None
         reply = self._receive()
@@ -149,7 +151,9 @@ class Link:
         if keys == {"value"}:
             return reply["value"]
         if keys == {"not_plain"} and type(reply["not_plain"]) is str:
-            raise self.fail(f"failed: the candidate returned what is not plain data ({reply['not_plain'][:200]})")
+            raise self.fail(
+                f"failed: the candidate returned what is not plain data ({reply['not_plain'][:200]})"
+            )
         if keys == {"raised", "message"} and self._is_raised(reply):
             raise self._rebuild(reply["raised"][:20], reply["message"][:1000], namespace)
         if keys in ({"items"}, {"items", "raised", "message"}) and type(reply["items"]) is list:
@@ -248,7 +252,10 @@ def main() -> None:
     try:
         enter(job["confine"])
     except (SetupError, OSError) as exc:
-        _report(job["verdict_fd"], {"passed": False, "result": f"failed: sandbox setup: {exc}", "candidate_ended": False})
+        _report(
+            job["verdict_fd"],
+            {"passed": False, "result": f"failed: sandbox setup: {exc}", "candidate_ended": False},
+        )
         os._exit(1)
     _report(job["verdict_fd"], judge(job, Link(job)))
     os._exit(0)

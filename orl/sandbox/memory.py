@@ -226,7 +226,9 @@ class CgroupBound:
     def over(self) -> bool:
         current = self._read("memory.current").strip()
         self.peak = max(self.peak, int(current) if current.isdigit() else 0)
-        events = dict(line.split() for line in self._read("memory.events").splitlines() if line.count(" ") == 1)
+        events = dict(
+            line.split() for line in self._read("memory.events").splitlines() if line.count(" ") == 1
+        )
         return int(events.get("oom_kill", "0")) > 0
 
     def release(self) -> None:

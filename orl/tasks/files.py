@@ -38,15 +38,18 @@ def benchmark_rows(path: str | Path, fields: dict[str, type], what: str) -> list
     for number, row in rows:
         for name, kind in fields.items():
             if name not in row:
-                raise InputError(f"{path} line {number}: {name}: missing field (a {what} record has "
-                                 f"{', '.join(fields)})")
+                raise InputError(
+                    f"{path} line {number}: {name}: missing field (a {what} record has {', '.join(fields)})"
+                )
             value = row[name]
             ok = isinstance(value, kind) and not isinstance(value, bool)
             if ok and kind is list:
                 ok = all(isinstance(item, str) for item in value)
             if not ok:
-                raise InputError(f"{path} line {number}: {name}: expected {_TYPE_NAMES[kind]}"
-                                 f"{' of strings' if kind is list else ''}, got {value!r:.60}")
+                raise InputError(
+                    f"{path} line {number}: {name}: expected {_TYPE_NAMES[kind]}"
+                    f"{' of strings' if kind is list else ''}, got {value!r:.60}"
+                )
     return rows
 
 
@@ -86,8 +89,9 @@ def check_fields(path: Path, number: int, row: dict, fields: tuple[str, ...]) ->
             raise InputError(f"{path} line {number}: {field}: expected a string, got {row[field]!r:.60}")
     entry = row.get("entry_point")
     if "entry_point" in fields and not (isinstance(entry, str) and entry.isidentifier()):
-        raise InputError(f"{path} line {number}: entry_point: expected a Python identifier, "
-                         f"got {entry!r:.60}")
+        raise InputError(
+            f"{path} line {number}: entry_point: expected a Python identifier, got {entry!r:.60}"
+        )
 
 
 def read_problem_rows(path: Path, extra: tuple[str, ...] = ()) -> list[tuple[int, dict]]:
@@ -109,6 +113,8 @@ def training_problems(path: str | Path, where: str = "orl.train_file") -> list[d
     humaneval = {p["prompt"].strip() for p in read_problems().values()}
     for number, row in rows:
         if row["task_id"].startswith("HumanEval/") or row["prompt"].strip() in humaneval:
-            raise ConfigError(f"{where}: {path} line {number}: {row['task_id']} is a HumanEval problem; HumanEval is "
-                              "the test suite and is never a training source (use a file of your own problems)")
+            raise ConfigError(
+                f"{where}: {path} line {number}: {row['task_id']} is a HumanEval problem; HumanEval is "
+                "the test suite and is never a training source (use a file of your own problems)"
+            )
     return [row for _, row in rows]

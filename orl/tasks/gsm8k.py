@@ -16,7 +16,7 @@ from orl.tasks.files import benchmark_rows
 
 # The user turn (or, for a base model, the text it continues): the question, then where the answer goes.
 # The checker also reads a \boxed{} answer or, failing both, the last number (orl/eval/answers.py).
-PROMPT = "{question}\nPlease reason step by step, and put your final answer after \"####\"."
+PROMPT = '{question}\nPlease reason step by step, and put your final answer after "####".'
 
 
 def load_gsm8k(path: str | Path) -> list[dict]:
@@ -26,9 +26,17 @@ def load_gsm8k(path: str | Path) -> list[dict]:
     for index, (number, row) in enumerate(rows):
         final = gsm8k_reference(row["answer"])
         if parse_number(final) is None:
-            raise InputError(f"{path} line {number}: answer: expected a solution ending in '#### <number>', "
-                             f"got a final answer {final!r:.60}")
-        problems.append({"task_id": f"GSM8K/{index}",
-                         "prompt": PROMPT.format(question=row["question"].strip()),
-                         "question": row["question"], "answer": final, "solution": row["answer"]})
+            raise InputError(
+                f"{path} line {number}: answer: expected a solution ending in '#### <number>', "
+                f"got a final answer {final!r:.60}"
+            )
+        problems.append(
+            {
+                "task_id": f"GSM8K/{index}",
+                "prompt": PROMPT.format(question=row["question"].strip()),
+                "question": row["question"],
+                "answer": final,
+                "solution": row["answer"],
+            }
+        )
     return problems

@@ -29,7 +29,13 @@ def load_math500(path: str | Path) -> list[dict]:
         task_id = row.get("unique_id") or f"MATH-500/{index}"
         if not isinstance(task_id, str):
             raise InputError(f"{path} line {number}: unique_id: expected a string, got {task_id!r:.60}")
-        problems.append({"task_id": task_id, "prompt": PROMPT.format(problem=row["problem"].strip()),
-                         "problem": row["problem"], "answer": row["answer"],
-                         **{key: row[key] for key in OPTIONAL if key in row and key != "unique_id"}})
+        problems.append(
+            {
+                "task_id": task_id,
+                "prompt": PROMPT.format(problem=row["problem"].strip()),
+                "problem": row["problem"],
+                "answer": row["answer"],
+                **{key: row[key] for key in OPTIONAL if key in row and key != "unique_id"},
+            }
+        )
     return problems

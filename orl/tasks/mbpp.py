@@ -23,8 +23,10 @@ from orl.errors import InputError
 from orl.tasks.files import benchmark_rows
 
 # The MBPP paper's instruction with the first test as the example of the call (the usual zero-shot form).
-PROMPT = ("You are an expert Python programmer, and here is your task: {text} "
-          "Your code should pass this test:\n\n{test}\n")
+PROMPT = (
+    "You are an expert Python programmer, and here is your task: {text} "
+    "Your code should pass this test:\n\n{test}\n"
+)
 TEST_SPLIT = range(11, 511)
 
 
@@ -33,8 +35,12 @@ def _defined_functions(code: str) -> list[str]:
 
 
 def _called_names(tests: list[str]) -> set[str]:
-    return {node.func.id for test in tests for node in ast.walk(ast.parse(test))
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    return {
+        node.func.id
+        for test in tests
+        for node in ast.walk(ast.parse(test))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
 
 
 def check_source(entry: str, tests: list[str]) -> str:
@@ -53,8 +59,10 @@ def load_mbpp(path: str | Path) -> list[dict]:
         where = f"{path} line {number}"
         text = row.get("text", row.get("prompt"))
         if not isinstance(text, str):
-            raise InputError(f"{where}: text: missing field or not a string (the task in words; 'prompt' in "
-                             "the sanitized release)")
+            raise InputError(
+                f"{where}: text: missing field or not a string (the task in words; 'prompt' in "
+                "the sanitized release)"
+            )
         setup = row.get("test_setup_code", "\n".join(row.get("test_imports") or []))
         if not isinstance(setup, str):
             raise InputError(f"{where}: test_setup_code: expected a string, got {setup!r:.60}")
@@ -70,15 +78,25 @@ def load_mbpp(path: str | Path) -> list[dict]:
             raise InputError(f"{where}: code: not Python ({exc.msg}, line {exc.lineno})") from None
         entry = next((name for name in defined if name in called), None)
         if entry is None:
-            raise InputError(f"{where}: test_list: the tests call none of the functions the code defines "
-                             f"({', '.join(defined) or 'none'})")
+            raise InputError(
+                f"{where}: test_list: the tests call none of the functions the code defines "
+                f"({', '.join(defined) or 'none'})"
+            )
         if row["task_id"] in seen:
             raise InputError(f"{where}: task_id: {row['task_id']} appears twice")
         seen.add(row["task_id"])
-        problems.append({"task_id": f"MBPP/{row['task_id']}", "id": row["task_id"],
-                         "prompt": PROMPT.format(text=text.strip(), test=row["test_list"][0].strip()),
-                         "text": text, "test_list": row["test_list"], "setup": setup,
-                         "canonical_solution": row["code"], "entry_point": entry,
-                         "test": check_source(entry, row["test_list"])})
+        problems.append(
+            {
+                "task_id": f"MBPP/{row['task_id']}",
+                "id": row["task_id"],
+                "prompt": PROMPT.format(text=text.strip(), test=row["test_list"][0].strip()),
+                "text": text,
+                "test_list": row["test_list"],
+                "setup": setup,
+                "canonical_solution": row["code"],
+                "entry_point": entry,
+                "test": check_source(entry, row["test_list"]),
+            }
+        )
     test_split = [p for p in problems if p["id"] in TEST_SPLIT]
     return test_split if test_split and len(test_split) < len(problems) else problems

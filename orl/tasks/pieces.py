@@ -114,4 +114,3 @@ def list_inputs(rng: random.Random) -> list:
     lists = [[rng.randint(-10, 20) for _ in range(rng.randint(0, 7))] for _ in range(5)]
     lists[0] = [rng.randint(-10, 20) for _ in range(6)]  # at least one non-trivial list
     return lists
-

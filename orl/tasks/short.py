@@ -72,8 +72,12 @@ def list_filter(rng: random.Random, diff: Difficulty) -> Spec:
         return f"    return list(filter(lambda {v}: {cond.code.format(v)}, {arg}))\n"
 
     return Spec(
-        "list_filter", arg, doc, [comprehension, loop, builtin],
-        lambda xs: [x for x in xs if cond.fn(x)], list_inputs(rng),
+        "list_filter",
+        arg,
+        doc,
+        [comprehension, loop, builtin],
+        lambda xs: [x for x in xs if cond.fn(x)],
+        list_inputs(rng),
     )
 
 
@@ -88,16 +92,22 @@ def list_map(rng: random.Random, diff: Difficulty) -> Spec:
 
     def loop(r: random.Random) -> str:
         v, acc = r.choice(LOOP_VARS), r.choice(ACC_NAMES)
-        return (f"    {acc} = []\n    for {v} in {arg}:\n        {acc}.append({apply_op(op, v, r)})\n    "
-                f"return {acc}\n")
+        return (
+            f"    {acc} = []\n    for {v} in {arg}:\n        {acc}.append({apply_op(op, v, r)})\n    "
+            f"return {acc}\n"
+        )
 
     def builtin(r: random.Random) -> str:
         v = r.choice(LOOP_VARS)
         return f"    return list(map(lambda {v}: {apply_op(op, v, r)}, {arg}))\n"
 
     return Spec(
-        "list_map", arg, doc, [comprehension, loop, builtin],
-        lambda xs: [op.fn(x) for x in xs], list_inputs(rng),
+        "list_map",
+        arg,
+        doc,
+        [comprehension, loop, builtin],
+        lambda xs: [op.fn(x) for x in xs],
+        list_inputs(rng),
     )
 
 
@@ -161,23 +171,28 @@ def string_op(rng: random.Random, diff: Difficulty) -> Spec:
     kind = rng.choice(["upper", "reverse", "replace", "count", "repeat", "first_last"])
     if kind == "upper":
         doc = f"Return {arg} in upper case."
-        styles = [lambda r: f"    return {arg}.upper()\n",
-                  lambda r: f"    return ''.join(ch.upper() for ch in {arg})\n"]
+        styles = [
+            lambda r: f"    return {arg}.upper()\n",
+            lambda r: f"    return ''.join(ch.upper() for ch in {arg})\n",
+        ]
         ref = str.upper
     elif kind == "reverse":
         doc = f"Return {arg} reversed."
-        styles = [lambda r: f"    return {arg}[::-1]\n",
-                  lambda r: f"    return ''.join(reversed({arg}))\n"]
+        styles = [lambda r: f"    return {arg}[::-1]\n", lambda r: f"    return ''.join(reversed({arg}))\n"]
         ref = lambda s: s[::-1]  # noqa: E731
     elif kind == "replace":
         doc = f"Return {arg} with every '{letter}' replaced by '{other}'."
-        styles = [lambda r: f"    return {arg}.replace('{letter}', '{other}')\n",
-                  lambda r: f"    return ''.join('{other}' if ch == '{letter}' else ch for ch in {arg})\n"]
+        styles = [
+            lambda r: f"    return {arg}.replace('{letter}', '{other}')\n",
+            lambda r: f"    return ''.join('{other}' if ch == '{letter}' else ch for ch in {arg})\n",
+        ]
         ref = lambda s: s.replace(letter, other)  # noqa: E731
     elif kind == "count":
         doc = f"Return the number of times '{letter}' occurs in {arg}."
-        styles = [lambda r: f"    return {arg}.count('{letter}')\n",
-                  lambda r: f"    return sum(1 for ch in {arg} if ch == '{letter}')\n"]
+        styles = [
+            lambda r: f"    return {arg}.count('{letter}')\n",
+            lambda r: f"    return sum(1 for ch in {arg} if ch == '{letter}')\n",
+        ]
         ref = lambda s: s.count(letter)  # noqa: E731
     elif kind == "repeat":
         doc = f"Return {arg} repeated {c} times."
@@ -185,8 +200,10 @@ def string_op(rng: random.Random, diff: Difficulty) -> Spec:
         ref = lambda s: s * c  # noqa: E731
     else:
         doc = f"Return the first and the last character of {arg} joined, or '' if {arg} is empty."
-        styles = [lambda r: f"    if not {arg}:\n        return ''\n    return {arg}[0] + {arg}[-1]\n",
-                  lambda r: f"    return {arg}[0] + {arg}[-1] if {arg} else ''\n"]
+        styles = [
+            lambda r: f"    if not {arg}:\n        return ''\n    return {arg}[0] + {arg}[-1]\n",
+            lambda r: f"    return {arg}[0] + {arg}[-1] if {arg} else ''\n",
+        ]
         ref = lambda s: s[0] + s[-1] if s else ""  # noqa: E731
     inputs = rng.sample(STRING_WORDS, 5)
     return Spec("string", arg, doc, styles, ref, inputs)
@@ -211,8 +228,10 @@ def conditional(rng: random.Random, diff: Difficulty) -> Spec:
         )
 
     def ternary(r: random.Random) -> str:
-        return (f"    return {apply_op(then_op, arg, r)} if {cond.code.format(arg)} else "
-                f"{apply_op(else_op, arg, r)}\n")
+        return (
+            f"    return {apply_op(then_op, arg, r)} if {cond.code.format(arg)} else "
+            f"{apply_op(else_op, arg, r)}\n"
+        )
 
     def reference(x):
         return then_op.fn(x) if cond.fn(x) else else_op.fn(x)
@@ -235,7 +254,11 @@ def composition(rng: random.Random, diff: Difficulty) -> Spec:
 
     def loop(r: random.Random) -> str:
         v, acc = r.choice(LOOP_VARS), r.choice(ACC_NAMES)
-        init, update = ("0", f"{acc} += {apply_op(op, v, r)}") if total else ("[]", f"{acc}.append({apply_op(op, v, r)})")
+        init, update = (
+            ("0", f"{acc} += {apply_op(op, v, r)}")
+            if total
+            else ("[]", f"{acc}.append({apply_op(op, v, r)})")
+        )
         return (
             f"    {acc} = {init}\n    for {v} in {arg}:\n        if {cond.code.format(v)}:\n"
             f"            {update}\n    return {acc}\n"
@@ -249,5 +272,3 @@ def composition(rng: random.Random, diff: Difficulty) -> Spec:
 
 
 FAMILIES = [arithmetic, list_filter, list_map, list_reduce, string_op, conditional, composition]
-
-

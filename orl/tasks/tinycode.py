@@ -79,8 +79,9 @@ def make_problem(rng: random.Random, difficulty: Difficulty, task_id: str) -> tu
     return record, spec
 
 
-def eval_problems(difficulty: str | Difficulty = "medium", n: int = NUM_TEST_PROBLEMS,
-                  split: str = "test") -> list[dict]:
+def eval_problems(
+    difficulty: str | Difficulty = "medium", n: int = NUM_TEST_PROBLEMS, split: str = "test"
+) -> list[dict]:
     """The fixed problems of a difficulty and split: `n` problems with distinct prompts, seeded. The dev
     split draws from its own seed and skips every prompt of the test split of the same difficulty."""
     if split not in SPLITS:
@@ -103,8 +104,9 @@ def held_out_prompts(difficulty: str | Difficulty = "medium", dev: bool = False)
     """Prompts of the test set of `difficulty` and of the long suite (with `dev`, of their dev sets too):
     never yielded for training."""
     splits = SPLITS if dev else ("test",)
-    return frozenset(p["prompt"] for split in splits for d in (difficulty, LONG)
-                     for p in eval_problems(d, split=split))
+    return frozenset(
+        p["prompt"] for split in splits for d in (difficulty, LONG) for p in eval_problems(d, split=split)
+    )
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,9 @@ def _as_mix(mix: TaskMix | str | Difficulty) -> TaskMix:
     return mix if isinstance(mix, TaskMix) else TaskMix(mix)
 
 
-def train_pair(rng: random.Random, mix: TaskMix | str | Difficulty, held_out: frozenset[str]) -> tuple[str, str]:
+def train_pair(
+    rng: random.Random, mix: TaskMix | str | Difficulty, held_out: frozenset[str]
+) -> tuple[str, str]:
     """One (prompt, completion) training pair; the completion's style is drawn at random."""
     if isinstance(mix, TaskMix) and mix.draw_math(rng):
         return tinymath.train_pair(rng)

@@ -33,11 +33,37 @@ TASK_PREFIX = {"test": "TinyMath", "dev": "TinyMathDev"}
 QUANTITY_WEIGHTS = (2, 3, 3, 4, 4, 4)  # drawn uniformly: more long problems than short ones
 FINAL_MARK = "####"  # the final answer line: "#### 42"
 
-NAMES = ["Mia", "Ben", "Lena", "Omar", "Sara", "Tom", "Nina", "Raj", "Ella", "Leo", "Kim", "Ava", "Max",
-         "Zoe"]
+NAMES = [
+    "Mia",
+    "Ben",
+    "Lena",
+    "Omar",
+    "Sara",
+    "Tom",
+    "Nina",
+    "Raj",
+    "Ella",
+    "Leo",
+    "Kim",
+    "Ava",
+    "Max",
+    "Zoe",
+]
 FRIENDS = ["a friend", "a neighbor", "the teacher", "a cousin", "a classmate"]
-ITEMS = ["apples", "marbles", "stickers", "pencils", "cookies", "books", "coins", "shells", "cards", "stamps",
-         "beads", "eggs"]
+ITEMS = [
+    "apples",
+    "marbles",
+    "stickers",
+    "pencils",
+    "cookies",
+    "books",
+    "coins",
+    "shells",
+    "cards",
+    "stamps",
+    "beads",
+    "eggs",
+]
 BOXES = ["boxes", "bags", "packs", "jars", "baskets"]
 GAIN_VERBS = [("buys", "bought"), ("finds", "found"), ("gets", "got"), ("picks", "picked")]
 LOSS_VERBS = [("gives", "gave"), ("sells", "sold"), ("loses", "lost"), ("uses", "used")]
@@ -83,9 +109,15 @@ def _gain(rng: random.Random, s: Story, amount: int) -> Event:
     verb, past = rng.choice(GAIN_VERBS)
 
     def lines(a: int, b: int, r: random.Random) -> list[str]:
-        return [f"Then {s.name} {past} {n} more {s.item}.",
-                r.choice([f"So {s.pronoun} has {calc(a, '+', n)} {s.item}.",
-                          f"That makes {calc(a, '+', n)} {s.item} in total."])]
+        return [
+            f"Then {s.name} {past} {n} more {s.item}.",
+            r.choice(
+                [
+                    f"So {s.pronoun} has {calc(a, '+', n)} {s.item}.",
+                    f"That makes {calc(a, '+', n)} {s.item} in total.",
+                ]
+            ),
+        ]
 
     return Event("gain", 1, f"Then {s.pronoun} {verb} {n} more {s.item}.", lambda a: a + n, lines)
 
@@ -98,9 +130,15 @@ def _loss(rng: random.Random, s: Story, amount: int) -> Event | None:
     to = f" to {s.friend}" if verb in ("gives", "sells") else ""
 
     def lines(a: int, b: int, r: random.Random) -> list[str]:
-        return [f"Then {s.name} {past} {n} of the {s.item}{to}.",
-                r.choice([f"So {s.pronoun} has {calc(a, '-', n)} {s.item} left.",
-                          f"That leaves {calc(a, '-', n)} {s.item}."])]
+        return [
+            f"Then {s.name} {past} {n} of the {s.item}{to}.",
+            r.choice(
+                [
+                    f"So {s.pronoun} has {calc(a, '-', n)} {s.item} left.",
+                    f"That leaves {calc(a, '-', n)} {s.item}.",
+                ]
+            ),
+        ]
 
     return Event("loss", 1, f"Then {s.pronoun} {verb} {n} {s.item}{to}.", lambda a: a - n, lines)
 
@@ -110,12 +148,23 @@ def _boxes(rng: random.Random, s: Story, amount: int) -> Event:
 
     def lines(a: int, b: int, r: random.Random) -> list[str]:
         product = calc(*r.choice([(k, "*", m), (m, "*", k)]))
-        return [f"Each of the {k} {s.box} holds {m} {s.item}, so the {s.box} hold {product} {s.item}.",
-                r.choice([f"So {s.name} has {calc(a, '+', k * m)} {s.item}.",
-                          f"Adding them gives {calc(a, '+', k * m)} {s.item}."])]
+        return [
+            f"Each of the {k} {s.box} holds {m} {s.item}, so the {s.box} hold {product} {s.item}.",
+            r.choice(
+                [
+                    f"So {s.name} has {calc(a, '+', k * m)} {s.item}.",
+                    f"Adding them gives {calc(a, '+', k * m)} {s.item}.",
+                ]
+            ),
+        ]
 
-    return Event("boxes", 2, f"Then {s.pronoun} buys {k} {s.box} with {m} {s.item} in each.",
-                 lambda a: a + k * m, lines)
+    return Event(
+        "boxes",
+        2,
+        f"Then {s.pronoun} buys {k} {s.box} with {m} {s.item} in each.",
+        lambda a: a + k * m,
+        lines,
+    )
 
 
 def _times(rng: random.Random, s: Story, amount: int) -> Event | None:
@@ -126,8 +175,10 @@ def _times(rng: random.Random, s: Story, amount: int) -> Event | None:
 
     def lines(a: int, b: int, r: random.Random) -> list[str]:
         product = calc(*r.choice([(a, "*", k), (k, "*", a)]))
-        return [f"Then the number of {s.item} is multiplied by {k}.",
-                r.choice([f"So {s.pronoun} has {product} {s.item}.", f"That makes {product} {s.item}."])]
+        return [
+            f"Then the number of {s.item} is multiplied by {k}.",
+            r.choice([f"So {s.pronoun} has {product} {s.item}.", f"That makes {product} {s.item}."]),
+        ]
 
     return Event("times", 1, f"Then the number of {s.item} {s.pronoun} has {word}.", lambda a: a * k, lines)
 
@@ -139,17 +190,33 @@ def _share(rng: random.Random, s: Story, amount: int) -> Event | None:
     k = rng.choice(ways)
 
     def lines(a: int, b: int, r: random.Random) -> list[str]:
-        return [f"Then {s.name} shares the {a} {s.item} equally among {k} friends.",
-                r.choice([f"So each friend gets {calc(a, '/', k)} {s.item}.",
-                          f"Each of the {k} friends gets {calc(a, '/', k)} {s.item}."])]
+        return [
+            f"Then {s.name} shares the {a} {s.item} equally among {k} friends.",
+            r.choice(
+                [
+                    f"So each friend gets {calc(a, '/', k)} {s.item}.",
+                    f"Each of the {k} friends gets {calc(a, '/', k)} {s.item}.",
+                ]
+            ),
+        ]
 
-    return Event("share", 1, f"Then {s.pronoun} shares them equally among {k} friends and keeps none.",
-                 lambda a: a // k, lines)
+    return Event(
+        "share",
+        1,
+        f"Then {s.pronoun} shares them equally among {k} friends and keeps none.",
+        lambda a: a // k,
+        lines,
+    )
 
 
 # Each builds an event for the amount before it, or None when the event cannot apply to that amount.
 EVENTS: dict[str, Callable[[random.Random, Story, int], Event | None]] = {
-    "gain": _gain, "loss": _loss, "boxes": _boxes, "times": _times, "share": _share}
+    "gain": _gain,
+    "loss": _loss,
+    "boxes": _boxes,
+    "times": _times,
+    "share": _share,
+}
 
 
 @dataclass(frozen=True)
@@ -169,8 +236,11 @@ class Problem:
     def prompt(self) -> str:
         s = self.story
         shared = self.events[-1].kind == "share"
-        ask = (f"How many {s.item} does each friend get?" if shared
-               else f"How many {s.item} does {s.name} have now?")
+        ask = (
+            f"How many {s.item} does each friend get?"
+            if shared
+            else f"How many {s.item} does {s.name} have now?"
+        )
         text = " ".join([f"{s.name} has {self.start} {s.item}.", *(e.question for e in self.events), ask])
         return f"Question: {text}\nAnswer:\n"
 
@@ -179,8 +249,14 @@ class Problem:
         s = self.story
         goal = "each friend gets" if self.events[-1].kind == "share" else f"{s.name} has at the end"
         lines = [f"We want to know how many {s.item} {goal}."]
-        lines += [rng.choice([f"{s.name} starts with {self.start} {s.item}.",
-                              f"At first {s.name} has {self.start} {s.item}."])]
+        lines += [
+            rng.choice(
+                [
+                    f"{s.name} starts with {self.start} {s.item}.",
+                    f"At first {s.name} has {self.start} {s.item}.",
+                ]
+            )
+        ]
         amount = self.start
         for event in self.events:
             after = event.apply(amount)

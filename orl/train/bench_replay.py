@@ -41,11 +41,19 @@ def capture_batch(model, tok, preset: TrainPreset, rollouts_per_prompt: int):
         prompts = [tok.encode(rows[i]["prompt"]) for i in indices]
         seeds = [sample_seed(cfg.seed, 0, i) for i in indices]
         with torch.no_grad():
-            result = rollout(model, prompts, rule, max_new_tokens=budget, pad_id=tok.pad_id,
-                             temperature=cfg.rollout_temperature, seeds=seeds)
+            result = rollout(
+                model,
+                prompts,
+                rule,
+                max_new_tokens=budget,
+                pad_id=tok.pad_id,
+                temperature=cfg.rollout_temperature,
+                seeds=seeds,
+            )
         states = result.states
-        attach_targets(states, result.completion_ids, model.config.block_size, tok.eos_id,
-                       prompt_prefixes(prompts, rule))
+        attach_targets(
+            states, result.completion_ids, model.config.block_size, tok.eos_id, prompt_prefixes(prompts, rule)
+        )
         states.request = torch.tensor(indices, dtype=states.request.dtype)[states.request]
         parts.append(states)
         offsets.append(0)
@@ -53,8 +61,15 @@ def capture_batch(model, tok, preset: TrainPreset, rollouts_per_prompt: int):
     return select_states(states, cfg.states_per_block, random.Random(cfg.seed))
 
 
-def bench_replay(preset: TrainPreset, init_dir, *, steps: int = 10, pack_tokens: int = 512, device: str = "cpu",
-                 rollouts_per_prompt: int | None = None) -> list[dict]:
+def bench_replay(
+    preset: TrainPreset,
+    init_dir,
+    *,
+    steps: int = 10,
+    pack_tokens: int = 512,
+    device: str = "cpu",
+    rollouts_per_prompt: int | None = None,
+) -> list[dict]:
     """Time `steps` replay updates (after one warm-up) of one rollout batch, unpacked then packed."""
     ckpt = load_checkpoint(init_dir, device=device)
     model, tok = ckpt.model, ckpt.tokenizer
@@ -79,7 +94,9 @@ def bench_replay(preset: TrainPreset, init_dir, *, steps: int = 10, pack_tokens:
             logits = replay_logits(model, batch, pack_tokens=budget if packing else 0, share_context=packing)
             uncertain, _ = gate_split(batch.masked, batch.confidence, cfg.gate_tau)
             aec = aec_parts(logits, batch.masked, batch.step, batch.source_entropy, cfg.aec_rho)
-            loss = mean(masked_ce_terms(logits, batch.targets, uncertain)) + cfg.aec_lambda * mean(aec.terms())
+            loss = mean(masked_ce_terms(logits, batch.targets, uncertain)) + cfg.aec_lambda * mean(
+                aec.terms()
+            )
             loss.backward()
             model.zero_grad(set_to_none=True)
             if device != "cpu" and torch.cuda.is_available():
@@ -88,8 +105,17 @@ def bench_replay(preset: TrainPreset, init_dir, *, steps: int = 10, pack_tokens:
                 elapsed += time.perf_counter() - t0
         # Real tokens: every state with its own context (what either layout stands for).
         real_tokens = sum(len(c) + B for c in states.context)
-        out.append({"packing": packing, "rollouts_per_prompt": k, "step_tokens_per_s": real_tokens * steps / elapsed,
-                    "step_time_s": elapsed / steps, "input_tokens": sum(lengths),
-                    "padding_fraction": 1 - sum(lengths) / (layout.rows * layout.width), "rows": layout.rows,
-                    "states": len(states), "segments": len(groups)})
+        out.append(
+            {
+                "packing": packing,
+                "rollouts_per_prompt": k,
+                "step_tokens_per_s": real_tokens * steps / elapsed,
+                "step_time_s": elapsed / steps,
+                "input_tokens": sum(lengths),
+                "padding_fraction": 1 - sum(lengths) / (layout.rows * layout.width),
+                "rows": layout.rows,
+                "states": len(states),
+                "segments": len(groups),
+            }
+        )
     return out

@@ -56,7 +56,9 @@ class OptimConfig:
     grad_clip: float = 1.0
     seed: int = 0
     checkpoint_every: int = 100
-    micro_batch_size: int = 0  # rows per forward on a rank (gradient accumulation); 0 = the rank's whole share
+    micro_batch_size: int = (
+        0  # rows per forward on a rank (gradient accumulation); 0 = the rank's whole share
+    )
     activation_checkpointing: bool = False  # recompute layer activations in the backward pass (large models)
 
 
@@ -83,7 +85,9 @@ class OrlConfig:
     iterations_steps: int = 40  # updates (= rollout batches: one update per rollout batch)
     rollout_prompts: int = 16  # N: training prompts per rollout batch
     rollouts_per_prompt: int = 8  # K
-    states_per_block: int = 4  # S: replayed states per block of a retained trajectory, uniform among its steps
+    states_per_block: int = (
+        4  # S: replayed states per block of a retained trajectory, uniform among its steps
+    )
     batch_size: int = 0  # at most this many of the selected states per update (0 = all of them)
     lr: float = 2e-4
     adapter_lr: float = 1e-3  # the residual adapter's own optimizer group (docs/method.md §3, ours)
@@ -91,7 +95,9 @@ class OrlConfig:
     warmup_steps: int = 2
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    seed: int = 0  # rollout prompts, samples, state selection, torch's generator: `orl train-orl --seed` sets it
+    seed: int = (
+        0  # rollout prompts, samples, state selection, torch's generator: `orl train-orl --seed` sets it
+    )
     checkpoint_every: int = 10  # updates between resume checkpoints
     tau_train: float = 0.9  # threshold(τ_train) policy of the rollout
     rollout_temperature: float = 0.7  # T_roll: token values sampled so that the K rollouts differ (ours)
@@ -108,7 +114,9 @@ class OrlConfig:
     use_reference_for_failed: bool = False
     share_context: bool = True  # staircase packing: states of one block share one copy of the clean prefix
     pack_tokens: int = 0  # 0 = one segment per row; else tokens per packed row
-    micro_batch_size: int = 0  # replay states per forward on a rank (gradient accumulation); 0 = the rank's share
+    micro_batch_size: int = (
+        0  # replay states per forward on a rank (gradient accumulation); 0 = the rank's share
+    )
     activation_checkpointing: bool = False
     # Training prompts: None = the TinyCode train stream; else a local HumanEval-format JSONL (its tests
     # filter the self-generated targets). HumanEval itself is refused (orl/tasks/files.py).
@@ -190,13 +198,17 @@ def _build(cls, values: dict, source: str, prefix: str = ""):
     if unknown:
         where = f"{source}: {prefix}" if prefix else source
         raise ConfigError(f"{where}: unknown key {unknown[0]!r}; expected one of {sorted(known)}")
-    return cls(**{k: _coerce(v, hints[k], source, f"{prefix}.{k}" if prefix else k) for k, v in values.items()})
+    return cls(
+        **{k: _coerce(v, hints[k], source, f"{prefix}.{k}" if prefix else k) for k, v in values.items()}
+    )
 
 
 def _merge(base: dict, override: dict) -> dict:
     out = dict(base)
     for key, value in override.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (
+            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
     return out
 
 
@@ -212,7 +224,9 @@ def _read_yaml(path: Path) -> dict:
     return data
 
 
-def load_preset(name: str = "tiny", config_file: str | Path | None = None, overrides: dict | None = None) -> TrainPreset:
+def load_preset(
+    name: str = "tiny", config_file: str | Path | None = None, overrides: dict | None = None
+) -> TrainPreset:
     """A preset by name, optionally overridden by a YAML file and then by a dict."""
     if name not in PRESETS:
         raise ConfigError(f"--preset: unknown preset {name!r}; expected one of {list(PRESETS)}")
@@ -232,12 +246,15 @@ def _check_tasks(preset: TrainPreset, where: str) -> TrainPreset:
     """Values the types allow but the task generator does not."""
     short = sorted(k for k, d in DIFFICULTIES.items() if not d.long)
     if preset.difficulty not in short:
-        raise ConfigError(f"{where}: difficulty: expected one of {short}, got {preset.difficulty!r} "
-                          "(the long families come in through long_fraction)")
+        raise ConfigError(
+            f"{where}: difficulty: expected one of {short}, got {preset.difficulty!r} "
+            "(the long families come in through long_fraction)"
+        )
     for name in ("long_fraction", "math_fraction"):
         if not 0.0 <= getattr(preset, name) <= 1.0:
-            raise ConfigError(f"{where}: {name}: expected a share between 0 and 1, "
-                              f"got {getattr(preset, name)}")
+            raise ConfigError(
+                f"{where}: {name}: expected a share between 0 and 1, got {getattr(preset, name)}"
+            )
     return preset
 
 
@@ -246,7 +263,9 @@ def _check_tasks(preset: TrainPreset, where: str) -> TrainPreset:
 # ORL's batch_size may be 0 (every selected state, OrlConfig), not negative.
 COUNTS_FROM_ZERO = {"orl": ("batch_size",)}
 TRAINING_COUNTS = {
-    "ar": ("steps", "batch_size"), "draft": ("steps", "batch_size"), "convert": ("steps", "batch_size"),
+    "ar": ("steps", "batch_size"),
+    "draft": ("steps", "batch_size"),
+    "convert": ("steps", "batch_size"),
     "orl": ("iterations_steps", "rollout_prompts", "rollouts_per_prompt", "states_per_block"),
 }
 
@@ -257,10 +276,14 @@ def check_training_counts(preset, section: str) -> None:
     for name in TRAINING_COUNTS[section]:
         value = getattr(values, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"preset {preset.name!r} (with --config overrides): {section}.{name}: expected a "
-                              f"positive integer, got {value!r}")
+            raise ConfigError(
+                f"preset {preset.name!r} (with --config overrides): {section}.{name}: expected a "
+                f"positive integer, got {value!r}"
+            )
     for name in COUNTS_FROM_ZERO.get(section, ()):
         value = getattr(values, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"preset {preset.name!r} (with --config overrides): {section}.{name}: expected an "
-                              f"integer ≥ 0 (0 = all), got {value!r}")
+            raise ConfigError(
+                f"preset {preset.name!r} (with --config overrides): {section}.{name}: expected an "
+                f"integer ≥ 0 (0 = all), got {value!r}"
+            )

@@ -30,16 +30,25 @@ class TokenBatch:
         return TokenBatch(self.ids[rows], self.prompt_lens[rows], self.lengths[rows], self.loss_mask[rows])
 
     def to(self, device: torch.device | str) -> TokenBatch:
-        return TokenBatch(self.ids.to(device), self.prompt_lens.to(device), self.lengths.to(device),
-                          self.loss_mask.to(device))
+        return TokenBatch(
+            self.ids.to(device),
+            self.prompt_lens.to(device),
+            self.lengths.to(device),
+            self.loss_mask.to(device),
+        )
 
 
 def step_rng(seed: int, step: int) -> random.Random:
     return random.Random(seed * 1_000_003 + step)
 
 
-def encode_pair(tokenizer: Tokenizer, prompt: str, completion: str, block_size: int | None = None,
-                layout: str = "after-prompt") -> tuple[list[int], list[int]]:
+def encode_pair(
+    tokenizer: Tokenizer,
+    prompt: str,
+    completion: str,
+    block_size: int | None = None,
+    layout: str = "after-prompt",
+) -> tuple[list[int], list[int]]:
     """Prompt ids and completion ids + <eos>; with a block size the completion is padded with <eos>
     to whole blocks of its layout (blocks from the prompt's end, or from position 0 for the
     absolute layout), which is what block decoding produces after <eos> (docs/method.md §2)."""
@@ -68,11 +77,19 @@ def pad_rows(rows: list[tuple[list[int], list[int]]], pad_id: int, max_len: int)
 
 
 def pair_batch(
-    tokenizer: Tokenizer, seed: int, step: int, batch_size: int, mix: tinycode.TaskMix, max_len: int,
-    block_size: int | None = None, layout: str = "after-prompt",
+    tokenizer: Tokenizer,
+    seed: int,
+    step: int,
+    batch_size: int,
+    mix: tinycode.TaskMix,
+    max_len: int,
+    block_size: int | None = None,
+    layout: str = "after-prompt",
 ) -> TokenBatch:
     """Step `step`'s batch of `mix` problems (the test prompts of both suites held out)."""
     rng = step_rng(seed, step)
     held_out = mix.held_out()
     pairs = [tinycode.train_pair(rng, mix, held_out) for _ in range(batch_size)]
-    return pad_rows([encode_pair(tokenizer, p, c, block_size, layout) for p, c in pairs], tokenizer.pad_id, max_len)
+    return pad_rows(
+        [encode_pair(tokenizer, p, c, block_size, layout) for p, c in pairs], tokenizer.pad_id, max_len
+    )

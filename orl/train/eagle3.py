@@ -59,7 +59,9 @@ class Eagle3TrainConfig:
     def __post_init__(self):
         for name in ("prompts", "max_new_tokens", "steps", "batch_size", "ttt_steps"):
             if getattr(self, name) < 1:
-                raise InputError(f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(self, name)}")
+                raise InputError(
+                    f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(self, name)}"
+                )
         if not 0 < self.decay <= 1 or not self.lr > 0:
             raise InputError(f"--decay in (0, 1] and --lr > 0 expected, got {self.decay}, {self.lr}")
 
@@ -71,8 +73,10 @@ def greedy_continuation(ckpt: Checkpoint, prompt_ids: list[int], max_new_tokens:
     ends = set(ckpt.tokenizer.eos_ids)
     total = len(prompt_ids) + max_new_tokens
     if total > model.config.max_position_embeddings:
-        raise InputError(f"--max-new-tokens {max_new_tokens}: prompt + completion ({total}) exceed the target's "
-                         f"max_position_embeddings {model.config.max_position_embeddings}")
+        raise InputError(
+            f"--max-new-tokens {max_new_tokens}: prompt + completion ({total}) exceed the target's "
+            f"max_position_embeddings {model.config.max_position_embeddings}"
+        )
     cache = KVCache.allocate(model.config, 1, total, torch.device("cpu"), torch.float32)
     keys = torch.arange(total)
     slots = torch.arange(len(prompt_ids))
@@ -113,7 +117,7 @@ def collate(samples: list[Sample], pad_id: int):
     for i, s in enumerate(samples):
         n = len(s.ids)
         ids[i, :n], aux[i, :n] = s.ids, s.aux
-        mask[i, s.prompt_len: n] = True
+        mask[i, s.prompt_len : n] = True
     return ids, aux, mask
 
 
@@ -148,14 +152,17 @@ def init_head(head: Eagle3Head, ckpt: Checkpoint, seed: int) -> None:
         head.lm_head.weight.copy_(ckpt.model.lm_head.weight)
 
 
-def train_eagle3(target_dir: str | Path, out_dir: str | Path, cfg: Eagle3TrainConfig,
-                 progress: bool = False) -> dict:
+def train_eagle3(
+    target_dir: str | Path, out_dir: str | Path, cfg: Eagle3TrainConfig, progress: bool = False
+) -> dict:
     """Generate the data, train the head, write it; returns the summary written to train_summary.json."""
     start = time.perf_counter()
     ckpt = load_checkpoint(target_dir, dtype=torch.float32)
     if ckpt.is_diffusion:
-        raise CheckpointError(f"{ckpt.path / CONFIG}: architectures: an EAGLE-3 head drafts for an AR target; "
-                              f"{ckpt.arch} is a block-diffusion checkpoint")
+        raise CheckpointError(
+            f"{ckpt.path / CONFIG}: architectures: an EAGLE-3 head drafts for an AR target; "
+            f"{ckpt.arch} is a block-diffusion checkpoint"
+        )
     ckpt.model.requires_grad_(False).eval()
     head_cfg = Eagle3Config(ckpt.model.config, list(cfg.aux_layer_ids))
     torch.manual_seed(cfg.seed)
@@ -167,7 +174,7 @@ def train_eagle3(target_dir: str | Path, out_dir: str | Path, cfg: Eagle3TrainCo
         ids = ckpt.tokenizer.encode(prompt)
         pairs.append((ids, greedy_continuation(ckpt, ids, cfg.max_new_tokens)))
     samples = make_samples(ckpt, pairs, head_cfg.aux_layer_ids)
-    train, held = samples[: cfg.prompts], samples[cfg.prompts:]
+    train, held = samples[: cfg.prompts], samples[cfg.prompts :]
     gen_s = time.perf_counter() - start
 
     head = Eagle3Head(head_cfg)
@@ -194,13 +201,20 @@ def train_eagle3(target_dir: str | Path, out_dir: str | Path, cfg: Eagle3TrainCo
     with torch.no_grad():
         estimate = acceptance_estimate(head, embed, held, cfg.ttt_steps) if held else None
     summary = {
-        "target": str(ckpt.path), "config": asdict(cfg), "aux_layer_ids": head_cfg.aux_layer_ids,
-        "train_sequences": len(train), "train_generated_tokens": int(sum(len(s.ids) - s.prompt_len for s in train)),
-        "generation_s": round(gen_s, 2), "wall_s": round(time.perf_counter() - start, 2),
-        "initial_loss": losses[0], "final_loss": losses[-1], "losses": losses,
+        "target": str(ckpt.path),
+        "config": asdict(cfg),
+        "aux_layer_ids": head_cfg.aux_layer_ids,
+        "train_sequences": len(train),
+        "train_generated_tokens": int(sum(len(s.ids) - s.prompt_len for s in train)),
+        "generation_s": round(gen_s, 2),
+        "wall_s": round(time.perf_counter() - start, 2),
+        "initial_loss": losses[0],
+        "final_loss": losses[-1],
+        "losses": losses,
         "final_accuracy_per_step": accuracies[-1],
         "acceptance_length_estimate": None if estimate is None else round(estimate, 4),
-        "acceptance_estimate_k": cfg.ttt_steps, "acceptance_estimate_prompts": len(held),
+        "acceptance_estimate_k": cfg.ttt_steps,
+        "acceptance_estimate_prompts": len(held),
     }
     write_head(head, ckpt, out_dir, summary)
     return summary

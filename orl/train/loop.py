@@ -63,7 +63,9 @@ class Step:
     names: tuple[str, ...]  # the first is the step's loss in the log; every term is logged by name
     weights: tuple[float, ...]
     micros: list[Micro]
-    metrics: dict = field(default_factory=dict)  # extra scalars (or 0-d tensors) for the log and the progress bar
+    metrics: dict = field(
+        default_factory=dict
+    )  # extra scalars (or 0-d tensors) for the log and the progress bar
     # Runs on every rank once the forwards are done, before `metrics` is read: where a metric is a
     # ratio of sums over the global batch, this is where the ranks' sums are added.
     finish: Callable[[], None] | None = None
@@ -102,8 +104,9 @@ def group_params(model: torch.nn.Module, groups: Sequence[ParamGroup]) -> dict[s
     return out
 
 
-def make_optimizer(model: torch.nn.Module, cfg: OptimConfig,
-                   extra: Sequence[ParamGroup] = ()) -> torch.optim.AdamW:
+def make_optimizer(
+    model: torch.nn.Module, cfg: OptimConfig, extra: Sequence[ParamGroup] = ()
+) -> torch.optim.AdamW:
     # No weight decay on norms (1-D weights), as usual for transformers. Fused AdamW on CUDA.
     owned = group_params(model, extra)
     params = owned[""]
@@ -112,7 +115,9 @@ def make_optimizer(model: torch.nn.Module, cfg: OptimConfig,
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     for g in extra:
         if owned[g.name]:
-            groups.append({"params": owned[g.name], "weight_decay": 0.0, "group": g.name, "lr_scale": g.lr / cfg.lr})
+            groups.append(
+                {"params": owned[g.name], "weight_decay": 0.0, "group": g.name, "lr_scale": g.lr / cfg.lr}
+            )
     params = [p for ps in owned.values() for p in ps]
     fused = bool(params) and params[0].device.type == "cuda"
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=fused or None)
@@ -124,8 +129,10 @@ def _backward(step: Step, world: World) -> tuple[torch.Tensor, torch.Tensor]:
     if not known and len(step.micros) > 1:
         from orl.errors import ConfigError
 
-        raise ConfigError("micro_batch_size: this objective's normalisation needs the forward "
-                          "(a count known only then): train it without gradient accumulation")
+        raise ConfigError(
+            "micro_batch_size: this objective's normalisation needs the forward "
+            "(a count known only then): train it without gradient accumulation"
+        )
     sums = torch.zeros(len(step.names), dtype=torch.float64)
     counts = torch.zeros(len(step.names), dtype=torch.float64)
     totals = all_sum(torch.tensor([list(m.counts) for m in step.micros]).sum(0), world) if known else None
@@ -133,7 +140,9 @@ def _backward(step: Step, world: World) -> tuple[torch.Tensor, torch.Tensor]:
         parts, local_counts = micro.run()
         if totals is None:  # the one micro-batch of a forward-normalised objective
             totals = all_sum(torch.tensor(list(local_counts), dtype=torch.float64), world)
-        loss = sum(w * s / max(float(t), 1.0) for w, s, t in zip(step.weights, parts, totals.tolist(), strict=True))
+        loss = sum(
+            w * s / max(float(t), 1.0) for w, s, t in zip(step.weights, parts, totals.tolist(), strict=True)
+        )
         (loss * world.size).backward()
         sums += torch.stack([s.detach().double().cpu() for s in parts])
         counts += torch.tensor(list(local_counts), dtype=torch.float64)
@@ -144,7 +153,9 @@ def _trim_log(path: Path, steps: int) -> None:
     """Keep the log lines of steps <= `steps` (a resumed run recomputes the rest)."""
     if not path.is_file():
         return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= steps]
+    kept = [
+        line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= steps
+    ]
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
@@ -189,8 +200,14 @@ def train(
         out_dir.mkdir(parents=True, exist_ok=True)
         _trim_log(log_path, start)
     model.train()
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=stage,
-               disable=not progress or not world.main, dynamic_ncols=True)
+    bar = tqdm(
+        range(start, cfg.steps),
+        initial=start,
+        total=cfg.steps,
+        desc=stage,
+        disable=not progress or not world.main,
+        dynamic_ncols=True,
+    )
     t0 = time.perf_counter()
     loss_value = float(info.get("loss", float("nan")))
     log = log_path.open("a") if world.main else None
@@ -207,19 +224,33 @@ def train(
             # once, here, and keep the floats in the step's dict for whoever else holds it.
             plan.metrics.update({k: float(v) for k, v in plan.metrics.items()})
             norm = torch.nn.utils.clip_grad_norm_(owned[""], cfg.grad_clip)
-            grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # a DTensor under FSDP
+            grad_norm = float(
+                norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+            )  # a DTensor under FSDP
             for g in param_groups:  # each own group clipped to its own cap
                 if owned[g.name]:
                     n = torch.nn.utils.clip_grad_norm_(owned[g.name], g.grad_clip)
-                    plan.metrics[f"grad_norm_{g.name}"] = float(n.full_tensor() if hasattr(n, "full_tensor") else n)
+                    plan.metrics[f"grad_norm_{g.name}"] = float(
+                        n.full_tensor() if hasattr(n, "full_tensor") else n
+                    )
             optimizer.step()
-            terms = {name: float(s / max(float(c), 1.0)) for name, s, c in zip(plan.names, sums, counts, strict=True)}
+            terms = {
+                name: float(s / max(float(c), 1.0))
+                for name, s, c in zip(plan.names, sums, counts, strict=True)
+            }
             loss_value = sum(w * terms[n] for w, n in zip(plan.weights, plan.names, strict=True))
             tokens = int(all_sum(torch.tensor([float(sum(m.tokens for m in plan.micros))]), world)[0])
             tokens_seen += tokens
             if log is not None:
-                line = {"step": step + 1, "loss": loss_value, **{f"loss_{k}": v for k, v in terms.items()},
-                        "lr": lr_at(step, cfg), "tokens": tokens, "grad_norm": grad_norm, **plan.metrics}
+                line = {
+                    "step": step + 1,
+                    "loss": loss_value,
+                    **{f"loss_{k}": v for k, v in terms.items()},
+                    "lr": lr_at(step, cfg),
+                    "tokens": tokens,
+                    "grad_norm": grad_norm,
+                    **plan.metrics,
+                }
                 log.write(json.dumps(line, sort_keys=True) + "\n")
                 log.flush()
             bar.set_postfix({"loss": f"{loss_value:.3f}", **{k: f"{v:.3g}" for k, v in plan.metrics.items()}})
@@ -227,22 +258,49 @@ def train(
             if done % cfg.checkpoint_every == 0 or done == cfg.steps:
                 if log is not None:
                     log.flush()
-                save_train_state(out_dir, model, optimizer, {
-                    "step": done, "tokens": tokens_seen, "config_digest": digest, "stage": stage,
-                    "elapsed_s": elapsed + (time.perf_counter() - t0), "loss": loss_value, "settings": settings,
-                }, world)
+                save_train_state(
+                    out_dir,
+                    model,
+                    optimizer,
+                    {
+                        "step": done,
+                        "tokens": tokens_seen,
+                        "config_digest": digest,
+                        "stage": stage,
+                        "elapsed_s": elapsed + (time.perf_counter() - t0),
+                        "loss": loss_value,
+                        "settings": settings,
+                    },
+                    world,
+                )
     finally:
         if log is not None:
             log.close()
     model.eval()
     wall = elapsed + (time.perf_counter() - t0)
     peaks = gather_objects(peak_memory_bytes(world), world)
-    summary = {"stage": stage, "steps": cfg.steps, "tokens": tokens_seen, "final_loss": loss_value, "wall_s": wall,
-               "config_digest": digest, "world_size": world.size, "device": world.device.type,
-               "device_hours": wall / 3600 * world.size, "tokens_per_s_per_device": tokens_seen / wall / world.size
-               if wall else None, "peak_memory_bytes_per_rank": peaks, **settings}
-    export_model(model, tokenizer, out_dir, world, extra_config={"orl_model_name": model_name} if model_name else None,
-                 max_shard_bytes=max_shard_bytes)
+    summary = {
+        "stage": stage,
+        "steps": cfg.steps,
+        "tokens": tokens_seen,
+        "final_loss": loss_value,
+        "wall_s": wall,
+        "config_digest": digest,
+        "world_size": world.size,
+        "device": world.device.type,
+        "device_hours": wall / 3600 * world.size,
+        "tokens_per_s_per_device": tokens_seen / wall / world.size if wall else None,
+        "peak_memory_bytes_per_rank": peaks,
+        **settings,
+    }
+    export_model(
+        model,
+        tokenizer,
+        out_dir,
+        world,
+        extra_config={"orl_model_name": model_name} if model_name else None,
+        max_shard_bytes=max_shard_bytes,
+    )
     if world.main:
         atomic_write_json(out_dir / "train_summary.json", summary)
     barrier(world)

@@ -30,7 +30,9 @@ def mean(terms: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     return total / count.clamp_min(1)
 
 
-def masked_ce_terms(logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def masked_ce_terms(
+    logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy over the `masked` positions (sum, count); logits [n, B, V], targets/masked [n, B]."""
     ce = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none").view_as(targets)
     return (ce * masked).sum(), masked.sum()
@@ -46,7 +48,9 @@ def entropy(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
-def gate_split(masked: torch.Tensor, confidence: torch.Tensor, tau_gate: float) -> tuple[torch.Tensor, torch.Tensor]:
+def gate_split(
+    masked: torch.Tensor, confidence: torch.Tensor, tau_gate: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(U, C): masked positions the rollout was uncertain about (c < τ_gate), and the confident rest."""
     uncertain = masked & (confidence.detach() < tau_gate)
     return uncertain, masked & ~uncertain
@@ -60,8 +64,9 @@ def capped_reverse_kl(logits: torch.Tensor, ref_logits: torch.Tensor, cap: float
     return torch.clamp(kl, max=cap)
 
 
-def kl_anchor_terms(logits: torch.Tensor, ref_logits: torch.Tensor, confident: torch.Tensor,
-                    cap: float) -> tuple[torch.Tensor, torch.Tensor]:
+def kl_anchor_terms(
+    logits: torch.Tensor, ref_logits: torch.Tensor, confident: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Σ over confident positions of min(KL, κ), and their count."""
     return (capped_reverse_kl(logits, ref_logits, cap) * confident).sum(), confident.sum()
 
@@ -89,8 +94,9 @@ class AecParts:
         return active.sum(), (self.loss.detach() * self.paired).sum()
 
 
-def aec_parts(logits: torch.Tensor, masked: torch.Tensor, step: torch.Tensor, source_entropy: torch.Tensor,
-              rho: float) -> AecParts:
+def aec_parts(
+    logits: torch.Tensor, masked: torch.Tensor, step: torch.Tensor, source_entropy: torch.Tensor, rho: float
+) -> AecParts:
     """AEC per replayed state. `source_entropy` [n]: H̄ of the rollout at k−1 over M_{k−1}, in nats."""
     log_v = math.log(logits.shape[-1])
     h = entropy(logits) / log_v
@@ -102,8 +108,9 @@ def aec_parts(logits: torch.Tensor, masked: torch.Tensor, step: torch.Tensor, so
     return AecParts(loss, paired, (next_mean - (1.0 - rho) * source).detach())
 
 
-def dparallel_entropy_terms(logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor,
-                            temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def dparallel_entropy_terms(
+    logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """dParallel's certainty forcing: entropy of softmax(logits / T) over masked positions the model
     already predicts correctly (sum, count). The count depends on the forward."""
     correct = masked & (logits.argmax(-1) == targets)

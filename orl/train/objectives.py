@@ -66,15 +66,18 @@ class Noise:
     mask_origin: torch.Tensor  # [b] where the block-causal mask counts blocks from (orl/decoding/layout.py)
 
     def select(self, rows: torch.Tensor | slice) -> Noise:
-        return Noise(self.ids[rows], self.masked[rows], self.t[rows], self.lengths[rows], self.mask_origin[rows])
+        return Noise(
+            self.ids[rows], self.masked[rows], self.t[rows], self.lengths[rows], self.mask_origin[rows]
+        )
 
     @property
     def count(self) -> float:
         return float(self.masked.sum())
 
 
-def noise_one_block(batch: TokenBatch, block_size: int, mask_id: int, generator: torch.Generator,
-                    layout: str = "after-prompt") -> Noise:
+def noise_one_block(
+    batch: TokenBatch, block_size: int, mask_id: int, generator: torch.Generator, layout: str = "after-prompt"
+) -> Noise:
     """Pick a block per row, cut the row after it, mask it with rate t (at least one position).
 
     Our layout counts blocks from the end of the prompt; the absolute one (SDAR) from position 0,
@@ -103,12 +106,19 @@ def noise_one_block(batch: TokenBatch, block_size: int, mask_id: int, generator:
     return Noise(ids, masked, t, lengths, origin)
 
 
-def masked_block_sum(model: Transformer, batch: TokenBatch, noise: Noise, groups: int = LENGTH_GROUPS) -> torch.Tensor:
+def masked_block_sum(
+    model: Transformer, batch: TokenBatch, noise: Noise, groups: int = LENGTH_GROUPS
+) -> torch.Tensor:
     """Σ over masked positions of cross-entropy weighted 1/t (the MDLM / LLaDA ELBO weighting)."""
     cfg = model.config
     device = model.embedding.device
     batch = batch.to(device)
-    noisy, masked, t, lengths = noise.ids.to(device), noise.masked.to(device), noise.t.to(device), noise.lengths.to(device)
+    noisy, masked, t, lengths = (
+        noise.ids.to(device),
+        noise.masked.to(device),
+        noise.t.to(device),
+        noise.lengths.to(device),
+    )
     total = torch.zeros((), device=device)
     for rows in length_groups(lengths, groups):
         width = int(lengths[rows].max())

@@ -5,20 +5,48 @@ from __future__ import annotations
 from orl.records import make_record
 
 # What the train record keeps of the run's summary besides its cost (Table 5 reads both).
-SUMMARY_EXTRA = ("ablation", "method_version", "seed", "refreshes", "rollouts", "rollout_tpf", "rollout_pass_rate",
-                 "replay_states", "replay_state_bytes", "rollout_s", "steps", "reference_targets", "residual_alpha",
-                 "residual", "gate_tau", "gate_applied", "aec_applied", "rollout_prompts", "rollouts_per_prompt",
-                 "states_per_block", "updates_without_retained", "rollout_engine", "cpu_linear",
-                 "world_size", "device", "device_hours", "peak_memory_bytes_per_rank")
+SUMMARY_EXTRA = (
+    "ablation",
+    "method_version",
+    "seed",
+    "refreshes",
+    "rollouts",
+    "rollout_tpf",
+    "rollout_pass_rate",
+    "replay_states",
+    "replay_state_bytes",
+    "rollout_s",
+    "steps",
+    "reference_targets",
+    "residual_alpha",
+    "residual",
+    "gate_tau",
+    "gate_applied",
+    "aec_applied",
+    "rollout_prompts",
+    "rollouts_per_prompt",
+    "states_per_block",
+    "updates_without_retained",
+    "rollout_engine",
+    "cpu_linear",
+    "world_size",
+    "device",
+    "device_hours",
+    "peak_memory_bytes_per_rank",
+)
 
 
 def cost_metrics(summary: dict) -> dict:
     """The train record's metrics: self-generated tokens, wall, the run's mean gated share, AEC active share
     and retained fraction, and per device the tokens/s and peak memory (largest rank); GPU-hours (world
     size x wall) only where the devices are GPUs."""
-    metrics = {"self_generated_tokens": summary["self_generated_tokens"], "train_wall_s": summary["wall_s"],
-               "gated_share": summary["gated_share_mean"], "aec_active_share": summary["aec_active_share_mean"],
-               "retained_fraction": summary["retained_fraction_mean"]}
+    metrics = {
+        "self_generated_tokens": summary["self_generated_tokens"],
+        "train_wall_s": summary["wall_s"],
+        "gated_share": summary["gated_share_mean"],
+        "aec_active_share": summary["aec_active_share_mean"],
+        "retained_fraction": summary["retained_fraction_mean"],
+    }
     if summary.get("device") == "cuda":
         metrics["train_gpu_hours"] = summary["device_hours"]
     if summary.get("tokens_per_s_per_device"):
@@ -28,22 +56,48 @@ def cost_metrics(summary: dict) -> dict:
     return metrics
 
 
-def orl_train_record(summary: dict, *, system: str, model: dict, preset_digest: str, ablation: str | None,
-                     seed: int, isolation: str) -> dict:
+def orl_train_record(
+    summary: dict,
+    *,
+    system: str,
+    model: dict,
+    preset_digest: str,
+    ablation: str | None,
+    seed: int,
+    isolation: str,
+) -> dict:
     """The run's `train` record: its cost metrics, what SUMMARY_EXTRA keeps and the per-update means.
     `isolation`: the preset's, where a summary of an older run does not name it."""
-    extra = {**{k: summary.get(k) for k in SUMMARY_EXTRA}, **(summary.get("per_update") or {}),
-             "isolation": summary.get("isolation", isolation)}
-    return make_record("train", system=system, engine="dlmrt", model=model, metrics=cost_metrics(summary),
-                       extra=extra, config={"preset": preset_digest, "ablation": ablation, "seed": seed})
+    extra = {
+        **{k: summary.get(k) for k in SUMMARY_EXTRA},
+        **(summary.get("per_update") or {}),
+        "isolation": summary.get("isolation", isolation),
+    }
+    return make_record(
+        "train",
+        system=system,
+        engine="dlmrt",
+        model=model,
+        metrics=cost_metrics(summary),
+        extra=extra,
+        config={"preset": preset_digest, "ablation": ablation, "seed": seed},
+    )
 
 
 def summary_lines(summary: dict, out: str) -> tuple[str, str | None]:
     """(what the run did, in one line; a warning when no rollout completion was retained, else None)."""
-    done = (f"wrote {out}: {summary['steps']} updates, {summary['refreshes']} rollout batches, "
-            f"{summary['self_generated_tokens']:,} self-generated tokens, {summary['wall_s']:.1f} s")
+    done = (
+        f"wrote {out}: {summary['steps']} updates, {summary['refreshes']} rollout batches, "
+        f"{summary['self_generated_tokens']:,} self-generated tokens, {summary['wall_s']:.1f} s"
+    )
     if summary["self_generated_tokens"]:
         return done, None
-    return done, (f"warning: {out}: no rollout completion passed its tests, so no self-generated token was "
-                  "retained" + ("; the reference solutions stood in as targets (orl.use_reference_for_failed)"
-                                if summary.get("reference_targets") else "; ORL trained on nothing of its own"))
+    return done, (
+        f"warning: {out}: no rollout completion passed its tests, so no self-generated token was "
+        "retained"
+        + (
+            "; the reference solutions stood in as targets (orl.use_reference_for_failed)"
+            if summary.get("reference_targets")
+            else "; ORL trained on nothing of its own"
+        )
+    )

@@ -37,8 +37,11 @@ def build_tokenizer(preset: TrainPreset) -> Tokenizer:
 
 def model_config(size: ModelSize, tokenizer: Tokenizer) -> ModelConfig:
     return ModelConfig(
-        vocab_size=tokenizer.vocab_size, eos_token_id=tokenizer.eos_id, pad_token_id=tokenizer.pad_id,
-        mask_token_id=tokenizer.mask_id, **dataclasses.asdict(size),
+        vocab_size=tokenizer.vocab_size,
+        eos_token_id=tokenizer.eos_id,
+        pad_token_id=tokenizer.pad_id,
+        mask_token_id=tokenizer.mask_id,
+        **dataclasses.asdict(size),
     )
 
 
@@ -60,18 +63,30 @@ def ar_step(model: Transformer, batch: TokenBatch, world: World, micro_size: int
     micros = []
     for rows in micro_batches(len(batch.ids), world, micro_size):
         part = batch.select(rows)
-        micros.append(Micro(run=lambda part=part: ([ar_sum(model, part)], [ar_count(part)]), counts=[ar_count(part)],
-                            tokens=int(part.lengths.sum())))
+        micros.append(
+            Micro(
+                run=lambda part=part: ([ar_sum(model, part)], [ar_count(part)]),
+                counts=[ar_count(part)],
+                tokens=int(part.lengths.sum()),
+            )
+        )
     return Step(("ce",), (1.0,), micros)
 
 
-def diffusion_step(model: Transformer, batch: TokenBatch, noise: Noise, world: World, micro_size: int) -> Step:
+def diffusion_step(
+    model: Transformer, batch: TokenBatch, noise: Noise, world: World, micro_size: int
+) -> Step:
     """One optimizer step of the masked-block objective: this rank's share of the global batch."""
     micros = []
     for rows in micro_batches(len(batch.ids), world, micro_size):
         part, part_noise = batch.select(rows), noise.select(rows)
-        micros.append(Micro(run=lambda part=part, n=part_noise: ([masked_block_sum(model, part, n)], [n.count]),
-                            counts=[part_noise.count], tokens=int(part.lengths.sum())))
+        micros.append(
+            Micro(
+                run=lambda part=part, n=part_noise: ([masked_block_sum(model, part, n)], [n.count]),
+                counts=[part_noise.count],
+                tokens=int(part.lengths.sum()),
+            )
+        )
     return Step(("ce",), (1.0,), micros)
 
 
@@ -92,19 +107,24 @@ def training_linear(requested: str, model: Transformer, world: World, out_dir: s
     started = None if settings is None else settings.get("cpu_linear", "aten")  # older states: F.linear only
     if started is not None:
         if requested not in ("auto", started):
-            raise CheckpointError(f"{Path(out_dir) / STATE_DIR / 'state.json'}: settings.cpu_linear: the run being "
-                                  f"resumed multiplies through {started!r}, not {requested!r}; pass --cpu-linear "
-                                  f"{started} (or auto), or delete {Path(out_dir) / STATE_DIR} to start over")
+            raise CheckpointError(
+                f"{Path(out_dir) / STATE_DIR / 'state.json'}: settings.cpu_linear: the run being "
+                f"resumed multiplies through {started!r}, not {requested!r}; pass --cpu-linear "
+                f"{started} (or auto), or delete {Path(out_dir) / STATE_DIR} to start over"
+            )
         return LinearChoice(started, requested)
     if world.distributed and requested != "aten":
         if requested == "onednn":
-            raise InputError("--cpu-linear onednn: one training process only; FSDP ranks multiply through F.linear")
+            raise InputError(
+                "--cpu-linear onednn: one training process only; FSDP ranks multiply through F.linear"
+            )
         return LinearChoice("aten", requested)
     return choose_linear(requested, model, TRAINING_ROWS, world.device)
 
 
-def prepare(model: Transformer, optim: OptimConfig, world: World, out_dir: str | Path,
-            cpu_linear: str = "aten") -> tuple[Transformer, LinearChoice]:
+def prepare(
+    model: Transformer, optim: OptimConfig, world: World, out_dir: str | Path, cpu_linear: str = "aten"
+) -> tuple[Transformer, LinearChoice]:
     """The model as this rank trains it: activation checkpointing when asked, its linears through
     oneDNN when `cpu_linear` resolves so (training_linear), FSDP2-sharded past one rank."""
     model.activation_checkpointing = optim.activation_checkpointing
@@ -117,8 +137,15 @@ def prepare(model: Transformer, optim: OptimConfig, world: World, out_dir: str |
 
 
 def train_ar(
-    preset: TrainPreset, out_dir: str | Path, *, draft: bool = False, tokenizer_path: str | Path | None = None,
-    device: str = "cpu", progress: bool = True, world: World | None = None, cpu_linear: str = "aten",
+    preset: TrainPreset,
+    out_dir: str | Path,
+    *,
+    draft: bool = False,
+    tokenizer_path: str | Path | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+    world: World | None = None,
+    cpu_linear: str = "aten",
 ) -> dict:
     """Train the AR target (or, with draft=True, the small draft model) and write OUT as a checkpoint.
     `cpu_linear`: the CPU matmul path (training_linear)."""
@@ -137,31 +164,55 @@ def train_ar(
         return ar_step(model, batch, world, optim.micro_batch_size)
 
     stage = "draft" if draft else "ar"
-    summary = train(model, step, optim, out_dir, tokenizer, digest=_stage_digest(preset, stage), stage=stage,
-                    world=world, progress=progress, model_name=f"{preset.name}-{stage}",
-                    settings={"cpu_linear": linear.backend})
+    summary = train(
+        model,
+        step,
+        optim,
+        out_dir,
+        tokenizer,
+        digest=_stage_digest(preset, stage),
+        stage=stage,
+        world=world,
+        progress=progress,
+        model_name=f"{preset.name}-{stage}",
+        settings={"cpu_linear": linear.backend},
+    )
     return {**summary, "parameters": parameters}
 
 
 def convert_to_diffusion(
-    preset: TrainPreset, init_dir: str | Path, out_dir: str | Path, *, device: str = "cpu", progress: bool = True,
-    world: World | None = None, cpu_linear: str = "aten",
+    preset: TrainPreset,
+    init_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    device: str = "cpu",
+    progress: bool = True,
+    world: World | None = None,
+    cpu_linear: str = "aten",
 ) -> dict:
     """Continue training an AR checkpoint as a block-diffusion model (residual α = 0: the base dLLM).
     `cpu_linear`: the CPU matmul path (training_linear)."""
     world = world or World(device=torch.device(device))
     init = load_checkpoint(init_dir, device=world.device)
     if init.is_diffusion:
-        raise CheckpointError(f"{Path(init_dir) / 'config.json'}: architectures: --init must be an AR checkpoint "
-                              "(Qwen3ForCausalLM); this one is already a diffusion model")
+        raise CheckpointError(
+            f"{Path(init_dir) / 'config.json'}: architectures: --init must be an AR checkpoint "
+            "(Qwen3ForCausalLM); this one is already a diffusion model"
+        )
     if init.tokenizer.mask_id is None:
-        raise CheckpointError(f"{Path(init_dir) / 'tokenizer.json'}: added_tokens: no mask token ([MASK], <|MASK|>); "
-                              "conversion to diffusion needs one (SDAR adds <|MASK|> at id 151669 to Qwen3's)")
+        raise CheckpointError(
+            f"{Path(init_dir) / 'tokenizer.json'}: added_tokens: no mask token ([MASK], <|MASK|>); "
+            "conversion to diffusion needs one (SDAR adds <|MASK|> at id 151669 to Qwen3's)"
+        )
     block, layout = preset.diffusion.block_size, preset.diffusion.block_layout
     if layout not in BLOCK_LAYOUTS:
-        raise ConfigError(f"diffusion.block_layout: expected one of {', '.join(BLOCK_LAYOUTS)}, got {layout!r}")
+        raise ConfigError(
+            f"diffusion.block_layout: expected one of {', '.join(BLOCK_LAYOUTS)}, got {layout!r}"
+        )
     if block <= 0 or block > preset.model.max_position_embeddings:
-        raise ConfigError(f"diffusion.block_size: expected 1..{preset.model.max_position_embeddings}, got {block}")
+        raise ConfigError(
+            f"diffusion.block_size: expected 1..{preset.model.max_position_embeddings}, got {block}"
+        )
     model = init.model
     model.config.attention_mode = "block-causal"
     model.config.block_size = block
@@ -176,12 +227,25 @@ def convert_to_diffusion(
     model, linear = prepare(model, optim, world, out_dir, cpu_linear)
 
     def step(i: int) -> Step:
-        batch = pair_batch(tokenizer, optim.seed, i, optim.batch_size, mix, max_len,
-                           block_size=block, layout=layout)
-        noise = noise_one_block(batch, block, tokenizer.mask_id, torch.Generator().manual_seed(optim.seed * 7919 + i),
-                                layout)
+        batch = pair_batch(
+            tokenizer, optim.seed, i, optim.batch_size, mix, max_len, block_size=block, layout=layout
+        )
+        noise = noise_one_block(
+            batch, block, tokenizer.mask_id, torch.Generator().manual_seed(optim.seed * 7919 + i), layout
+        )
         return diffusion_step(model, batch, noise, world, optim.micro_batch_size)
 
     digest = _stage_digest(preset, "convert", f"-B{block}-{layout}-init{checkpoint_digest(init_dir)[:12]}")
-    return train(model, step, optim, out_dir, tokenizer, digest=digest, stage="convert", world=world,
-                 progress=progress, model_name=f"{preset.name}-dlm", settings={"cpu_linear": linear.backend})
+    return train(
+        model,
+        step,
+        optim,
+        out_dir,
+        tokenizer,
+        digest=digest,
+        stage="convert",
+        world=world,
+        progress=progress,
+        model_name=f"{preset.name}-dlm",
+        settings={"cpu_linear": linear.backend},
+    )

@@ -42,14 +42,18 @@ class Layout:
 
 
 def padded_layout(lengths: list[int]) -> Layout:
-    return Layout(row=list(range(len(lengths))), start=[0] * len(lengths), width=max(lengths), rows=len(lengths))
+    return Layout(
+        row=list(range(len(lengths))), start=[0] * len(lengths), width=max(lengths), rows=len(lengths)
+    )
 
 
 def packed_layout(lengths: list[int], pack_tokens: int) -> Layout:
     """Compute-balanced packing: longest first, each into the row with the least attention cost
     that still has room; a new row when none has."""
     if max(lengths) > pack_tokens:
-        raise ValueError(f"orl.pack_tokens = {pack_tokens} is smaller than a replay segment ({max(lengths)} tokens)")
+        raise ValueError(
+            f"orl.pack_tokens = {pack_tokens} is smaller than a replay segment ({max(lengths)} tokens)"
+        )
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     row, start = [0] * len(lengths), [0] * len(lengths)
     n_rows = -(-sum(lengths) // pack_tokens)
@@ -79,8 +83,13 @@ def context_groups(states: CapturedStates, share_context: bool = True) -> list[l
     return list(groups.values())
 
 
-def replay_logits(model: Transformer, states: CapturedStates, pack_tokens: int = 0, residual: bool = True,
-                  share_context: bool = True) -> torch.Tensor:
+def replay_logits(
+    model: Transformer,
+    states: CapturedStates,
+    pack_tokens: int = 0,
+    residual: bool = True,
+    share_context: bool = True,
+) -> torch.Tensor:
     """Block logits [n, B, V] of the current weights on the captured states."""
     cfg = model.config
     B = cfg.block_size
@@ -96,25 +105,29 @@ def replay_logits(model: Transformer, states: CapturedStates, pack_tokens: int =
     # Each query sees keys [lo, hi) (its clean context, causal / block-causal) and [own_lo, own_hi)
     # (its own noisy block). Padding columns see only themselves.
     lo, hi = cols.repeat(rows, 1), (cols + 1).repeat(rows, 1)
-    own_lo, own_hi = torch.zeros((rows, width), dtype=torch.long), torch.zeros((rows, width), dtype=torch.long)
+    own_lo, own_hi = (
+        torch.zeros((rows, width), dtype=torch.long),
+        torch.zeros((rows, width), dtype=torch.long),
+    )
     block_row, block_col = [0] * len(states), [0] * len(states)
     for g, members in enumerate(groups):
         r, s, n = layout.row[g], layout.start[g], ctx_len[g]
         first = members[0]
-        ids[r, s: s + n] = states.context[first]
+        ids[r, s : s + n] = states.context[first]
         local = torch.arange(n)
-        positions[r, s: s + n] = local
-        lo[r, s: s + n] = s
-        hi[r, s: s + n] = s + block_causal_limits(local[None], int(states.mask_origin[first]), B)[0]
+        positions[r, s : s + n] = local
+        lo[r, s : s + n] = s
+        hi[r, s : s + n] = s + block_causal_limits(local[None], int(states.mask_origin[first]), B)[0]
         for m, i in enumerate(members):
             c = s + n + m * B
-            positions[r, c: c + B] = n + torch.arange(B)
-            lo[r, c: c + B], hi[r, c: c + B] = s, s + n
-            own_lo[r, c: c + B], own_hi[r, c: c + B] = c, c + B
+            positions[r, c : c + B] = n + torch.arange(B)
+            lo[r, c : c + B], hi[r, c : c + B] = s, s + n
+            own_lo[r, c : c + B], own_hi[r, c : c + B] = c, c + B
             block_row[i], block_col[i] = r, c
     keys = cols[None, None, :]
     mask = ((keys >= lo[:, :, None]) & (keys < hi[:, :, None])) | (
-        (keys >= own_lo[:, :, None]) & (keys < own_hi[:, :, None]))
+        (keys >= own_lo[:, :, None]) & (keys < own_hi[:, :, None])
+    )
     rows_idx = torch.tensor(block_row)
     block_idx = torch.tensor(block_col)[:, None] + torch.arange(B)[None, :]
     where = (rows_idx[:, None].expand_as(block_idx), block_idx)
@@ -125,7 +138,14 @@ def replay_logits(model: Transformer, states: CapturedStates, pack_tokens: int =
     weight = torch.zeros(rows, width, dtype=states.weight.dtype)
     if residual:
         z = z.index_put(where, states.residual)
-        weight = weight.index_put(where, torch.where(states.masked, states.weight, torch.zeros_like(states.weight)))
-    logits = model(ids.to(device), residual=z.to(device), residual_weight=weight.to(device),
-                   positions=positions.to(device), mask=mask.to(device))
+        weight = weight.index_put(
+            where, torch.where(states.masked, states.weight, torch.zeros_like(states.weight))
+        )
+    logits = model(
+        ids.to(device),
+        residual=z.to(device),
+        residual_weight=weight.to(device),
+        positions=positions.to(device),
+        mask=mask.to(device),
+    )
     return logits[where[0].to(device), where[1].to(device)]

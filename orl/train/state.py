@@ -66,8 +66,9 @@ def _one_process_is_fine():
         yield
 
 
-def save_train_state(out_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, info: dict,
-                     world: World) -> None:
+def save_train_state(
+    out_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, info: dict, world: World
+) -> None:
     """Write one checkpoint of the run (see the module docstring); state.json is the commit point."""
     import torch.distributed.checkpoint as dcp
 
@@ -88,8 +89,10 @@ def save_train_state(out_dir: Path, model: torch.nn.Module, optimizer: torch.opt
         shutil.rmtree(final, ignore_errors=True)  # a folder a killed run renamed but never committed
         os.replace(tmp, final)
         _sync(state_dir)
-        atomic_write_json(state_dir / "state.json", {**info, "folder": name, "world_size": world.size,
-                                                     "files": _digests(final)})
+        atomic_write_json(
+            state_dir / "state.json",
+            {**info, "folder": name, "world_size": world.size, "files": _digests(final)},
+        )
         _sync(state_dir)
         _remove_all_but(state_dir, name)
     barrier(world)
@@ -108,7 +111,9 @@ def _read_manifest(state_dir: Path, digest: str) -> dict:
     try:
         info = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc.msg}); delete {state_dir} to start over") from None
+        raise CheckpointError(
+            f"{path}: not valid JSON ({exc.msg}); delete {state_dir} to start over"
+        ) from None
     if info.get("config_digest") != digest:
         raise CheckpointError(
             f"{path}: config_digest: this run's configuration ({digest}) differs from the one being "
@@ -116,8 +121,10 @@ def _read_manifest(state_dir: Path, digest: str) -> dict:
         )
     folder = info.get("folder")
     if not isinstance(folder, str) or "/" in folder or not isinstance(info.get("files"), dict):
-        raise CheckpointError(f"{path}: folder: missing; the state was written by an older version (not a "
-                              f"distributed checkpoint with a manifest); delete {state_dir} to start over")
+        raise CheckpointError(
+            f"{path}: folder: missing; the state was written by an older version (not a "
+            f"distributed checkpoint with a manifest); delete {state_dir} to start over"
+        )
     return info
 
 
@@ -136,8 +143,9 @@ def resumed_settings(out_dir: str | Path) -> dict | None:
     return settings if isinstance(settings, dict) else {}
 
 
-def load_train_state(out_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, digest: str,
-                     world: World) -> dict | None:
+def load_train_state(
+    out_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, digest: str, world: World
+) -> dict | None:
     """Restore the last committed checkpoint of this run into `model` and `optimizer`; None when there is
     none."""
     import torch.distributed.checkpoint as dcp
@@ -152,8 +160,10 @@ def load_train_state(out_dir: Path, model: torch.nn.Module, optimizer: torch.opt
     if world.main:
         found = _digests(folder) if folder.is_dir() else {}
         if found != info["files"]:
-            problem = (f"{folder}: its files differ from those state.json names (sha256); "
-                       f"delete {state_dir} to start over")
+            problem = (
+                f"{folder}: its files differ from those state.json names (sha256); "
+                f"delete {state_dir} to start over"
+            )
         else:  # what a run killed between its commit and its cleanup left behind
             _remove_all_but(state_dir, info["folder"])
     problem = gather_objects(problem, world)[0]
@@ -169,8 +179,15 @@ def load_train_state(out_dir: Path, model: torch.nn.Module, optimizer: torch.opt
     return info
 
 
-def export_model(model: torch.nn.Module, tokenizer, out_dir: Path, world: World, *, extra_config: dict | None,
-                 max_shard_bytes: int | None = None) -> None:
+def export_model(
+    model: torch.nn.Module,
+    tokenizer,
+    out_dir: Path,
+    world: World,
+    *,
+    extra_config: dict | None,
+    max_shard_bytes: int | None = None,
+) -> None:
     """The trained model as an HF-layout checkpoint in `out_dir`, written by rank 0 (shards gathered
     first)."""
     from orl.model.checkpoint import save_checkpoint
