@@ -28,6 +28,7 @@ from orl.engines.base import EngineInfo, Generation, checkpoint_info
 from orl.engines.capture import cache_bucket, default_mode, make_prefill_runner, make_runner
 from orl.errors import CheckpointError, InputError
 from orl.model.checkpoint import Checkpoint
+from orl.model.fusion import fuse_projections
 from orl.model.transformer import KVCache, Transformer, avoid_per_length_attention_plans
 
 
@@ -89,11 +90,15 @@ class CompiledAR:
 
     def __init__(self, ckpt: Checkpoint, *, ignore_eos: bool = False, mode: str | None = None,
                  sync_every: int | None = None, min_cache_len: int = 256,
-                 compile_backend: str | Callable = "inductor"):
+                 compile_backend: str | Callable = "inductor", fuse: bool = True):
         if ckpt.is_diffusion:
             raise CheckpointError(f"{ckpt.path / 'config.json'}: architectures: ar-compiled decodes an AR "
                                   "checkpoint (Qwen3ForCausalLM); this one is a block-diffusion model")
         self.ckpt, self.model, self.ignore_eos = ckpt, ckpt.model, ignore_eos
+        # q/k/v and gate/up as one GEMM each, on the engine's copy of the model (orl/model/fusion.py).
+        self.fusion = None
+        if fuse:
+            self.model, self.fusion = fuse_projections(self.model)
         self.device = next(self.model.parameters()).device
         avoid_per_length_attention_plans(self.device)
         self.mode = mode or default_mode(self.device, compiled=True)
@@ -108,6 +113,7 @@ class CompiledAR:
     def describe(self) -> EngineInfo:
         return checkpoint_info(self.name, self.ckpt, self.device, settings={
             "mode": self.mode, "sync_every": self.steps, "stop_at_eos": not self.ignore_eos,
+            "fused_projections": self.fusion.to_record() if self.fusion is not None else None,
             "compile_backend": str(self.compile_backend) if self.mode != "eager" else None})
 
     def cache_len(self, prompt_len: int, max_new_tokens: int) -> int:
@@ -143,6 +149,8 @@ class CompiledAR:
         tok = self.ckpt.tokenizer
         ids = tok.encode(prompt)
         slot = self.slot(self.cache_len(len(ids), max_new_tokens))
+        if self.fusion is not None:
+            self.fusion.refresh()  # a weight replaced (not written in place) since the last request
         state, P, ends = slot.state, len(ids), set(tok.eos_ids)
         start = time.perf_counter()
         slot.run_prefill(torch.tensor([ids], device=self.device))

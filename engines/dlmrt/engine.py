@@ -34,6 +34,7 @@ from orl.engines.dlmrt.state import DecodeState
 from orl.errors import CheckpointError, InputError
 from orl.kernels.onednn import choose_linear, with_onednn_linears
 from orl.model.checkpoint import Checkpoint
+from orl.model.fusion import fuse_projections
 from orl.model.transformer import avoid_per_length_attention_plans
 
 
@@ -55,6 +56,7 @@ class DlmrtConfig:
     compile_backend: str | Callable = "inductor"  # torch.compile backend of "compile" mode ("aot_eager": capture only)
     observer: StepObserver | None = None  # eager mode only: sees every step's logits and decisions (parity)
     cpu_linear: str = "aten"  # CPU matmuls: "aten" (MKL), "onednn" or "auto" (measured; kernels/onednn.py)
+    fuse: bool = True  # q/k/v and gate/up as one GEMM each (orl/model/fusion.py); checkpoints are unchanged
 
 
 @dataclass
@@ -84,6 +86,10 @@ class DlmrtEngine:
         self.ckpt, self.log_steps = ckpt, log_steps  # the policy is the rule's: self.rule.policy
         self.model = ckpt.model
         self.device = next(self.model.parameters()).device
+        # Fused first, so that the CPU linear choice measures the shapes the engine multiplies.
+        self.fusion = None
+        if self.config.fuse:
+            self.model, self.fusion = fuse_projections(self.model)
         self.linear = choose_linear(self.config.cpu_linear, self.model, self.rule.block, self.device)
         if self.linear.backend == "onednn":
             self.model = with_onednn_linears(self.model)  # shares the checkpoint's parameters
@@ -115,6 +121,7 @@ class DlmrtEngine:
         return checkpoint_info(self.name, self.ckpt, self.device, policy=rule.policy.to_record(), settings={
             "mode": self.mode, "sync_every": self.spec.steps, "residual_alpha": rule.alpha,
             "residual_form": rule.residual_form if rule.alpha else None, "eos_fill": rule.eos_fill, "stop_at_eos": rule.stop_at_eos, "layout": rule.layout, "cpu_linear": self.linear.backend,
+            "fused_projections": self.fusion.to_record() if self.fusion is not None else None,
             "compile_backend": str(self.config.compile_backend) if self.mode == "compile" else None})
 
     def compile_key(self, prompt: str, max_new_tokens: int) -> int:
@@ -192,6 +199,8 @@ class DlmrtEngine:
         if watcher is not None and S != 1:
             raise InputError(f"dlmrt: a step watcher sees the state between steps; it needs sync_every 1, not {S}")
         plan = self.plan(len(prompt_ids), max_new_tokens)
+        if self.fusion is not None:
+            self.fusion.refresh()  # a weight replaced (not written in place) since the last request
         slot = self.slot(plan.end)
         state = slot.state
         start = time.perf_counter()
