@@ -63,6 +63,9 @@ def register(subparsers) -> None:
                    help="dlmrt's CPU matmuls: auto (default) times F.linear (MKL) and oneDNN on the model's shapes "
                    "and takes the faster; aten or onednn force one (kernels/onednn.py)")
     p.add_argument("--profile", action="store_true", help="count the kernels (CUDA) / operators (CPU) per dlmrt step")
+    p.add_argument("--no-fuse", action="store_true",
+                   help="dlmrt without fused q/k/v and gate/up GEMMs (7 linears a layer, not 4): the A/B of "
+                   "orl/model/fusion.py")
     p.add_argument("--out", required=True, help="records file (.jsonl) to write")
     add_model_args(p)
     add_progress_flag(p)
@@ -106,7 +109,7 @@ def run_bench_scale(args) -> int:
     print(machine_line(args.arch, dtype, machine))
     records = []
     for name in names:
-        engine = _engine(name, ckpt, policy, args.cpu_linear, dtype)
+        engine = _engine(name, ckpt, policy, args.cpu_linear, dtype, fuse=not args.no_fuse)
         records.append(scale_record(engine, prompts, run, machine, config=ckpt.model.config))
         print(scale_line(records[-1]), flush=True)
         del engine
@@ -116,7 +119,7 @@ def run_bench_scale(args) -> int:
     return 0
 
 
-def _engine(name: str, ckpt, policy, cpu_linear: str, dtype):
+def _engine(name: str, ckpt, policy, cpu_linear: str, dtype, *, fuse: bool = True):
     """The named engine on the random checkpoint, built by the registry; hf runs transformers' own AR model
     of the same shapes."""
     from orl.engines.dlmrt import DlmrtConfig
@@ -126,7 +129,8 @@ def _engine(name: str, ckpt, policy, cpu_linear: str, dtype):
     if name == "hf":
         model = random_hf_causal_lm(ckpt.model.config, ckpt.model.embedding.device, dtype)
         return hf_engine_for_model(model, ckpt.tokenizer, model_name=ckpt.config["orl_model_name"], ignore_eos=True)
-    engine = diffusion_engine(name, ckpt, policy=policy, ignore_eos=True, dlmrt_config=DlmrtConfig(cpu_linear=cpu_linear))
+    engine = diffusion_engine(name, ckpt, policy=policy, ignore_eos=True,
+                              dlmrt_config=DlmrtConfig(cpu_linear=cpu_linear, fuse=fuse))
     if name != "reference":
         print(f"{engine.name}: linears through {engine.linear.describe()}", flush=True)
     return engine

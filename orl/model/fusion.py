@@ -40,10 +40,10 @@ from torch import nn
 
 from orl.errors import ConfigError
 from orl.kernels.linear import NVFP4Linear
+from orl.model.transformer import MLP, Attention
 
-# (submodule of a decoder layer, name of the fused linear, the linears it replaces in output order)
-GROUPS = (("self_attn", "qkv_proj", ("q_proj", "k_proj", "v_proj")),
-          ("mlp", "gate_up_proj", ("gate_proj", "up_proj")))
+# (name of the fused linear, the linears it replaces in output order): attention's, then the MLP's
+GROUPS = (("qkv_proj", ("q_proj", "k_proj", "v_proj")), ("gate_up_proj", ("gate_proj", "up_proj")))
 # The tensors of a linear that are stacked along the output dimension, per kind of linear.
 _ROW_TENSORS = {"dense": ("weight", "bias"), "nvfp4": ("weight", "weight_scale")}
 
@@ -107,7 +107,7 @@ class _Stack:
         return stack
 
     def refresh(self) -> int:
-        """Re-point sources that no longer alias their rows (after copying their values in); returns how many."""
+        """Re-point the sources that no longer alias their rows, their values copied in; returns how many."""
         moved = 0
         for module, name, start, end in self.sources:
             rows, tensor = self.fused[start:end], _get(module, name)
@@ -139,12 +139,12 @@ class Fusion:
     unfused: dict[str, str] = field(default_factory=dict)  # e.g. "model.layers.0.mlp.gate_up_proj" -> why not
 
     def refresh(self) -> int:
-        """Restore the aliasing of every fused group (see the module docstring); returns tensors re-pointed."""
+        """Restore the aliasing of every fused group (module docstring); returns the tensors re-pointed."""
         return sum(stack.refresh() for group in self.groups for stack in group.stacks)
 
     def to_record(self) -> dict:
         """For an engine's settings: counts per fused linear, and every group left unfused with its reason."""
-        counts = {fused: sum(g.name.endswith("." + fused) for g in self.groups) for _, fused, _ in GROUPS}
+        counts = {fused: sum(g.name.endswith("." + fused) for g in self.groups) for fused, _ in GROUPS}
         return {**counts, "unfused": dict(self.unfused)}
 
 
@@ -194,29 +194,31 @@ def _fused_linear(modules: list[nn.Module], stacks: dict[str, _Stack]) -> nn.Mod
 
 
 def fuse_projections(model: nn.Module) -> tuple[nn.Module, Fusion]:
-    """A copy of `model` (a Transformer) whose decoder layers run q/k/v and gate/up as one linear each.
+    """A copy of `model` whose attention and MLP blocks run q/k/v and gate/up as one linear each.
 
-    The copy shares every parameter and buffer with `model`; the fused tensors take over the
-    storage of the ones they stack, which become row views of them (see the module docstring).
-    `model` keeps its structure, names and outputs. Returns the copy and a Fusion to `refresh`
-    before each request and to record.
+    `model` is a Transformer, or a module holding one (a test double wrapping it). The copy shares
+    every parameter and buffer with `model`; the fused tensors take over the storage of the ones they
+    stack, which become row views of them (see the module docstring). `model` keeps its structure,
+    names and outputs. Returns the copy and a Fusion to `refresh` before each request and to record.
     """
     shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
     fused_model = copy.deepcopy(model, memo=shared)
     fusion = Fusion()
-    for i, (layer, copied) in enumerate(zip(model.model.layers, fused_model.model.layers, strict=True)):
-        for parent, fused_name, members in GROUPS:
-            originals = [getattr(getattr(layer, parent), m) for m in members]
-            qualified = f"model.layers.{i}.{parent}.{fused_name}"
-            reason = _why_not(originals)
-            if reason is not None:
-                fusion.unfused[qualified] = reason
-                continue
-            names = [n for n in _ROW_TENSORS[_kind(originals[0])] if _get(originals[0], n) is not None]
-            stacks = {n: _Stack.build(originals, n) for n in names}
-            target = getattr(copied, parent)
-            for m in members:
-                delattr(target, m)
-            setattr(target, fused_name, _fused_linear(originals, stacks))
-            fusion.groups.append(_Group(qualified, list(stacks.values())))
+    blocks = {Attention: GROUPS[0], MLP: GROUPS[1]}
+    for (name, block), copied in zip(model.named_modules(), list(fused_model.modules()), strict=True):
+        if type(block) not in blocks:
+            continue
+        fused_name, members = blocks[type(block)]
+        originals = [getattr(block, m) for m in members]
+        qualified = f"{name}.{fused_name}"
+        reason = _why_not(originals)
+        if reason is not None:
+            fusion.unfused[qualified] = reason
+            continue
+        names = [n for n in _ROW_TENSORS[_kind(originals[0])] if _get(originals[0], n) is not None]
+        stacks = {n: _Stack.build(originals, n) for n in names}
+        for m in members:
+            delattr(copied, m)
+        setattr(copied, fused_name, _fused_linear(originals, stacks))
+        fusion.groups.append(_Group(qualified, list(stacks.values())))
     return fused_model, fusion
