@@ -90,16 +90,17 @@ class CompiledAR:
 
     def __init__(self, ckpt: Checkpoint, *, ignore_eos: bool = False, mode: str | None = None,
                  sync_every: int | None = None, min_cache_len: int = 256,
-                 compile_backend: str | Callable = "inductor", fuse: bool = True):
+                 compile_backend: str | Callable = "inductor", fuse: bool | None = None):
         if ckpt.is_diffusion:
             raise CheckpointError(f"{ckpt.path / 'config.json'}: architectures: ar-compiled decodes an AR "
                                   "checkpoint (Qwen3ForCausalLM); this one is a block-diffusion model")
         self.ckpt, self.model, self.ignore_eos = ckpt, ckpt.model, ignore_eos
-        # q/k/v and gate/up as one GEMM each, on the engine's copy of the model (orl/model/fusion.py).
-        self.fusion = None
-        if fuse:
-            self.model, self.fusion = fuse_projections(self.model)
         self.device = next(self.model.parameters()).device
+        # q/k/v and gate/up as one GEMM each, on the engine's copy of the model (orl/model/fusion.py);
+        # None = off the CPU only, whose MKL runs the stacked shapes slower (engines/dlmrt/engine.py).
+        self.fusion = None
+        if fuse or (fuse is None and self.device.type != "cpu"):
+            self.model, self.fusion = fuse_projections(self.model)
         avoid_per_length_attention_plans(self.device)
         self.mode = mode or default_mode(self.device, compiled=True)
         # S decode steps between host reads: on the CPU nothing runs ahead of the host, so 1; on

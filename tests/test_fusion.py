@@ -176,8 +176,11 @@ def test_dlmrt_fused_decodes_the_qwen3_layout_checkpoint_like_unfused(sdar_ckpt)
     ckpt = load_checkpoint(sdar_ckpt.dir, dtype=torch.float32)
     policy = Policy.parse("threshold:0.9")
     unfused = DlmrtEngine(ckpt, policy, compiled=False, config=DlmrtConfig(fuse=False))
-    eager = DlmrtEngine(ckpt, policy, compiled=False)
-    compiled = DlmrtEngine(ckpt, policy, config=DlmrtConfig(mode="compile", compile_backend="aot_eager"))
+    eager = DlmrtEngine(ckpt, policy, compiled=False, config=DlmrtConfig(fuse=True))
+    compiled = DlmrtEngine(ckpt, policy, config=DlmrtConfig(mode="compile", compile_backend="aot_eager", fuse=True))
+    # The default on the CPU: fused when the linears go through oneDNN, not through MKL (engine.py).
+    assert DlmrtEngine(ckpt, policy, compiled=False).fusion is None
+    assert DlmrtEngine(ckpt, policy, compiled=False, config=DlmrtConfig(cpu_linear="onednn")).fusion is not None
     assert eager.describe().settings["fused_projections"] == {"qkv_proj": 2, "gate_up_proj": 2, "unfused": {}}
     assert unfused.describe().settings["fused_projections"] is None
     for i, prompt in enumerate(PROMPTS):
@@ -193,7 +196,7 @@ def test_dlmrt_fused_decodes_the_qwen3_layout_checkpoint_like_unfused(sdar_ckpt)
 def test_ar_engine_fused_decodes_like_unfused(qwen3_ckpt_dir):
     ckpt = load_checkpoint(qwen3_ckpt_dir, dtype=torch.float32)
     unfused = CompiledAR(ckpt, mode="eager", fuse=False)
-    fused = CompiledAR(ckpt, mode="eager")
+    fused = CompiledAR(ckpt, mode="eager", fuse=True)
     assert fused.describe().settings["fused_projections"]["qkv_proj"] == ckpt.model.config.num_hidden_layers
     for prompt in PROMPTS:
         assert fused.generate(prompt, 12).token_ids == unfused.generate(prompt, 12).token_ids

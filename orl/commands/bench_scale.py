@@ -65,7 +65,7 @@ def register(subparsers) -> None:
     p.add_argument("--profile", action="store_true", help="count the kernels (CUDA) / operators (CPU) per dlmrt step")
     p.add_argument("--no-fuse", action="store_true",
                    help="dlmrt without fused q/k/v and gate/up GEMMs (7 linears a layer, not 4): the A/B of "
-                   "orl/model/fusion.py")
+                   "orl/model/fusion.py (by default fused, except on the CPU when its linears go through MKL)")
     p.add_argument("--out", required=True, help="records file (.jsonl) to write")
     add_model_args(p)
     add_progress_flag(p)
@@ -109,7 +109,7 @@ def run_bench_scale(args) -> int:
     print(machine_line(args.arch, dtype, machine))
     records = []
     for name in names:
-        engine = _engine(name, ckpt, policy, args.cpu_linear, dtype, fuse=not args.no_fuse)
+        engine = _engine(name, ckpt, policy, args.cpu_linear, dtype, fuse=False if args.no_fuse else None)
         records.append(scale_record(engine, prompts, run, machine, config=ckpt.model.config))
         print(scale_line(records[-1]), flush=True)
         del engine
@@ -119,7 +119,7 @@ def run_bench_scale(args) -> int:
     return 0
 
 
-def _engine(name: str, ckpt, policy, cpu_linear: str, dtype, *, fuse: bool = True):
+def _engine(name: str, ckpt, policy, cpu_linear: str, dtype, *, fuse: bool | None = None):
     """The named engine on the random checkpoint, built by the registry; hf runs transformers' own AR model
     of the same shapes."""
     from orl.engines.dlmrt import DlmrtConfig
