@@ -118,8 +118,7 @@ class _Stack:
                                   f"{tuple(tensor.shape)} on {tensor.device}, the fused weight {rows.dtype} "
                                   f"{tuple(rows.shape)} on {rows.device}; the model was moved or converted "
                                   "after the engine loaded it: build the engine again")
-            with torch.no_grad():
-                rows.copy_(tensor.detach())
+            rows.copy_(tensor.detach())
             _point(module, name, rows)
             moved += 1
         return moved
@@ -140,7 +139,8 @@ class Fusion:
 
     def refresh(self) -> int:
         """Restore the aliasing of every fused group (module docstring); returns the tensors re-pointed."""
-        return sum(stack.refresh() for group in self.groups for stack in group.stacks)
+        with torch.inference_mode(False), torch.no_grad():  # views a training model can use (fuse_projections)
+            return sum(stack.refresh() for group in self.groups for stack in group.stacks)
 
     def to_record(self) -> dict:
         """For an engine's settings: counts per fused linear, and every group left unfused with its reason."""
@@ -201,6 +201,13 @@ def fuse_projections(model: nn.Module) -> tuple[nn.Module, Fusion]:
     stack, which become row views of them (see the module docstring). `model` keeps its structure,
     names and outputs. Returns the copy and a Fusion to `refresh` before each request and to record.
     """
+    # Normal tensors even when an engine is built inside inference mode: the original model's
+    # parameters become views of the fused ones, and a training model must keep autograd on them.
+    with torch.inference_mode(False), torch.no_grad():
+        return _fuse(model)
+
+
+def _fuse(model: nn.Module) -> tuple[nn.Module, Fusion]:
     shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
     fused_model = copy.deepcopy(model, memo=shared)
     fusion = Fusion()
