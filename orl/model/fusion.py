@@ -139,7 +139,7 @@ class Fusion:
 
     def refresh(self) -> int:
         """Restore the aliasing of every fused group (module docstring); returns the tensors re-pointed."""
-        with torch.inference_mode(False), torch.no_grad():  # views a training model can use (fuse_projections)
+        with torch.inference_mode(False), torch.no_grad():  # views a training model can use
             return sum(stack.refresh() for group in self.groups for stack in group.stacks)
 
     def to_record(self) -> dict:
