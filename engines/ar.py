@@ -29,6 +29,7 @@ from orl.engines.capture import cache_bucket, default_mode, make_prefill_runner,
 from orl.engines.forwards import decode_forwards
 from orl.errors import CheckpointError, InputError
 from orl.model.checkpoint import Checkpoint
+from orl.model.fusion import fuse_projections
 from orl.model.transformer import KVCache, Transformer, avoid_per_length_attention_plans
 
 
@@ -106,6 +107,7 @@ class CompiledAR:
         sync_every: int | None = None,
         min_cache_len: int = 256,
         compile_backend: str | Callable = "inductor",
+        fuse: bool | None = None,
     ):
         if ckpt.is_diffusion:
             raise CheckpointError(
@@ -114,6 +116,11 @@ class CompiledAR:
             )
         self.ckpt, self.model, self.ignore_eos = ckpt, ckpt.model, ignore_eos
         self.device = next(self.model.parameters()).device
+        # q/k/v and gate/up as one GEMM each, on the engine's copy of the model (orl/model/fusion.py);
+        # None = off the CPU only, whose MKL runs the stacked shapes slower (engines/dlmrt/engine.py).
+        self.fusion = None
+        if fuse or (fuse is None and self.device.type != "cpu"):
+            self.model, self.fusion = fuse_projections(self.model)
         avoid_per_length_attention_plans(self.device)
         self.mode = mode or default_mode(self.device, compiled=True)
         # S decode steps between host reads: on the CPU nothing runs ahead of the host, so 1; on
@@ -133,6 +140,7 @@ class CompiledAR:
                 "mode": self.mode,
                 "sync_every": self.steps,
                 "stop_at_eos": not self.ignore_eos,
+                "fused_projections": self.fusion.to_record() if self.fusion is not None else None,
                 "compile_backend": str(self.compile_backend) if self.mode != "eager" else None,
             },
         )
@@ -173,6 +181,8 @@ class CompiledAR:
         tok = self.ckpt.tokenizer
         ids = tok.encode(prompt)
         slot = self.slot(self.cache_len(len(ids), max_new_tokens))
+        if self.fusion is not None:
+            self.fusion.refresh()  # a weight replaced (not written in place) since the last request
         state, P, ends = slot.state, len(ids), set(tok.eos_ids)
         start = time.perf_counter()
         slot.run_prefill(torch.tensor([ids], device=self.device))

@@ -18,11 +18,15 @@ engine's own). The four modes run the same function:
 In both graph modes the state's buffers are the graph's static inputs and outputs.
 
 The buffers' length is a bucket (`cache_bucket`), not the request's exact length: the
-smallest power of two that holds prompt + generation, at least `min_len`, at most the
-model's context (rounded up to the block). For the tiny models (context 256) that is one
-shape; for a long-context model it is a handful of log-spaced shapes, each compiled or
-captured once, instead of one buffer of the full context that every step would attend
-over. Slots past the request's end are never visible: the mask hides them.
+smallest length on a log-spaced ladder that holds prompt + generation, at least `min_len`,
+at most the model's context (rounded up to the block). Every step attends over the whole
+bucket (a captured graph replays one shape), so the ladder's spacing is the over-read: it
+has BUCKETS_PER_OCTAVE rungs per doubling (256, 320, 384, 448, 512, 640, ...), so a step
+reads at most 25% more slots than the request fills (a power-of-two ladder read up to 2x:
+1024 slots for a 640-token request, now 640). Each rung is compiled or captured once, when
+a request first needs it: a request costs no more compilations than before, and a workload
+meets at most 4 rungs per doubling of its lengths (the tiny models, context 256, one).
+Slots past the request's end are never visible: the mask hides them.
 """
 
 from __future__ import annotations
@@ -35,18 +39,30 @@ import torch
 MODES = ("eager", "compile", "cudagraph", "compile-graph")
 GRAPH_MODES = ("cudagraph", "compile-graph")
 
+# Rungs per doubling of the cache-length ladder (cache_bucket): at most 1/4 of a step's attention
+# reads are past the request's end, for at most 4 shapes (compilations) per doubling of request length.
+BUCKETS_PER_OCTAVE = 4
+
 # Each (policy, shape) pair is one compiled graph of the same chunk code; a threshold
 # sweep in one process needs more than torch's default of 8 before it would recompile
 # from scratch or fall back.
 _RECOMPILE_LIMIT = 64
 
 
-def cache_bucket(needed: int, block: int, context: int, min_len: int) -> int:
-    """Cache length for a request needing `needed` slots (see the module docstring)."""
+def cache_bucket(
+    needed: int, block: int, context: int, min_len: int, per_octave: int = BUCKETS_PER_OCTAVE
+) -> int:
+    """Cache length for a request needing `needed` slots (see the module docstring): the first rung of
+    `per_octave` evenly spaced lengths per doubling above `min_len` that holds it, a multiple of `block`."""
     cap = -(-max(context, needed) // block) * block
-    length = max(min_len, 2 * block)  # a block start forward writes 2 blocks: keep room for it
-    while length < needed:
-        length *= 2
+    octave = max(min_len, 2 * block)  # a block start forward writes 2 blocks: keep room for it
+    if needed <= octave:
+        return max(needed, min(octave, cap))
+    while 2 * octave < needed:
+        octave *= 2
+    rung = max(1, octave // per_octave)
+    length = -(-needed // rung) * rung
+    length = -(-length // block) * block
     return max(needed, min(length, cap))
 
 

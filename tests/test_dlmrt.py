@@ -390,12 +390,44 @@ def test_eos_fills_the_rest_of_its_block_and_stops_generation(random_dlm_dir, pr
 
 def test_cache_length_is_a_bounded_set_of_buckets():
     assert cache_bucket(100, 16, 256, 256) == 256
-    assert cache_bucket(100, 8, 160, 64) == 128
+    assert cache_bucket(100, 8, 160, 64) == 112  # 64 * 7/4
     assert cache_bucket(150, 8, 160, 64) == 160  # capped at the context
-    assert cache_bucket(3000, 16, 40960, 256) == 4096
-    assert {cache_bucket(n, 16, 40960, 256) for n in range(1, 40960, 7)} == {2**k for k in range(8, 16)} | {
-        40960
-    }
+    assert cache_bucket(640, 16, 40960, 256) == 640  # 128 prompt + 512 new tokens: not 1024 slots
+    assert cache_bucket(3000, 16, 40960, 256) == 3072
+    rungs = {octave * k // 4 for octave in (256 * 2**i for i in range(7)) for k in (5, 6, 7, 8)}
+    assert {cache_bucket(n, 16, 40960, 256) for n in range(1, 40960, 7)} == {256} | rungs | {40960}
+    # A step reads under 25% more slots than the request fills (plus the block rounding).
+    assert all(cache_bucket(n, 16, 40960, 256) < 1.25 * n + 16 for n in range(257, 40960, 7))
+
+
+def test_each_cache_bucket_compiles_once_and_decodes_like_one_large_bucket(dlm, prompts):
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    policy = Policy.parse("threshold:0.9")
+    small = DlmrtEngine(
+        dlm["off"],
+        policy,
+        config=DlmrtConfig(mode="compile", compile_backend=counting_backend, min_cache_len=32),
+    )
+    large = DlmrtEngine(dlm["off"], policy, compiled=False)
+    lengths, new_graphs = [], []
+    for prompt in prompts[:3] * 2:
+        before = len(graphs)
+        got, want = small.generate(prompt, MAX_NEW), large.generate(prompt, MAX_NEW)
+        assert (got.token_ids, got.nfe) == (want.token_ids, want.nfe)
+        assert got.extra["cache_len"] < want.extra["cache_len"]
+        lengths.append(got.extra["cache_len"])
+        new_graphs.append(len(graphs) - before)
+    assert len(set(lengths)) >= 2, lengths  # the prompts land on different rungs
+    # Compilations per request: prefill, chunk and block-start chunk on a rung's first request, as
+    # on a power-of-two bucket's; nothing for a rung seen before.
+    first_seen = [lengths.index(n) == i for i, n in enumerate(lengths)]
+    assert new_graphs == [3 if new else 0 for new in first_seen], (lengths, new_graphs)
 
 
 def test_engine_reuses_its_buffers_and_runners_across_requests(dlm, prompts):

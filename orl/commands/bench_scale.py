@@ -91,6 +91,12 @@ def register(subparsers) -> None:
     p.add_argument(
         "--profile", action="store_true", help="count the kernels (CUDA) / operators (CPU) per dlmrt step"
     )
+    p.add_argument(
+        "--no-fuse",
+        action="store_true",
+        help="dlmrt without fused q/k/v and gate/up GEMMs (7 linears a layer, not 4): the A/B of "
+        "orl/model/fusion.py (by default fused, except on the CPU when its linears go through MKL)",
+    )
     p.add_argument("--out", required=True, help="records file (.jsonl) to write")
     add_model_args(p)
     add_progress_flag(p)
@@ -144,7 +150,7 @@ def run_bench_scale(args) -> int:
     print(machine_line(args.arch, dtype, machine))
     records = []
     for name in names:
-        engine = _engine(name, ckpt, policy, args.cpu_linear, dtype)
+        engine = _engine(name, ckpt, policy, args.cpu_linear, dtype, fuse=False if args.no_fuse else None)
         records.append(scale_record(engine, prompts, run, machine, config=ckpt.model.config))
         print(scale_line(records[-1]), flush=True)
         del engine
@@ -156,7 +162,7 @@ def run_bench_scale(args) -> int:
     return 0
 
 
-def _engine(name: str, ckpt, policy, cpu_linear: str, dtype):
+def _engine(name: str, ckpt, policy, cpu_linear: str, dtype, *, fuse: bool | None = None):
     """The named engine on the random checkpoint, built by the registry; hf runs transformers' own AR model
     of the same shapes."""
     from orl.engines.dlmrt import DlmrtConfig
@@ -169,7 +175,7 @@ def _engine(name: str, ckpt, policy, cpu_linear: str, dtype):
             model, ckpt.tokenizer, model_name=ckpt.config["orl_model_name"], ignore_eos=True
         )
     engine = diffusion_engine(
-        name, ckpt, policy=policy, ignore_eos=True, dlmrt_config=DlmrtConfig(cpu_linear=cpu_linear)
+        name, ckpt, policy=policy, ignore_eos=True, dlmrt_config=DlmrtConfig(cpu_linear=cpu_linear, fuse=fuse)
     )
     if name != "reference":
         print(f"{engine.name}: linears through {engine.linear.describe()}", flush=True)
