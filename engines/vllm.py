@@ -11,7 +11,8 @@ On the CPU, vLLM's `gpu_memory_utilization` is the fraction of the machine's mem
 reserves up front (and refuses to start where that much is not free); the CPU call sizes the
 KV cache in bytes instead (`kv_cache_memory_bytes`), which skips that check. vLLM binds its
 OpenMP threads itself (VLLM_CPU_OMP_THREADS_BIND, default: every core but one, kept for its
-engine-core process); the record keeps the binding it ran with.
+engine-core process); below 4 cores the CPU rows run unbound instead (`cpu_thread_binding`), and the
+record keeps the binding it ran with.
 
 Prompts go in as token ids from our tokenizer and come back as token ids
 (`skip_tokenizer_init`), so vLLM sees exactly the tokens every other engine sees.
@@ -105,6 +106,23 @@ def vllm_call(
     return ServingCall("vllm", method, "vllm.LLM", kwargs, sampling, "max_tokens")
 
 
+# Below this many cores vLLM's default binding ("auto": OpenMP on every core but one, the last kept for
+# its engine-core process) leaves the model one core that the engine core's busy polling shares: on this
+# project's 2-core machine the tiny AR target decoded 2.4 tokens/s bound and 81.8 unbound (8 prompts,
+# same sitting). There the CPU rows run unbound, as the record says (settings.vllm_cpu_env).
+FEW_CORES = 4
+
+
+def cpu_thread_binding(cores: int | None = None) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for a CPU row: the user's setting when there is one; "nobind" on a machine
+    with fewer than FEW_CORES cores; vLLM's own "auto" otherwise. Set in the environment vLLM's engine
+    process inherits, and returned."""
+    cores = (os.cpu_count() or 1) if cores is None else cores
+    if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ and cores < FEW_CORES:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+    return os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
+
+
 def parse_spec_metrics(metrics) -> dict[str, Any]:
     """A request's RequestSpecDecodeMetrics (or its `to_dict()` form) as verify steps, drafted, accepted."""
     data = metrics.to_dict() if hasattr(metrics, "to_dict") else metrics
@@ -194,6 +212,8 @@ class VLLMEngine:
         self.device = torch.device(device)
         self.ckpt_dir = Path(call.kwargs["model"])
         self.max_positions = int(config["max_position_embeddings"])
+        if self.device.type == "cpu":
+            cpu_thread_binding()
         try:
             self.llm = LLM(**call.kwargs)
         except Exception as exc:  # unsupported method, vocabulary mismatch, out of memory...
