@@ -466,7 +466,7 @@ class ScriptedEngine:
 
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:
         text = self.answers[prompt]
-        return Generation(token_ids=[0] * 8, text=text, nfe=4, prefill_forwards=1, wall_time_s=0.01)
+        return Generation(token_ids=[0] * 8, text=text, nfe=4, nfe_prefill=1, wall_time_s=0.01)
 
 
 def test_evaluate_quality_scores_each_suite_by_its_checker(tmp_path):
