@@ -70,13 +70,19 @@ def copy_base(sources: dict[str, Path], base_dir: Path) -> dict:
     return manifest
 
 
+def read_manifest(base_dir: Path) -> dict:
+    """The manifest as written, nothing checked (check_manifest checks the files it names)."""
+    path = base_dir / MANIFEST
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no manifest of the base checkpoints")
+    return json.loads(path.read_text())
+
+
 def check_manifest(base_dir: Path) -> dict:
     """The manifest, after checking every file it names against its size and sha256 (CheckpointError naming
     the file and what differs otherwise)."""
     path = base_dir / MANIFEST
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no manifest of the base checkpoints")
-    manifest = json.loads(path.read_text())
+    manifest = read_manifest(base_dir)
     for name, entry in manifest["checkpoints"].items():
         for file, expected in entry["files"].items():
             found = base_dir / name / file
@@ -104,7 +110,7 @@ def base_problem(base_dir: Path, stage_digests: dict[str, str]) -> str | None:
     path = base_dir / MANIFEST
     if not path.is_file():
         return f"{path} not found"
-    entries = json.loads(path.read_text()).get("checkpoints", {})
+    entries = read_manifest(base_dir).get("checkpoints", {})
     for name in CHECKPOINTS:
         if name not in entries:
             return f"{path}: checkpoints.{name} missing"

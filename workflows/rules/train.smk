@@ -10,18 +10,18 @@
 
 from orl.model.base_manifest import CHECKPOINTS as BASE_CHECKPOINTS
 from orl.model.base_manifest import STAGES as BASE_STAGES
-from orl.model.base_manifest import base_problem, check_manifest, take_base
+from orl.model.base_manifest import base_problem, read_manifest, take_base
 
 # The committed base (config `base`, results/tiny/base on the tiny profile): when its manifest matches the
 # preset, the AR target, draft model and converted dLLM are copied from it instead of trained (about 40
 # minutes on 2 cores), so the ORL-stage jobs of every seed start from one base. `--config base=` (make
-# reproduce-base) trains the base here instead; a base trained from other preset sections is not used.
+# reproduce TRAIN_BASE=1) trains the base here instead; a base trained from other preset sections is not used.
 BASE = None if PAPER else (config.get("base") or None)
 BASE_PROBLEM = (base_problem(Path(BASE), {name: preset_digest(BASE_STAGES[name]) for name in BASE_CHECKPOINTS})
                 if BASE else "no base configured")
 if BASE and BASE_PROBLEM:
     print(f"base: not using {BASE} ({BASE_PROBLEM}); the DAG trains the base itself", file=sys.stderr)
-BASE_FILES = ({name: sorted(entry["files"]) for name, entry in check_manifest(Path(BASE))["checkpoints"].items()}
+BASE_FILES = ({name: sorted(entry["files"]) for name, entry in read_manifest(Path(BASE))["checkpoints"].items()}
               if BASE and not BASE_PROBLEM else {})
 
 if BASE_FILES:
