@@ -155,6 +155,9 @@ class Plan:
     block_size: Mapping[str, int] = field(default_factory=dict)
     preset_block: int | None = None
     dllm_family: frozenset[str] = frozenset()  # the profile's own dLLM checkpoints (base, ORL, derived)
+    # The split operating points are chosen on (config `choose_split`): "dev", then measured on test; or
+    # "test", the sweep's own point is the row's test pass@1 (records made before the dev splits).
+    choose_split: str = "test"
 
     # ---- checkpoints
 
@@ -239,6 +242,15 @@ class Plan:
         """A swept row's pass@1 is its chosen operating point's (operating_point); the others are measured."""
         prefix = "op" if row.sweep else "row"
         return f"{self.results}/quality/{suite}/{prefix}_{run_id(row, seed)}.jsonl"
+
+    def choose_file(self, row: Row, seed: Seed, suite: str) -> str:
+        """A run's pass@1 on the split operating points are chosen on: the AR target's there is the
+        reference a sweep is matched to; a swept row's is its chosen point (rule operating_point). On the
+        test split that is the row's quality file itself."""
+        if self.choose_split == "test":
+            return self.quality_file(row, seed, suite)
+        prefix = "op" if row.sweep else "row"
+        return f"{self.results}/quality/{suite}/{self.choose_split}/{prefix}_{run_id(row, seed)}.jsonl"
 
     def extra_quality_file(self, row: Row, seed: Seed, suite: str) -> str:
         """Table 1 on an extra suite (HumanEval): at the operating point of the main suite."""

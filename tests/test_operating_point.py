@@ -10,7 +10,7 @@ import pytest
 
 from orl.decoding import Policy
 from orl.errors import InputError
-from orl.eval.operating_point import Candidate, choose_operating_point, match
+from orl.eval.operating_point import Candidate, choose_operating_point, extend_below_edge, match
 from orl.eval.uncertainty import Runs, stack_runs
 
 
@@ -38,6 +38,30 @@ def test_match_needs_the_tolerance_and_no_paired_evidence_of_being_worse():
     assert "shown worse" in result.why
     # Below the tolerance: not matched, whatever the test says.
     assert not match(passes([1] * 70 + [0] * 30), reference, 0.05).within_tolerance
+
+
+def test_a_matched_point_at_the_grids_lowest_value_extends_the_grid_until_accuracy_falls_off():
+    reference = passes([1] * 80 + [0] * 20)
+    grid = [_candidate(0.5, [1] * 80 + [0] * 20, 6.0), _candidate(0.7, [1] * 81 + [0] * 19, 4.0)]
+    # Below the grid: 0.3 still matches (the edge moves down), 0.1 falls off 30 points.
+    below = {0.3: _candidate(0.3, [1] * 80 + [0] * 20, 8.0), 0.1: _candidate(0.1, [1] * 50 + [0] * 50, 12.0)}
+    measured = []
+
+    def measure(policy):
+        measured.append(policy.value)
+        return below[policy.value]
+
+    added = extend_below_edge(grid, measure, reference, 0.01)
+    assert measured == [0.3, 0.1] and [c.value for c in added] == [0.3, 0.1]
+    point = choose_operating_point(grid + added, reference, 0.01)
+    assert (point.value, point.edge) == (0.3, None)
+    # The parameter's range ends the extension (τ in (0, 1]: nothing below 0.1 one step of 0.1 away).
+    low = [_candidate(0.1, [1] * 80 + [0] * 20, 9.0), _candidate(0.2, [1] * 80 + [0] * 20, 7.0)]
+    assert extend_below_edge(low, measure, reference, 0.01) == [] and measured == [0.3, 0.1]
+    # A chosen point inside the grid, or an unmatched one, measures nothing.
+    assert extend_below_edge([below[0.1], *grid], measure, reference, 0.01) == []
+    weak = [_candidate(0.5, [1] * 50 + [0] * 50, 6.0), _candidate(0.9, [1] * 60 + [0] * 40, 2.0)]
+    assert extend_below_edge(weak, measure, reference, 0.01) == [] and len(measured) == 2
 
 
 def test_operating_point_is_the_fastest_match_and_edges_are_marked():

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from orl.cli import main
+from orl.decoding import Policy
 from orl.errors import InputError
 from orl.records import load_record_tree, make_record, not_run, validate_record, write_records
 from orl.records.schema import SPLIT_KINDS
@@ -192,6 +193,32 @@ def test_table2_latest_record_wins_and_is_noted(claims):
     ]  # fmt: skip
     orl = row(build_table2(records, claims), system="dLLM + ORL")
     assert orl["tokens_per_s"] == 300.0 and "latest is shown" in orl["note"]
+
+
+def test_a_dev_record_chooses_a_point_but_never_fills_a_table_line(claims):
+    """The operating point's dev record (docs/metrics.md "Splits") is newer than the test one, yet the line
+    shows the test record: a point chosen on dev is reported on test."""
+    dev = rec(
+        "quality", "dLLM + ORL", "dlmrt", {"pass_at_1": 0.99, "tpf": 9.0}, created="2999-01-01T00:00:00Z"
+    )
+    dev["split"] = "dev"
+    test = rec("quality", "dLLM + ORL", "dlmrt", {"pass_at_1": 0.52, "tpf": 4.5})
+    frame = build_table1([test, dev], claims)
+    assert row(frame, model="tiny QwenDLM", variant="+ORL", suite="tinycode")["tpf"] == pytest.approx(4.5)
+    only_dev = row(build_table1([dev], claims), model="tiny QwenDLM", variant="+ORL", suite="tinycode")
+    assert only_dev["status"].startswith("not run: no record")
+    # The caption says where the points were chosen: on the sweeps' split.
+    sweep = rec("sweep", "dLLM + ORL", "dlmrt", {"pass_at_1": 0.5, "tpf": 4.0},
+                policy=Policy("threshold", 0.5).to_record())  # fmt: skip
+    sweep["split"] = "dev"
+    assert any(
+        "chosen on each suite's dev split" in note
+        for note in build_table1([test, sweep], claims).attrs["notes"]
+    )
+    sweep["split"] = "test"
+    assert any(
+        "chosen on the test problems" in note for note in build_table1([test, sweep], claims).attrs["notes"]
+    )
 
 
 # ------------------------------------------------------------------------------------ Tables 1, 3, 4, 5

@@ -34,6 +34,20 @@ def test_run_ids_and_wildcard_constraints():
     assert not re.fullmatch(one_of([]), "") and not re.fullmatch(one_of([]), "anything")
 
 
+def test_operating_points_are_chosen_on_the_choose_split_and_the_rows_read_test():
+    dev, test = tiny_plan(choose_split="dev"), tiny_plan(choose_split="test")
+    # On dev: the AR reference and the chosen point's record lie apart from the test records the tables read.
+    assert (
+        dev.choose_file(ROW["ar_hf"], None, "tinycode") == "results/tiny/quality/tinycode/dev/row_ar_hf.jsonl"
+    )
+    assert (
+        dev.choose_file(ROW["orl"], 1, "tinycode") == "results/tiny/quality/tinycode/dev/op_orl_seed1.jsonl"
+    )
+    assert dev.quality_file(ROW["orl"], 1, "tinycode") == "results/tiny/quality/tinycode/op_orl_seed1.jsonl"
+    # On test (records made before the dev splits) the row's own record is the choosing one.
+    assert test.choose_file(ROW["orl"], 1, "tinycode") == test.quality_file(ROW["orl"], 1, "tinycode")
+
+
 def test_trained_rows_run_once_per_seed_and_decode_their_own_seed():
     plan = tiny_plan()
     assert plan.seeds.seeds_of(ROW["orl"]) == [0, 1] and plan.seeds.seeds_of(ROW["ar_hf"]) == [None]

@@ -38,10 +38,12 @@ def run_operating_point(args) -> int:
     from orl.errors import InputError
     from orl.eval.operating_point import (
         candidates_of,
+        check_same_problems,
         choose_operating_point,
         outcomes,
         point_line,
         point_quality_record,
+        read_reference,
     )
     from orl.io import atomic_write_json
     from orl.records import load_records, write_records
@@ -49,15 +51,9 @@ def run_operating_point(args) -> int:
     if not 0 <= args.tolerance <= 1:
         raise InputError(f"--tolerance: expected a pass@1 difference in [0, 1], got {args.tolerance}")
     sweep = [r for r in load_records(args.sweep) if r["kind"] == "sweep" and r["status"] == "measured"]
-    reference = [
-        r for r in load_records(args.reference) if r["kind"] == "quality" and r["status"] == "measured"
-    ]
-    if not sweep or not reference:
-        raise InputError(
-            f"{args.sweep if not sweep else args.reference}: no measured "
-            f"{'sweep' if not sweep else 'quality'} record"
-        )
-    reference_record = max(reference, key=lambda r: r["created"])
+    if not sweep:
+        raise InputError(f"{args.sweep}: no measured sweep record")
+    reference_record = read_reference(args.reference)
     check_same_problems(sweep, reference_record, args.sweep, args.reference)
     candidates = candidates_of(sweep, args.sweep)
     point = choose_operating_point(candidates, outcomes(reference_record, args.reference), args.tolerance)
@@ -74,21 +70,3 @@ def run_operating_point(args) -> int:
         )
     print(point_line(point, candidates[0].policy))
     return 0
-
-
-def check_same_problems(sweep: list[dict], reference: dict, sweep_file, reference_file) -> None:
-    """The sweep's points and the reference measured one suite's split: the paired test compares them
-    problem by problem (a dev sweep needs a dev reference; the chosen point is measured on test after)."""
-    from orl.errors import InputError
-    from orl.records import record_split
-
-    measured = sorted({(r["suite"], record_split(r)) for r in sweep}, key=str)
-    if len(measured) > 1:
-        raise InputError(f"{sweep_file}: suite/split: the sweep's records measured {measured}; expected one")
-    theirs = (reference["suite"], record_split(reference))
-    if theirs != measured[0]:
-        raise InputError(
-            f"{reference_file}: suite/split: the reference measured {theirs[0]} {theirs[1]}, "
-            f"the sweep {measured[0][0]} {measured[0][1]}; matching compares the same problems: "
-            "measure the reference on the sweep's split"
-        )

@@ -66,6 +66,20 @@ def register(subparsers) -> None:
     )
     p.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget (default: 64)")
     p.add_argument("--system", default=None, help="table row name stored in the records")
+    p.add_argument(
+        "--reference",
+        default=None,
+        metavar="FILE",
+        help="quality record of the reference (the AR target, on this suite and split): where the "
+        "matched-accuracy point is the grid's lowest value, the grid is extended below it, one step at "
+        "a time, until accuracy falls off (docs/method.md §4; orl operating-point then chooses)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.01,
+        help="pass@1 tolerance of the matching that --reference extends by (default: %(default)s)",
+    )
     p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
     add_block_size_flag(p)
     add_chat_flag(p)
@@ -77,7 +91,16 @@ def register(subparsers) -> None:
 def run_sweep(args) -> int:
     from orl.decoding import Policy
     from orl.engines.registry import engine_for_checkpoint
-    from orl.eval.sweep import aup_line, aup_record, point_line, run_sweep, sweep_policies, sweep_record
+    from orl.eval.operating_point import check_same_problems, read_reference
+    from orl.eval.sweep import (
+        SweepPoint,
+        aup_line,
+        aup_record,
+        point_line,
+        run_sweep,
+        sweep_policies,
+        sweep_record,
+    )
     from orl.model.checkpoint import load_checkpoint
     from orl.records import write_records
 
@@ -90,30 +113,57 @@ def run_sweep(args) -> int:
         write_records(args.out, [suite_not_run(args, "sweep", problems)])
         print(f"{args.suite}: not run: {problems}")
         return 0
+    reference = read_reference(args.reference) if args.reference else None
+    if reference is not None:
+        check_same_problems([{"suite": args.suite, "split": args.split}], reference, "--suite/--split",
+                            args.reference)  # fmt: skip
     ckpt = load_checkpoint(
         args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device)
     )
     compile_notice(args.engine, args.device, "sweep")
-    points = run_sweep(
-        lambda policy: engine_for_checkpoint(args.engine, ckpt, policy=policy, block_size=args.block_size),
-        problems,
-        policies,
-        args.max_new_tokens,
-        progress=not args.no_progress,
-        report=lambda point: print(point_line(point), flush=True),
-        chat=chat_renderer(args),
-        suite=args.suite,
-    )
     model = model_field(ckpt)
-    row = {
-        "system": args.system or model["name"],
-        "engine": args.engine,
-        "model": model,
-        "suite": args.suite,
-        "split": args.split,
-        "n_problems": len(problems),
-    }
+    row = {"system": args.system or model["name"], "engine": args.engine, "model": model,
+           "suite": args.suite, "split": args.split, "n_problems": len(problems)}  # fmt: skip
+
+    def engine_at(policy: Policy):
+        return engine_for_checkpoint(args.engine, ckpt, policy=policy, block_size=args.block_size)
+
+    def measure(values: list[Policy]) -> list[SweepPoint]:
+        return run_sweep(
+            engine_at,
+            problems,
+            values,
+            args.max_new_tokens,
+            progress=not args.no_progress,
+            report=lambda point: print(point_line(point), flush=True),
+            chat=chat_renderer(args),
+            suite=args.suite,
+        )
+
+    points = measure(policies)
+    if reference is not None:
+        points += extend_grid(points, measure, lambda p: sweep_record(p, **row, chat_template=args.chat),
+                              reference, args)  # fmt: skip
     records = [sweep_record(p, **row, chat_template=args.chat) for p in points] + [aup_record(points, **row)]
     write_records(args.out, records)
     print(aup_line(records[-1]))
     return 0
+
+
+def extend_grid(points, measure, record_of, reference: dict, args) -> list:
+    """The sweep points added below the grid's lowest value while the matched-accuracy point sits there
+    (orl/eval/operating_point.py extend_below_edge); each is printed as it is measured."""
+    from orl.eval.operating_point import candidates_of, extend_below_edge, outcomes
+
+    added = []
+
+    def measure_one(policy):
+        added.extend(measure([policy]))
+        return candidates_of([record_of(added[-1])], "grid extension")[0]
+
+    candidates = candidates_of([record_of(p) for p in points], args.out)
+    extend_below_edge(candidates, measure_one, outcomes(reference, args.reference), args.tolerance)
+    if added:
+        values = ", ".join(f"{p.policy.value:g}" for p in added)
+        print(f"grid extended below its lowest value: {values}", flush=True)
+    return added

@@ -14,7 +14,7 @@ varies its policy's parameter (Policy.parameter: τ of the thresholds), whicheve
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -175,6 +175,63 @@ def choose_operating_point(
         grid=grid,
         matching=sorted(c.value for c in eligible),
     )
+
+
+EXTEND_LIMIT = 4  # values added below a sweep's grid at most (grid-edge extension)
+
+
+def extend_below_edge(
+    candidates: Sequence[Candidate],
+    measure: Callable[[Policy], Candidate],
+    reference: Runs,
+    tolerance: float = DEFAULT_TOLERANCE,
+    limit: int = EXTEND_LIMIT,
+) -> list[Candidate]:
+    """Grid-edge extension (docs/method.md §4): while the chosen point is matched and is the grid's lowest
+    value (for the thresholds, the fastest end: a faster point may still match), measure the value one
+    step below it (the step between the grid's two lowest values) with `measure`. It stops when the
+    chosen point lies inside the grid (accuracy fell off below it), when the next value leaves the
+    parameter's valid range (τ in (0, 1]), or after `limit` added values. Returns the added candidates,
+    in the order measured."""
+    added: list[Candidate] = []
+    while len(added) < limit:
+        everything = [*candidates, *added]
+        point = choose_operating_point(everything, reference, tolerance)
+        if point.edge != "lowest" or not point.matched or len(point.grid) < 2:
+            break
+        value = round(point.grid[0] - (point.grid[1] - point.grid[0]), 6)
+        policy = everything[0].policy
+        if not policy.rule.valid(value):
+            break
+        added.append(measure(policy.with_value(value, "grid extension")))
+    return added
+
+
+def read_reference(path: str | Path) -> dict:
+    """The latest measured `quality` record of a reference file (the AR target's pass@1), or InputError."""
+    from orl.records import load_records
+
+    measured = [r for r in load_records(path) if r["kind"] == "quality" and r["status"] == "measured"]
+    if not measured:
+        raise InputError(f"{path}: no measured quality record (the reference's per-problem outcomes)")
+    return max(measured, key=lambda r: r["created"])
+
+
+def check_same_problems(sweep: Sequence[dict], reference: dict, sweep_file, reference_file) -> None:
+    """The sweep's points and the reference measured one suite's split: the paired test compares them
+    problem by problem (a dev sweep needs a dev reference; the chosen point is measured on test after)."""
+    from orl.records import record_split
+
+    measured = sorted({(r["suite"], record_split(r)) for r in sweep}, key=str)
+    if len(measured) > 1:
+        raise InputError(f"{sweep_file}: suite/split: the sweep's records measured {measured}; expected one")
+    theirs = (reference["suite"], record_split(reference))
+    if theirs != measured[0]:
+        raise InputError(
+            f"{reference_file}: suite/split: the reference measured {theirs[0]} {theirs[1]}, "
+            f"the sweep {measured[0][0]} {measured[0][1]}; matching compares the same problems: "
+            "measure the reference on the sweep's split"
+        )
 
 
 def edge_note(edge: str | None, grid: Sequence[float], symbol: str = "τ") -> str | None:

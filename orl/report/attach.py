@@ -156,7 +156,7 @@ def frame(table: int, rows: list[dict], claims: list[Claim], notes: list[str] | 
     out.attrs["table"] = table
     out.attrs["title"] = TABLE_TITLES[table]
     out.attrs["companions"] = COMPANIONS[table]
-    out.attrs["notes"] = list(notes or [])
+    out.attrs["notes"] = [note for note in notes or [] if note]
     # Where the measured lines ran (the headline says it under the title): GPU names, and CPU lines.
     measured = [row for row in rows if row.get("status") == "measured"]
     out.attrs["gpus"] = sorted({row["_gpu"] for row in measured if row.get("_gpu")})

@@ -11,6 +11,7 @@ from __future__ import annotations
 from statistics import median
 
 from orl.eval.uncertainty import BOOTSTRAP_SEED, LEVEL, RESAMPLES
+from orl.records import record_split
 from orl.report.measure import Measured
 
 RUN_TO_RUN = (
@@ -72,6 +73,25 @@ def completion_lengths(lines: list[Measured]) -> list[str]:
         + "."
         for suite, systems in by_suite.items()
     ]
+
+
+def choice_split_note(records: list[dict]) -> str | None:
+    """Where the table's operating points were chosen (docs/metrics.md "Splits"): the split of the measured
+    sweeps among `records`; None without sweeps."""
+    splits = {record_split(r) for r in records if r["kind"] == "sweep" and r["status"] == "measured"}
+    if splits == {"dev"}:
+        return (
+            "Operating points (τ; a relaxed row's δ) were chosen on each suite's dev split, matched to the "
+            "AR target's dev pass@1, and measured on the disjoint test split shown here."
+        )
+    if splits == {"test"}:
+        return (
+            "Operating points were chosen on the test problems shown here (records made before the dev "
+            "splits): a chosen point's pass@1 and TPF carry the optimism of that selection."
+        )
+    if splits:
+        return f"Operating points were chosen on different splits ({', '.join(sorted(splits))}) across lines."
+    return None
 
 
 def uncertainty_note() -> str:

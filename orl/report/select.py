@@ -22,11 +22,16 @@ from collections import Counter
 from dataclasses import dataclass
 
 from orl import rows
+from orl.records import record_split
 from orl.report.compare import model_matches
 from orl.rows import TABLE_KINDS, Line, Row
 
 # Kinds whose records carry no decoding suite / no inference engine.
 SUITE_FREE_KINDS = {"train"}
+# Kinds a table may read from any split: a sweep (and its AUP) runs on the split operating points are
+# chosen on. Every other line reads test records only: a dev record is how a point was chosen, not a
+# result (docs/metrics.md "Splits").
+ANY_SPLIT_KINDS = {"sweep", "aup"}
 ENGINE_FREE_KINDS = {"train"}
 
 
@@ -94,6 +99,8 @@ def record_seed(record: dict, index: dict[str, int]) -> int | None:
 
 def matches(record: dict, want: Want, kind: str, suite: str | None) -> bool:
     if record["kind"] != kind or record["system"] != want.system:
+        return False
+    if kind not in ANY_SPLIT_KINDS and record_split(record) != "test":
         return False
     if kind == "engine_bench" and (record.get("extra") or {}).get("stop_at_eos") is False:
         return False  # a fixed-length speed run (--ignore-eos): the speedup-vs-length figure's, not Table 3's

@@ -31,7 +31,7 @@ from orl.report.measure import (
     tpf_columns,
     y_max_of,
 )
-from orl.report.notes import completion_lengths, prompt_sets, uncertainty_note
+from orl.report.notes import choice_split_note, completion_lengths, prompt_sets, uncertainty_note
 from orl.report.select import Want, ratio, seed_index
 
 
@@ -85,6 +85,7 @@ def build_table1(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
         *prompt_sets(lines, ("quality", "latency")),
         *completion_lengths(lines),
         *legacy_tpf_notes(lines, "quality"),
+        choice_split_note(records),
         uncertainty_note(),
     ]
     return frame(1, out, claims, notes)

@@ -34,7 +34,7 @@ from orl.report.measure import (
     tpf_columns,
     y_max_of,
 )
-from orl.report.notes import completion_lengths, prompt_sets, uncertainty_note
+from orl.report.notes import choice_split_note, completion_lengths, prompt_sets, uncertainty_note
 from orl.report.select import Want, ratio, seed_index, table_suites
 
 SPEEDUPS = {"ar": "speedup_vs_ar", "ar_hf": "speedup_vs_ar_hf", "ar_vllm": "speedup_vs_ar_vllm"}
@@ -90,6 +90,7 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
         *prompt_sets(measured_lines, ("latency", "quality")),
         *completion_lengths(measured_lines),
         *legacy_tpf_notes(measured_lines, "latency"),
+        choice_split_note(records),
         uncertainty_note(),
     ]
     return frame(2, out, claims, notes)

@@ -41,7 +41,7 @@ from orl.report.measure import (
     tpf_columns,
     y_max_of,
 )
-from orl.report.notes import prompt_sets, uncertainty_note
+from orl.report.notes import choice_split_note, prompt_sets, uncertainty_note
 from orl.report.select import latest_train_record, ratio, record_seed, seed_index, table_lines
 
 ORL = rows.ROW[rows.TRAINED].system
@@ -186,7 +186,12 @@ def build_table5(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
             value.update(_against_orl(m, orl[0], y_max))
         out.extend(with_claims(value, line.claims, by_id))
     lines = [m for _, m, _ in built]
-    notes = [*prompt_sets(lines, ("quality",)), *legacy_tpf_notes(lines, "quality"), uncertainty_note()]
+    notes = [
+        *prompt_sets(lines, ("quality",)),
+        *legacy_tpf_notes(lines, "quality"),
+        choice_split_note(records),
+        uncertainty_note(),
+    ]
     if y_max is not None:
         notes.append(
             f"AUP: d3LLM's definition (orl/eval/aup.py) with y_max = {y_max:.4g}%, the highest pass@1 "

@@ -86,6 +86,9 @@ DECODE = {"max_new_tokens": config["max_new_tokens"], "device": config["device"]
           "chat": "--chat" if config.get("chat") else ""}
 
 SUITES = list(config["suites"])
+# Where operating points are chosen (docs/method.md §4): on each suite's dev split, then measured on test
+# (dev); or on the test problems themselves (test: how records written before the dev splits were made).
+CHOOSE_SPLIT = config["choose_split"]
 MAIN = SUITES[0]
 EXTRA_SUITES = list(config["extra_suites"])
 for _suite in EXTRA_SUITES:
@@ -175,7 +178,7 @@ PLAN = workflow_dag.Plan(profile=PROFILE, results=RESULTS, ckpt_dir=CKPT, device
                          vllm_python=VLLM_PYTHON, seeds=_SEEDS, suites=SUITES, given=GIVEN,
                          trained_keys=frozenset(TRAINED_KEYS), derived=frozenset(DERIVED),
                          built_here=frozenset(BUILT_HERE), block_size=BLOCK_SIZE, preset_block=PRESET_BLOCK,
-                         dllm_family=frozenset(DLLM_FAMILY))  # fmt: skip
+                         dllm_family=frozenset(DLLM_FAMILY), choose_split=CHOOSE_SPLIT)  # fmt: skip
 ckpt, ckpt_done, ckpt_of, missing = PLAN.ckpt, PLAN.ckpt_done, PLAN.ckpt_of, PLAN.missing
 block_flag = PLAN.block_flag
 
@@ -187,7 +190,7 @@ block_flag = PLAN.block_flag
 latency_file, quality_file, extra_quality_file = PLAN.latency_file, PLAN.quality_file, PLAN.extra_quality_file
 sweep_file, point_file, train_file = PLAN.sweep_file, PLAN.point_file, PLAN.train_file
 engine_file, serving_bench_file, length_file = PLAN.engine_file, PLAN.serving_bench_file, PLAN.length_file
-entropy_file, sweep_suites = PLAN.entropy_file, PLAN.sweep_suites
+entropy_file, sweep_suites, choose_file = PLAN.entropy_file, PLAN.sweep_suites, PLAN.choose_file
 row_inputs, row_flags = PLAN.row_inputs, PLAN.row_flags
 
 PACKING_FILE = f"{RESULTS}/train/packing.jsonl"

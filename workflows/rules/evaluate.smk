@@ -2,11 +2,19 @@
 # Table 2 (the AR target, the matched-accuracy reference, included), Table 1's extra suites, entropy per
 # step, and the engine benchmarks of Table 3 and of the speedup-vs-length figure. Which rows each rule
 # runs comes from orl/rows.py (common.smk); {run} is a run id (row key, with _seed<N> where trained).
+# Operating points (τ, a relaxed row's δ) are chosen on the split CHOOSE_SPLIT (config `choose_split`):
+# on dev, the sweep, its reference and the choice are dev records (quality/<suite>/dev/) and the chosen
+# point is then measured on test (rule point_quality); on test, the sweep's point is the row's record.
+
+MATCH_REF = ROW[rows.MATCH_REFERENCE]
 
 
 rule sweep:
+    # On the choosing split; a matched point at the grid's lowest τ extends the grid below it until
+    # accuracy falls off (`orl sweep --reference`, docs/method.md §4).
     input:
-        lambda wc: ckpt_done(*ckpt_of(*RUNS[wc.run])),
+        ckpt=lambda wc: ckpt_done(*ckpt_of(*RUNS[wc.run])),
+        reference=lambda wc: choose_file(MATCH_REF, None, wc.suite),
     output:
         f"{RESULTS}/sweep/{{suite}}/{{run}}.jsonl",
     wildcard_constraints:
@@ -19,13 +27,17 @@ rule sweep:
         taus=",".join(str(t) for t in config["sweep_thresholds"]),
         limit=limit_flag(config["eval_limit"]),
         block=lambda wc: block_flag(RUNS[wc.run][0], wc.suite),
+        split=CHOOSE_SPLIT,
+        match_tolerance=config["match_tolerance"],
     log:
         f"{LOGS}/sweep_{{suite}}_{{run}}.log",
     threads: THREADS
     resources:
         gpu=GPU,
     shell:
-        "{ORL} sweep --ckpt {params.ckpt} --suite {wildcards.suite} --thresholds {params.taus} {params.limit} "
+        "{ORL} sweep --ckpt {params.ckpt} --suite {wildcards.suite} --split {params.split} "
+        "--thresholds {params.taus} {params.limit} --reference {input.reference} "
+        "--tolerance {params.match_tolerance} "
         "{params.block} --max-new-tokens {params.max_new_tokens} --system '{params.system}' "
         "--device {params.device} --dtype {params.dtype} {params.chat} --out {output} --no-progress "
         "> {log} 2>&1"
@@ -34,13 +46,14 @@ rule sweep:
 rule operating_point:
     # Matched accuracy (docs/method.md §4): the fastest threshold whose pass@1 is within the tolerance of the
     # AR target's (orl.rows.MATCH_REFERENCE) on the same suite and not shown worse by the paired test.
-    # Writes the choice and a quality record of that sweep point.
+    # Writes the choice and a quality record of that sweep point (on the choosing split).
     input:
         sweep=f"{RESULTS}/sweep/{{suite}}/{{run}}.jsonl",
-        reference=lambda wc: quality_file(ROW[rows.MATCH_REFERENCE], None, wc.suite),
+        reference=lambda wc: choose_file(MATCH_REF, None, wc.suite),
     output:
         point=f"{RESULTS}/oppoint/{{suite}}/{{run}}.json",
-        quality=f"{RESULTS}/quality/{{suite}}/op_{{run}}.jsonl",
+        quality=(f"{RESULTS}/quality/{{suite}}/op_{{run}}.jsonl" if CHOOSE_SPLIT == "test"
+                 else f"{RESULTS}/quality/{{suite}}/{CHOOSE_SPLIT}/op_{{run}}.jsonl"),
     wildcard_constraints:
         suite=one_of(SUITES),
         run=one_of(run_id(row, seed) for row, seed, _ in SWEEP_JOBS),
@@ -59,11 +72,10 @@ RELAXED_REFERENCE = ROW[rows.RELAXED_REFERENCE]
 rule relaxed_sweep:
     # Relaxed verification (docs/metrics.md): a relaxed row's δ, the fastest of orl.rows.RELAXED_DELTAS
     # whose pass@1 is within RELAXED_TOLERANCE of ORL's (the page's relaxed comparison) and not shown worse.
-    # The suites have no dev split yet: δ is chosen on the prompts the row is then measured on (the file
-    # says so).
+    # On the choosing split, against ORL's pass@1 there (its chosen point's record).
     input:
         lambda wc: row_inputs(ROW[wc.row], None, wc.suite, relaxed=False),
-        reference=lambda wc: quality_file(RELAXED_REFERENCE, seeds_of(RELAXED_REFERENCE)[0], wc.suite),
+        reference=lambda wc: choose_file(RELAXED_REFERENCE, seeds_of(RELAXED_REFERENCE)[0], wc.suite),
     output:
         f"{RESULTS}/oppoint/{{suite}}/relaxed_{{row}}.json",
     wildcard_constraints:
@@ -75,16 +87,67 @@ rule relaxed_sweep:
         deltas=",".join(str(d) for d in rows.RELAXED_DELTAS),
         tolerance=rows.RELAXED_TOLERANCE,
         limit=limit_flag(config["eval_limit"]),
+        split=CHOOSE_SPLIT,
     log:
         f"{LOGS}/relaxed_sweep_{{suite}}_{{row}}.log",
     threads: THREADS
     resources:
         gpu=GPU,
     shell:
-        "{ORL} spec-sweep {params.flags} --suite {wildcards.suite} {params.limit} --deltas {params.deltas} "
+        "{ORL} spec-sweep {params.flags} --suite {wildcards.suite} --split {params.split} {params.limit} "
+        "--deltas {params.deltas} "
         "--reference {input.reference} --tolerance {params.tolerance} "
         "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
         "{params.chat} --out {output} --no-progress > {log} 2>&1"
+
+
+if CHOOSE_SPLIT != "test":
+
+    rule point_quality:
+        # A swept row's pass@1 and TPF on test, at the operating point chosen on dev.
+        input:
+            lambda wc: row_inputs(*RUNS[wc.run], wc.suite),
+        output:
+            f"{RESULTS}/quality/{{suite}}/op_{{run}}.jsonl",
+        wildcard_constraints:
+            suite=one_of(SUITES),
+            run=one_of(run_id(row, seed) for row, seed, _ in SWEEP_JOBS),
+        params:
+            **DECODE,
+            flags=lambda wc: row_flags(*RUNS[wc.run], wc.suite),
+            limit=limit_flag(config["eval_limit"]),
+        log:
+            f"{LOGS}/point_quality_{{suite}}_{{run}}.log",
+        threads: THREADS
+        resources:
+            gpu=GPU,
+        shell:
+            "{ORL} eval-quality {params.flags} --suite {wildcards.suite} --split test {params.limit} "
+            "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
+            "{params.chat} --out {output} --no-progress > {log} 2>&1"
+
+    rule reference_quality:
+        # The AR target's pass@1 on the choosing split: what the sweeps there are matched to.
+        input:
+            lambda wc: row_inputs(MATCH_REF, None, wc.suite),
+        output:
+            f"{RESULTS}/quality/{{suite}}/{CHOOSE_SPLIT}/row_{MATCH_REF.key}.jsonl",
+        wildcard_constraints:
+            suite=one_of(SUITES),
+        params:
+            **DECODE,
+            flags=lambda wc: row_flags(MATCH_REF, None, wc.suite),
+            limit=limit_flag(config["eval_limit"]),
+            split=CHOOSE_SPLIT,
+        log:
+            f"{LOGS}/reference_quality_{{suite}}.log",
+        threads: THREADS
+        resources:
+            gpu=GPU,
+        shell:
+            "{ORL} eval-quality {params.flags} --suite {wildcards.suite} --split {params.split} {params.limit} "
+            "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
+            "{params.chat} --out {output} --no-progress > {log} 2>&1"
 
 
 rule quality_row:

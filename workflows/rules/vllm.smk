@@ -2,8 +2,8 @@
 # (`make vllm-env`, .venv-vllm; config `vllm_python`); without it they are "not run" records (common.smk
 # missing). A checkpoint this DAG trains in our layout is served from its Qwen3 export (`orl export --format
 # qwen3`), as vLLM loads any Qwen3ForCausalLM folder. Speculative rows run at the num_speculative_tokens
-# `orl spec-sweep` measured fastest on the suite's first bench_limit prompts (the suites have no dev split
-# yet: the choice is made on prompts it is then measured on). On CUDA the generic rules run them as before.
+# `orl spec-sweep` measured fastest on the first bench_limit prompts of the suite's choosing split
+# (config `choose_split`: dev, then measured on test). On CUDA the generic rules run them as before.
 
 VLLM_ORL = f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5 {VLLM_PYTHON} -m orl.cli"
 VLLM_CPU = not config["device"].startswith("cuda")
@@ -56,13 +56,15 @@ rule spec_sweep:
         tokens=",".join(str(k) for k in SPEC_TOKENS),
         limit=config["bench_limit"],
         latency_warmup=config["latency_warmup"],
+        split=CHOOSE_SPLIT,
     log:
         f"{LOGS}/spec_sweep_{{suite}}_{{row}}.log",
     threads: THREADS
     resources:
         gpu=GPU,
     shell:
-        "{VLLM_ORL} spec-sweep {params.flags} --suite {wildcards.suite} --limit {params.limit} "
+        "{VLLM_ORL} spec-sweep {params.flags} --suite {wildcards.suite} --split {params.split} "
+        "--limit {params.limit} "
         "--tokens {params.tokens} --warmup {params.latency_warmup} --max-new-tokens {params.max_new_tokens} "
         "--device {params.device} --dtype {params.dtype} {params.chat} --out {output} --no-progress > {log} 2>&1"
 
