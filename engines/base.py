@@ -158,14 +158,6 @@ def checkpoint_info(
     )
 
 
-def synchronizer(device) -> Callable[[], None] | None:
-    """torch.cuda.synchronize for a CUDA device, None for the CPU (nothing runs asynchronously there)."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return None
-    return lambda: torch.cuda.synchronize(device)
-
-
 def forward_metrics(generations: Sequence[Generation]) -> dict[str, float | int]:
     """A suite's forward metrics (engines/forwards.py suite_metrics: tpf, tpf_prefill, nfe_mean, ...), and
     for a block decoder its tpf_commit, tpf_ceiling, blocks_mean and block_size: what every record states."""

@@ -26,7 +26,6 @@ these records are about speed only and never stand beside accuracy.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -38,6 +37,7 @@ from orl.kernels.onednn import onednn_linear, onednn_usable
 from orl.model.checkpoint import Checkpoint
 from orl.model.shape import ModelShape
 from orl.model.transformer import ModelConfig, Transformer
+from orl.timing import best_time, synchronizer
 
 
 @dataclass(frozen=True)
@@ -239,20 +239,11 @@ def gemm_rate(device, dtype: torch.dtype, size: int, repeats: int = 3) -> float:
     generator = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
-    cuda = torch.device(device).type == "cuda"
     calls = [partial(torch.mm, a, b)]
     if onednn_usable(device, dtype):
         calls.append(partial(onednn_linear, a, b))
-    best = float("inf")
-    for call in calls:
-        for _ in range(repeats + 1):
-            if cuda:
-                torch.cuda.synchronize(device)
-            start = time.perf_counter()
-            call()
-            if cuda:
-                torch.cuda.synchronize(device)
-            best = min(best, time.perf_counter() - start)
+    sync = synchronizer(device)
+    best = min(best_time(call, sync, repeats=repeats) for call in calls)
     return 2 * size**3 / best
 
 
@@ -267,16 +258,8 @@ def copy_bandwidth(device, nbytes: int = 1 << 30, repeats: int = 3) -> float:
     """Bytes read plus bytes written per second by one `nbytes` tensor copy (best of `repeats`)."""
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
-    cuda = torch.device(device).type == "cuda"
-    best = float("inf")
-    for _ in range(repeats + 1):  # the first copy faults the pages in
-        if cuda:
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        dst.copy_(src)
-        if cuda:
-            torch.cuda.synchronize(device)
-        best = min(best, time.perf_counter() - start)
+    # The warm-up copy faults the pages in.
+    best = best_time(partial(dst.copy_, src), synchronizer(device), repeats=repeats)
     return 2 * src.numel() * src.element_size() / best
 
 
