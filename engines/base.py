@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import torch
 
 from orl.engines import forwards
+from orl.model.provenance import model_block, model_name
 
 
 @dataclass
@@ -98,15 +98,8 @@ class EngineInfo:
     counts_draft_forwards: bool = True
 
     def model_block(self) -> dict:
-        """The result record's `model` block: name, checkpoint, its digest, precision."""
-        from orl.model.checkpoint import checkpoint_digest
-
-        return {
-            "name": self.model_name,
-            "ckpt": self.ckpt,
-            "ckpt_sha256": checkpoint_digest(self.ckpt) if self.ckpt else None,
-            "precision": self.precision,
-        }
+        """The result record's `model` block (orl/model/provenance.py): name, checkpoint, precision."""
+        return model_block(self.model_name, self.precision, self.ckpt)
 
 
 @runtime_checkable
@@ -145,10 +138,9 @@ def checkpoint_info(
     speculative: bool = False,
 ) -> EngineInfo:
     """EngineInfo of an engine running one of our loaded checkpoints (orl.model.checkpoint.Checkpoint)."""
-    model_name = ckpt.config.get("orl_model_name") or Path(ckpt.path).name
     return EngineInfo(
         name=name,
-        model_name=model_name,
+        model_name=model_name(ckpt.config, ckpt.path),
         ckpt=str(ckpt.path),
         precision=ckpt.precision,
         device=str(device),
@@ -156,14 +148,6 @@ def checkpoint_info(
         settings=dict(settings or {}),
         speculative=speculative,
     )
-
-
-def synchronizer(device) -> Callable[[], None] | None:
-    """torch.cuda.synchronize for a CUDA device, None for the CPU (nothing runs asynchronously there)."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return None
-    return lambda: torch.cuda.synchronize(device)
 
 
 def forward_metrics(generations: Sequence[Generation]) -> dict[str, float | int]:

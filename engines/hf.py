@@ -43,6 +43,7 @@ from orl.decoding.verify import STRICT, Verification, accept
 from orl.engines.base import EngineInfo, Generation
 from orl.engines.forwards import decode_forwards
 from orl.errors import CheckpointError, InputError
+from orl.model.provenance import model_name
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ def load_hf_engine(
                 f"({ckpt_dir / TOKENIZER}); assisted generation here needs one shared vocabulary"
             )
         draft = load_hf_causal_lm(draft_dir, device, dtype)
-    name = read_config(ckpt_dir).get("orl_model_name") or ckpt_dir.name
+    name = model_name(read_config(ckpt_dir), ckpt_dir)
     return HFEngine(
         model,
         tokenizer,

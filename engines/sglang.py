@@ -57,6 +57,7 @@ from orl.engines.serving import (
     write_dllm_config,
 )
 from orl.errors import CheckpointError, InputError
+from orl.model.provenance import model_name
 
 # The architectures SGLang's dLLM backend loads, with the mask id it hard-codes for each
 # (DiffusionGemma runs only its own Gemma4Renoise algorithm, not LowConfidence).
@@ -270,7 +271,7 @@ class SGLangEngine:
         }
         return EngineInfo(
             self.name,
-            self.config.get("orl_model_name") or self.ckpt_dir.name,
+            model_name(self.config, self.ckpt_dir),
             str(self.ckpt_dir),
             self.precision,
             str(self.device),

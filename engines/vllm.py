@@ -48,6 +48,7 @@ from orl.engines.serving import (
     speculative_tokens,
 )
 from orl.errors import InputError
+from orl.model.provenance import model_name
 
 # DFlash's drafter attends bidirectionally within its block: its attention backend must support
 # non-causal attention (FLASH_ATTN, FLASHINFER and TRITON_ATTN do in vllm 0.33).
@@ -245,7 +246,7 @@ class VLLMEngine:
             settings["vllm_cpu_env"] = {name: os.environ.get(name) for name in CPU_ENV}
         return EngineInfo(
             self.name,
-            self.config.get("orl_model_name") or self.ckpt_dir.name,
+            model_name(self.config, self.ckpt_dir),
             str(self.ckpt_dir),
             self.precision,
             str(self.device),

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from orl import rows
 from orl.engines.registry import DIFFUSION_ENGINES, ENGINE_NAMES
 from orl.engines.serving import SERVING_ENGINES, VLLM_ENV_MISSING
+from orl.model.provenance import model_block
 from orl.records import not_run, write_records
 from orl.rows import ROW, Row
 from orl.train.config import TrainPreset
@@ -85,7 +86,7 @@ def write_not_run(path: str, not_run_files: Mapping[str, NotRun], given: Mapping
                 engine=row.engine,
                 reason=reason,
                 suite=suite,
-                model={"name": name, "precision": precision},
+                model=model_block(name, precision),
             )
         ],
     )

@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from orl.model.provenance import model_block
 from orl.records import make_record, write_records
 
 # A model big enough that parameters, gradients and AdamW state (16 bytes per parameter in fp32)
@@ -76,7 +77,7 @@ def main() -> int:
         )
         records.append(make_record(
             "train", system=f"orl convert, world size {world}", engine="torch",
-            model={"name": "smoke-50M", "precision": "float32"},
+            model=model_block("smoke-50M", "float32"),
             metrics={"peak_memory_bytes": max(peaks), "train_wall_s": summary["wall_s"],
                      "train_tokens_per_s": summary["tokens_per_s_per_device"]},
             extra={"world_size": world, "peak_memory_bytes_per_rank": peaks, "steps": summary["steps"],

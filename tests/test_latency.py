@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from orl import timing
 from orl.engines.base import Engine, EngineInfo, Generation
 from orl.errors import InputError
 from orl.eval import latency
@@ -53,7 +54,7 @@ class FakeEngine:
 @pytest.fixture
 def clock(monkeypatch):
     now = [100.0]
-    monkeypatch.setattr(latency.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: now[0])  # the one timer's clock
     return now
 
 

@@ -11,16 +11,16 @@ residual mix, state updates, predicated no-op steps, host reads, Python). The ti
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import torch
 
-from orl.engines.base import Generation, synchronizer
+from orl.engines.base import Generation
 from orl.engines.capture import CudaGraphRunner, compile_fullgraph
 from orl.engines.dlmrt.chunk import block_forward
 from orl.engines.dlmrt.engine import DlmrtEngine
 from orl.engines.dlmrt.state import DecodeState
+from orl.timing import synchronizer, timed
 
 
 class BareForwards:
@@ -29,7 +29,7 @@ class BareForwards:
     def __init__(self, engine: DlmrtEngine):
         self.engine = engine
         self.model, self.block = engine.model, engine.spec.block
-        self.sync = synchronizer(engine.device) or (lambda: None)
+        self.sync = synchronizer(engine.device)
         self._fns: dict[tuple[int, int], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}
 
     def _forward(
@@ -77,13 +77,13 @@ class BareForwards:
             ids = seq[:, start : start + B].clone()
             calls.extend((self._forward(state, B), ids, at) for _ in range(steps))
         prompt = seq[:, :P].clone()
-        self.sync()
-        t0 = time.perf_counter()
-        slot.run_prefill(prompt)  # the engine's own prefill: one forward plus a few buffer fills
-        for forward, ids, at in calls:
-            forward(ids, at)
-        self.sync()
-        return time.perf_counter() - t0
+
+        def replay() -> None:
+            slot.run_prefill(prompt)  # the engine's own prefill: one forward plus a few buffer fills
+            for forward, ids, at in calls:
+                forward(ids, at)
+
+        return timed(replay, self.sync)[1]
 
 
 def _captured(

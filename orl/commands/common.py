@@ -7,16 +7,15 @@ import sys
 from pathlib import Path
 
 from orl.commands.checks import nonneg_int, positive_float
+from orl.model.provenance import model_block, model_name
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def model_field(ckpt) -> dict:
-    """The record's `model` block for a loaded Checkpoint (training and benchmark commands): the one
-    builder's, EngineInfo.model_block."""
-    from orl.engines.base import checkpoint_info
-
-    return checkpoint_info("", ckpt, "cpu").model_block()
+    """The record's `model` block for a loaded Checkpoint (training and benchmark commands), as an engine
+    running it describes it (orl/model/provenance.py)."""
+    return model_block(model_name(ckpt.config, ckpt.path), ckpt.precision, ckpt.path)
 
 
 def add_progress_flag(parser) -> None:
@@ -216,6 +215,6 @@ def suite_not_run(args, kind: str, reason: str, **fields) -> dict:
         engine=args.engine,
         reason=reason,
         suite=args.suite,
-        model={"name": name, "precision": "unknown"},
+        model=model_block(name),
         **fields,
     )

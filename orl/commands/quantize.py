@@ -40,6 +40,7 @@ def run_quantize(args) -> int:
     from orl.errors import InputError
     from orl.kernels.quantize import quantization_config, quantize_model
     from orl.model.checkpoint import load_checkpoint, save_checkpoint
+    from orl.model.provenance import model_name
 
     resolve_ckpt(args)
     ckpt = load_checkpoint(args.ckpt)
@@ -53,7 +54,7 @@ def run_quantize(args) -> int:
             "--include-head: the LM head is tied to the embeddings here, which stay in high precision"
         )
     report = quantize_model(ckpt.model, skip=skip, mode=args.mode)
-    name = ckpt.config.get("orl_model_name") or ckpt.path.name
+    name = model_name(ckpt.config, ckpt.path)
     save_checkpoint(
         ckpt.model,
         ckpt.tokenizer,

@@ -5,8 +5,8 @@ What `orl bench-engine` measures, at batch 1, through the one timing protocol (o
   prompts (every engine once per round, so clock and thermal drift hit all engines alike);
 - dlmrt's overhead: wall time over the time of its bare model forwards replayed in the same
   execution mode (engines/dlmrt/forwards.py);
-- dlmrt's step time: one S-step chunk run `repeats` times on a real decoding state, timed with
-  CUDA events on a GPU and the host clock on the CPU, divided by S;
+- dlmrt's step time: one S-step chunk run `repeats` times on a real decoding state, timed by the one
+  timer (orl/timing.py: the host clock, the device synchronised around the runs), divided by S;
 - optionally the kernels (CUDA) or operators (CPU) one chunk launches per step (torch.profiler),
   and, on CUDA, the check that a chunk never synchronises with the host
   (torch.cuda.set_sync_debug_mode("error") raises on any device-to-host synchronisation).
@@ -14,17 +14,17 @@ What `orl bench-engine` measures, at batch 1, through the one timing protocol (o
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from orl.engines.base import Engine, synchronizer
+from orl.engines.base import Engine
 from orl.engines.dlmrt import DlmrtEngine
 from orl.engines.dlmrt.forwards import BareForwards
 from orl.eval.latency import SuiteRun, measure_latency, timings_as_dicts
 from orl.records import make_record
+from orl.timing import synchronizer, timed
 
 
 @dataclass
@@ -208,20 +208,12 @@ def chunk_step_time(engine: DlmrtEngine, prompt: str, max_new_tokens: int, repea
     slot = engine.slot_for(prompt, max_new_tokens)
     for _ in range(5):
         slot.run_chunk()
-    if engine.device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize(engine.device)
-        start.record()
+
+    def chunks() -> None:
         for _ in range(repeats):
             slot.run_chunk()
-        end.record()
-        torch.cuda.synchronize(engine.device)
-        seconds = start.elapsed_time(end) / 1000
-    else:
-        t0 = time.perf_counter()
-        for _ in range(repeats):
-            slot.run_chunk()
-        seconds = time.perf_counter() - t0
+
+    _, seconds = timed(chunks, synchronizer(engine.device))
     return seconds / (repeats * engine.spec.steps)
 
 

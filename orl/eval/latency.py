@@ -18,12 +18,13 @@ after each request, outside its timing (dlmrt's bare-forward replay measures the
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
-from orl.engines.base import Engine, Generation, synchronizer
+from orl.engines.base import Engine, Generation
 from orl.errors import InputError
+from orl.timing import Sync, synchronizer, timed
 
 
 @dataclass(frozen=True)
@@ -128,16 +129,10 @@ def summarize(timings: Sequence[RequestTiming], warmup: int = 0) -> LatencySumma
 
 
 def time_request(
-    engine: Engine, prompt: str, max_new_tokens: int, sync: Callable[[], None] | None
+    engine: Engine, prompt: str, max_new_tokens: int, sync: Sync | None
 ) -> tuple[Generation, float]:
     """One synchronised request: (its Generation, wall seconds measured here, not trusted from the engine)."""
-    if sync is not None:
-        sync()  # nothing from before may leak into this request's time
-    start = time.perf_counter()
-    generation = engine.generate(prompt, max_new_tokens)
-    if sync is not None:
-        sync()
-    return generation, time.perf_counter() - start
+    return timed(partial(engine.generate, prompt, max_new_tokens), sync)
 
 
 def warmup_prompts(engine: Engine, prompts: Sequence[str], max_new_tokens: int, warmup: int) -> list[str]:

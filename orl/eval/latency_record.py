@@ -12,6 +12,7 @@ from pathlib import Path
 from orl.engines.base import Engine, EngineInfo, forward_metrics
 from orl.eval.latency import SuiteRun, measure_latency, timings_as_dicts
 from orl.eval.speculative import acceptance_rate, speculative_metrics
+from orl.model.provenance import model_block, model_name
 from orl.records import make_record, not_run
 
 
@@ -106,15 +107,10 @@ def not_run_latency_record(
 ) -> dict:
     """The record of a row that cannot run here (EngineUnavailable: no CUDA, no package, a server that
     did not start), its model named from the checkpoint's config.json without loading it."""
-    from orl.model.checkpoint import checkpoint_digest, read_json_config
+    from orl.model.checkpoint import read_json_config
 
     config = read_json_config(Path(ckpt) / "config.json", "a checkpoint needs config.json")
-    model = {
-        "name": config.get("orl_model_name") or Path(ckpt).name,
-        "ckpt": str(ckpt),
-        "ckpt_sha256": checkpoint_digest(ckpt),
-        "precision": "unknown",
-    }
+    model = model_block(model_name(config, ckpt), ckpt=ckpt)
     return not_run(
         kind,
         system=system or f"{model['name']} ({row_engine})",

@@ -26,8 +26,7 @@ these records are about speed only and never stand beside accuracy.
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -36,67 +35,53 @@ import torch
 from orl.errors import InputError
 from orl.kernels.onednn import onednn_linear, onednn_usable
 from orl.model.checkpoint import Checkpoint
+from orl.model.shape import ModelShape
 from orl.model.transformer import ModelConfig, Transformer
+from orl.timing import best_time, synchronizer
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A real checkpoint's config.json, as far as speed goes: its shape (orl/model/shape.py), vocabulary,
+    RoPE base and tying, and for an SDAR release the block it was trained with."""
+
+    shape: ModelShape
+    vocab_size: int
+    tie_word_embeddings: bool
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    block_size: int | None = None  # fixed by the release (SDAR); None: --block, else DEFAULT_BLOCK
+    block_layout: str = "after-prompt"
+    mask_token_id: int | None = None  # None: the last token id
+
+
+def _qwen3(hidden: int, intermediate: int, layers: int, heads: int, tied: bool) -> Architecture:
+    """A Qwen3 release: 8 KV heads of 128, a 40960-token context, RoPE base 1e6, Qwen's vocabulary."""
+    shape = ModelShape(
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+    )
+    return Architecture(shape, vocab_size=151936, tie_word_embeddings=tied, rope_theta=1_000_000.0)
+
 
 # Shapes of public checkpoints (their config.json). The sdar-* entries are SDAR-*-Chat at
 # block sizes 4..32 (JetLM/SDAR-*-b<B>): Qwen3 shapes, absolute blocks, <|MASK|> at 151669.
-_QWEN3 = dict(
-    vocab_size=151936,
-    head_dim=128,
-    num_key_value_heads=8,
-    rope_theta=1_000_000.0,
-    rms_norm_eps=1e-6,
-    max_position_embeddings=40960,
-)
-ARCHS: dict[str, dict] = {
-    "qwen3-0.6b": dict(
-        _QWEN3,
-        hidden_size=1024,
-        intermediate_size=3072,
-        num_hidden_layers=28,
-        num_attention_heads=16,
-        tie_word_embeddings=True,
-    ),
-    "qwen3-1.7b": dict(
-        _QWEN3,
-        hidden_size=2048,
-        intermediate_size=6144,
-        num_hidden_layers=28,
-        num_attention_heads=16,
-        tie_word_embeddings=True,
-    ),
-    "qwen3-4b": dict(
-        _QWEN3,
-        hidden_size=2560,
-        intermediate_size=9728,
-        num_hidden_layers=36,
-        num_attention_heads=32,
-        tie_word_embeddings=True,
-    ),
-    "qwen3-8b": dict(
-        _QWEN3,
-        hidden_size=4096,
-        intermediate_size=12288,
-        num_hidden_layers=36,
-        num_attention_heads=32,
-        tie_word_embeddings=False,
-    ),
-    # A few-M-parameter shape for tests and quick looks.
-    "tiny": dict(
-        vocab_size=1024,
-        hidden_size=256,
-        intermediate_size=768,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-    ),
+ARCHS: dict[str, Architecture] = {
+    "qwen3-0.6b": _qwen3(1024, 3072, layers=28, heads=16, tied=True),
+    "qwen3-1.7b": _qwen3(2048, 6144, layers=28, heads=16, tied=True),
+    "qwen3-4b": _qwen3(2560, 9728, layers=36, heads=32, tied=True),
+    "qwen3-8b": _qwen3(4096, 12288, layers=36, heads=32, tied=False),
+    # A few-M-parameter shape for tests and quick looks: ModelShape's defaults, with a longer context.
+    "tiny": Architecture(ModelShape(max_position_embeddings=2048), vocab_size=1024, tie_word_embeddings=True),
 }
 for _size, _base in (("1.7b", "qwen3-1.7b"), ("4b", "qwen3-4b"), ("8b", "qwen3-8b")):
     for _block in (4, 8, 16, 32):
-        ARCHS[f"sdar-{_size}-b{_block}"] = dict(
+        ARCHS[f"sdar-{_size}-b{_block}"] = replace(
             ARCHS[_base], block_size=_block, block_layout="absolute", mask_token_id=151669
         )
 DEFAULT_BLOCK = 16  # block size of the qwen3-* / tiny shapes run as block-diffusion models (QwenDLM-style)
@@ -106,15 +91,23 @@ def arch_config(arch: str, block: int | None = None) -> ModelConfig:
     """The ModelConfig of an architecture, as a block-diffusion model (qwen3-*: our layout, block `block`)."""
     if arch not in ARCHS:
         raise InputError(f"--arch: unknown architecture {arch!r}; expected one of {', '.join(sorted(ARCHS))}")
-    values = dict(ARCHS[arch])
-    values.setdefault("block_size", block or DEFAULT_BLOCK)
-    if block is not None and block != values["block_size"]:
-        raise InputError(
-            f"--block: {arch} has block size {values['block_size']}; drop --block or pick another arch"
-        )
-    values.setdefault("mask_token_id", values["vocab_size"] - 1)
+    spec = ARCHS[arch]
+    block_size = spec.block_size or block or DEFAULT_BLOCK
+    if block is not None and block != block_size:
+        raise InputError(f"--block: {arch} has block size {block_size}; drop --block or pick another arch")
+    vocab = spec.vocab_size
     return ModelConfig(
-        attention_mode="block-causal", eos_token_id=values["vocab_size"] - 2, pad_token_id=0, **values
+        **asdict(spec.shape),
+        vocab_size=vocab,
+        rope_theta=spec.rope_theta,
+        rms_norm_eps=spec.rms_norm_eps,
+        tie_word_embeddings=spec.tie_word_embeddings,
+        attention_mode="block-causal",
+        block_size=block_size,
+        block_layout=spec.block_layout,
+        mask_token_id=vocab - 1 if spec.mask_token_id is None else spec.mask_token_id,
+        eos_token_id=vocab - 2,
+        pad_token_id=0,
     )
 
 
@@ -246,20 +239,11 @@ def gemm_rate(device, dtype: torch.dtype, size: int, repeats: int = 3) -> float:
     generator = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
-    cuda = torch.device(device).type == "cuda"
     calls = [partial(torch.mm, a, b)]
     if onednn_usable(device, dtype):
         calls.append(partial(onednn_linear, a, b))
-    best = float("inf")
-    for call in calls:
-        for _ in range(repeats + 1):
-            if cuda:
-                torch.cuda.synchronize(device)
-            start = time.perf_counter()
-            call()
-            if cuda:
-                torch.cuda.synchronize(device)
-            best = min(best, time.perf_counter() - start)
+    sync = synchronizer(device)
+    best = min(best_time(call, sync, repeats=repeats) for call in calls)
     return 2 * size**3 / best
 
 
@@ -274,16 +258,8 @@ def copy_bandwidth(device, nbytes: int = 1 << 30, repeats: int = 3) -> float:
     """Bytes read plus bytes written per second by one `nbytes` tensor copy (best of `repeats`)."""
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
-    cuda = torch.device(device).type == "cuda"
-    best = float("inf")
-    for _ in range(repeats + 1):  # the first copy faults the pages in
-        if cuda:
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        dst.copy_(src)
-        if cuda:
-            torch.cuda.synchronize(device)
-        best = min(best, time.perf_counter() - start)
+    # The warm-up copy faults the pages in.
+    best = best_time(partial(dst.copy_, src), synchronizer(device), repeats=repeats)
     return 2 * src.numel() * src.element_size() / best
 
 

@@ -25,19 +25,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from orl.model.shape import ModelShape
+
 
 @dataclass
-class ModelConfig:
+class ModelConfig(ModelShape):
+    """A whole model: its shape (orl/model/shape.py, the one declaration of the sizes) plus vocabulary,
+    RoPE, tying and the block-diffusion fields."""
+
     vocab_size: int = 1024
-    hidden_size: int = 256
-    intermediate_size: int = 768
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    head_dim: int = 64
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
-    max_position_embeddings: int = 256
     tie_word_embeddings: bool = True
     attention_bias: bool = (
         False  # biases on q/k/v/o projections (Qwen3's attention_bias; off in every release)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from orl.errors import InputError
+from orl.model.provenance import model_block
 from orl.records.environment import capture_environment
 
 SCHEMA_VERSION = 1
@@ -109,8 +110,8 @@ def make_record(
 ) -> dict:
     """A complete, validated record; fills schema_version, env and created.
 
-    `model` is {"name", "ckpt", "ckpt_sha256", "precision"}; missing ckpt / ckpt_sha256
-    default to None so callers without a checkpoint file need not spell them out. `split` ("dev" or
+    `model` is the block orl/model/provenance.py model_block builds ({"ckpt", "ckpt_sha256", "name",
+    "precision"}); a block given without ckpt / ckpt_sha256 is completed by it with None. `split` ("dev" or
     "test") is required for a measured record of the kinds in SPLIT_KINDS (a "not run" one may leave it
     out, like a record written before splits: it reads as "test", record_split).
     """
@@ -119,7 +120,7 @@ def make_record(
             f"{kind} record for {system!r}: split: expected 'dev' or 'test' (which problems of "
             f"{suite!r} it measured), got None"
         )
-    model = {"ckpt": None, "ckpt_sha256": None, **model}
+    model = {**model_block(model.get("name"), model.get("precision")), **model}
     record = {
         "schema_version": SCHEMA_VERSION,
         "kind": kind,
@@ -145,10 +146,10 @@ def not_run(kind: str, *, system: str, engine: str, reason: str, **fields: Any) 
     """A record for a row that could not run here: status "not run: <reason>", metrics empty.
 
     `fields` are passed to make_record (model, policy, suite, ...); model defaults to
-    {"name": system, "precision": "unknown"} and metrics to {}.
+    model_block(system) (no checkpoint, precision "unknown") and metrics to {}.
     """
     reason = " ".join(str(reason).split()) or "no reason given"
-    fields.setdefault("model", {"name": system, "precision": "unknown"})
+    fields.setdefault("model", model_block(system))
     fields.setdefault("metrics", {})
     return make_record(kind, system=system, engine=engine, status=f"not run: {reason}", **fields)
 

@@ -16,13 +16,13 @@ so the two layouts are compared on the same states.
 from __future__ import annotations
 
 import random
-import time
 
 import torch
 
 from orl.decoding import Policy, decode_rule
 from orl.decoding.rollout import attach_targets, concat_states, prompt_prefixes, rollout
 from orl.model.checkpoint import load_checkpoint
+from orl.timing import synchronizer, timed
 from orl.train.config import TrainPreset
 from orl.train.losses import aec_parts, gate_split, masked_ce_terms, mean
 from orl.train.orl import rollout_groups, rollout_prompts, sample_seed, select_states
@@ -81,15 +81,15 @@ def bench_replay(
     states = capture_batch(model, tok, preset, k)
     B = model.config.block_size
     model.train()
+    sync = synchronizer(model.embedding.device)
     out = []
     for packing in (False, True):
         groups = context_groups(states, share_context=packing)
         lengths = [len(states.context[g[0]]) + len(g) * B for g in groups]
         budget = max(pack_tokens, max(lengths))  # pack_tokens 0: rows as wide as the longest segment
         layout = packed_layout(lengths, budget) if packing else padded_layout(lengths)
-        elapsed = 0.0
-        for i in range(steps + 1):  # the first step of each layout is a warm-up
-            t0 = time.perf_counter()
+
+        def update(packing: bool = packing, budget: int = budget) -> None:
             batch = states.to(model.embedding.device)  # states are kept on the CPU
             logits = replay_logits(model, batch, pack_tokens=budget if packing else 0, share_context=packing)
             uncertain, _ = gate_split(batch.masked, batch.confidence, cfg.gate_tau)
@@ -99,10 +99,9 @@ def bench_replay(
             )
             loss.backward()
             model.zero_grad(set_to_none=True)
-            if device != "cpu" and torch.cuda.is_available():
-                torch.cuda.synchronize()
-            if i:
-                elapsed += time.perf_counter() - t0
+
+        update()  # the first step of each layout is a warm-up
+        elapsed = sum(timed(update, sync)[1] for _ in range(steps))
         # Real tokens: every state with its own context (what either layout stands for).
         real_tokens = sum(len(c) + B for c in states.context)
         out.append(

@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from orl.errors import ConfigError
+from orl.model.shape import ModelShape
 from orl.tasks.tinycode import DIFFICULTIES, TaskMix
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -30,17 +31,6 @@ class TokenizerConfig:
     vocab_size: int = 1024
     samples: int = 20000  # training pairs the BPE is trained on
     seed: int = 1
-
-
-@dataclass
-class ModelSize:
-    hidden_size: int = 256
-    intermediate_size: int = 768
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    head_dim: int = 64
-    max_position_embeddings: int = 256
 
 
 @dataclass
@@ -142,8 +132,10 @@ class TrainPreset:
     math_fraction: float = 0.0
     hold_out_dev: bool = False  # never train on a prompt of the tinycode / tinycode-long dev splits either
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    model: ModelSize = field(default_factory=ModelSize)
-    draft_model: ModelSize = field(default_factory=lambda: ModelSize(num_hidden_layers=1))
+    # The AR target's and the draft model's shapes (orl/model/shape.py); vocabulary and special tokens
+    # come from the tokenizer.
+    model: ModelShape = field(default_factory=ModelShape)
+    draft_model: ModelShape = field(default_factory=lambda: ModelShape(num_hidden_layers=1))
     ar: OptimConfig = field(default_factory=OptimConfig)
     draft: OptimConfig = field(default_factory=OptimConfig)
     convert: OptimConfig = field(default_factory=OptimConfig)

@@ -18,10 +18,11 @@ from orl.errors import CheckpointError, ConfigError, InputError
 from orl.kernels.onednn import CPU_LINEARS, LinearChoice, choose_linear, use_onednn_linears
 from orl.model.checkpoint import checkpoint_digest, load_checkpoint
 from orl.model.masks import BLOCK_LAYOUTS
+from orl.model.shape import ModelShape
 from orl.model.transformer import ModelConfig, Transformer, count_parameters
 from orl.tasks import tinycode
 from orl.tokenizer import Tokenizer, load_tokenizer, train_bpe
-from orl.train.config import ModelSize, OptimConfig, TrainPreset
+from orl.train.config import OptimConfig, TrainPreset
 from orl.train.data import TokenBatch, pair_batch
 from orl.train.distributed import World, micro_batches, shard_model
 from orl.train.loop import Micro, Step, train
@@ -35,13 +36,14 @@ def build_tokenizer(preset: TrainPreset) -> Tokenizer:
     return train_bpe(texts, vocab_size=cfg.vocab_size, sample_count=cfg.samples)
 
 
-def model_config(size: ModelSize, tokenizer: Tokenizer) -> ModelConfig:
+def model_config(shape: ModelShape, tokenizer: Tokenizer) -> ModelConfig:
+    """A preset's model shape completed by its tokenizer: vocabulary size and special tokens."""
     return ModelConfig(
         vocab_size=tokenizer.vocab_size,
         eos_token_id=tokenizer.eos_id,
         pad_token_id=tokenizer.pad_id,
         mask_token_id=tokenizer.mask_id,
-        **dataclasses.asdict(size),
+        **dataclasses.asdict(shape),
     )
 
 
