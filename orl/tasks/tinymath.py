@@ -3,7 +3,10 @@
 A problem is a short story about one person and one kind of item with 2-4 quantities: a starting
 amount, then one to three events (buying or finding more, giving away or losing some, buying boxes
 of several items each, multiplying the amount, sharing it equally). The question asks for the
-final amount (or each friend's share). The completion is a worked solution: what is asked, the
+final amount (or each friend's share). The numbers stay small (a start of 3-20, steps of 1-9, boxes of
+2-5 holding 2-5, multiplying only amounts up to 15), so every intermediate amount is at most about 80: the
+tiny AR model solved 24% of the dev problems when amounts reached the hundreds, 74% at these ranges
+(arithmetic slips, not the format, were its errors). The completion is a worked solution: what is asked, the
 start, two lines per event (what happened, then the arithmetic with GSM8K's calculator annotation,
 `12 + 5 = <<12+5=17>>17`), the answer in words, then a final answer line `#### <number>`, as GSM8K
 writes it. A completion is
@@ -105,7 +108,7 @@ def calc(a: int, op: str, b: int) -> str:
 
 
 def _gain(rng: random.Random, s: Story, amount: int) -> Event:
-    n = rng.randint(2, 25)
+    n = rng.randint(2, 9)
     verb, past = rng.choice(GAIN_VERBS)
 
     def lines(a: int, b: int, r: random.Random) -> list[str]:
@@ -125,7 +128,7 @@ def _gain(rng: random.Random, s: Story, amount: int) -> Event:
 def _loss(rng: random.Random, s: Story, amount: int) -> Event | None:
     if amount < 3:
         return None
-    n = rng.randint(1, min(amount - 1, 20))
+    n = rng.randint(1, min(amount - 1, 9))
     verb, past = rng.choice(LOSS_VERBS)
     to = f" to {s.friend}" if verb in ("gives", "sells") else ""
 
@@ -144,7 +147,7 @@ def _loss(rng: random.Random, s: Story, amount: int) -> Event | None:
 
 
 def _boxes(rng: random.Random, s: Story, amount: int) -> Event:
-    k, m = rng.randint(2, 6), rng.randint(2, 9)
+    k, m = rng.randint(2, 5), rng.randint(2, 5)
 
     def lines(a: int, b: int, r: random.Random) -> list[str]:
         product = calc(*r.choice([(k, "*", m), (m, "*", k)]))
@@ -168,7 +171,7 @@ def _boxes(rng: random.Random, s: Story, amount: int) -> Event:
 
 
 def _times(rng: random.Random, s: Story, amount: int) -> Event | None:
-    if amount > 40:
+    if amount > 15:
         return None
     k = rng.randint(2, 4)
     word = {2: "doubles", 3: "triples", 4: "becomes 4 times as large"}[k]
@@ -270,7 +273,7 @@ def make_problem(rng: random.Random) -> Problem:
     """One problem with 2-4 quantities: a start amount and events until the count is reached, each event
     redrawn until every amount stays a positive whole number."""
     story = _story(rng)
-    start = rng.randint(3, 30)
+    start = rng.randint(3, 20)
     target = rng.choice(QUANTITY_WEIGHTS)
     events: list[Event] = []
     amount, quantities = start, 1
