@@ -202,11 +202,19 @@ def test_reproduce_all_plans_on_every_profile(tmp_path, profile):
 
 def test_a_configfile_overrides_its_profile(tmp_path):
     mine = tmp_path / "mine.yaml"
-    mine.write_text("profile: smoke\nmax_new_tokens: 17\nablations: [no-aec]\n")
-    run = snakemake("-n", "-p", "reproduce_table5", "--configfile", str(mine), cwd=tmp_path)
+    mine.write_text("profile: smoke\nmax_new_tokens: 17\nablations: [no-aec]\nsuites: [tinycode, tinymath]\n"
+                    "suite_max_new_tokens: {tinymath: 40}\n")  # fmt: skip
+    run = snakemake("-n", "-p", "reproduce_table2", "reproduce_table5", "--configfile", str(mine),
+                    cwd=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "--max-new-tokens 17" in run.stdout and "--max-new-tokens 32" not in run.stdout
+    assert "--max-new-tokens 32" not in run.stdout
     assert "--ablation no-aec" in run.stdout and "--ablation stale" not in run.stdout
+    # The generation budget is per suite: the worked solutions of tinymath get theirs.
+    commands = [job["command"] for job in planned_jobs(run.stdout)]
+    budgets = {re.search(r"--suite (\S+)", command).group(1) + " " + re.search(r"--max-new-tokens (\d+)",
+               command).group(1) for command in commands if "--max-new-tokens" in command
+               and "--suite" in command}  # fmt: skip
+    assert budgets == {"tinycode 17", "tinymath 40"}
 
 
 def test_the_paper_profile_writes_what_it_cannot_measure_as_not_run(tmp_path):

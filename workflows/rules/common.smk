@@ -80,11 +80,6 @@ TRAIN_PRESET = load_preset(config["preset"], config.get("train_config")) if TRAI
 preset_digest = partial(workflow_dag.preset_digest, TRAIN_PRESET)
 
 
-# Instruct checkpoints (config `chat: true`): every job that decodes a suite sends its prompts through the
-# checkpoint's chat template (`--chat`), so quality, sweeps, speed and entropy all see the same prompts.
-DECODE = {"max_new_tokens": config["max_new_tokens"], "device": config["device"], "dtype": config["dtype"],
-          "chat": "--chat" if config.get("chat") else ""}
-
 SUITES = list(config["suites"])
 # Where operating points are chosen (docs/method.md §4): on each suite's dev split, then measured on test
 # (dev); or on the test problems themselves (test: how records written before the dev splits were made).
@@ -170,6 +165,19 @@ for _suite in BLOCK_SIZE:
                          f"(expected some of {', '.join(SUITES + EXTRA_SUITES)})")
 
 
+
+
+for _suite in config["suite_max_new_tokens"]:
+    if _suite not in SUITES + EXTRA_SUITES:
+        raise ValueError(f"{CONFIG_FILES}: suite_max_new_tokens: {_suite!r} is not a suite of this profile "
+                         f"(expected some of {', '.join(SUITES + EXTRA_SUITES)})")
+# What every decoding job passes. The generation budget is per suite (config `suite_max_new_tokens` over
+# `max_new_tokens`; a rule without a {suite} wildcard decodes the main suite). Instruct checkpoints (config
+# `chat: true`): every job that decodes a suite sends its prompts through the checkpoint's chat template
+# (`--chat`), so quality, sweeps, speed and entropy all see the same prompts.
+SUITE_TOKENS = {**dict.fromkeys(SUITES + EXTRA_SUITES, config["max_new_tokens"]), **config["suite_max_new_tokens"]}
+DECODE = {"max_new_tokens": lambda wc: SUITE_TOKENS[wc.get("suite", MAIN)], "device": config["device"],
+          "dtype": config["dtype"], "chat": "--chat" if config.get("chat") else ""}
 
 
 # Checkpoints, record files, a run's inputs and flags, and why a row cannot run here (orl/workflow_dag.py
