@@ -417,7 +417,7 @@ def test_smoke_profile_reproduces_everything(tmp_path):
         "vllm_python=",
         cwd=tmp_path,
     )
-    assert {"train_orl", "train_ablation"} <= {job["rule"] for job in planned_jobs(changed.stdout)}
+    assert "train_orl" in {job["rule"] for job in planned_jobs(changed.stdout)}
     assert "Params have changed" in changed.stdout, changed.stdout[-3000:]
 
 
