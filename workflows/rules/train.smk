@@ -106,8 +106,8 @@ if not PAPER and not BASE_FILES:
 if not PAPER:
 
     rule train_eagle3:
-        # The AR target's EAGLE-3 head, written in the layout vLLM's eagle3 method loads (orl/train/eagle3.py):
-        # the draft of the "AR + EAGLE3" rows. It is no part of the committed base: the DAG trains it from
+        # The AR target's EAGLE-3 head, in the layout vLLM's eagle3 method loads (orl/train/eagle3.py): the
+        # draft of the "AR + EAGLE3" rows. It is no part of the committed base: the DAG trains it from
         # the AR target, and only where such a row runs (a CPU profile with vLLM's environment, or CUDA), so
         # a DAG without vLLM (CI) never plans it. Its size is the preset's eagle3 section: minutes on the
         # tiny profile, a few steps on smoke (seconds: the chain runs end to end, the head drafts nothing
