@@ -318,3 +318,37 @@ def test_a_vllm_cpu_failure_mid_run_makes_the_row_not_run(ar_ckpt_dir, tmp_path,
             "root cause."
         )
     assert len(shutdowns) == 2
+
+
+def test_the_sweep_chooses_among_the_k_that_ran(ar_ckpt_dir, tmp_path, monkeypatch):
+    """A k vLLM cannot start is kept as a failed point; the choice is the fastest of the others."""
+    from orl.cli import main
+    from orl.model.checkpoint import load_checkpoint
+
+    eos = load_checkpoint(ar_ckpt_dir).tokenizer.eos_ids[0]
+
+    class SomeK:
+        def __init__(self, **kwargs):
+            if kwargs["speculative_config"]["num_speculative_tokens"] == 3:
+                raise NotImplementedError("k=3 is not supported here")
+            self.model_config = types.SimpleNamespace(dtype="torch.float32")
+            self.llm_engine = types.SimpleNamespace(engine_core=types.SimpleNamespace(shutdown=lambda: None))
+
+        def generate(self, prompts, params, use_tqdm=False):
+            metrics = {"num_spec_steps": 2, "num_draft_tokens": 4, "num_accepted_draft_tokens": 1}
+            out = types.SimpleNamespace(token_ids=[5, 6, 7, eos], finish_reason="stop", stop_reason=None,
+                                        spec_decode_metrics=metrics)  # fmt: skip
+            return [types.SimpleNamespace(outputs=[out])]
+
+    _fake_vllm(monkeypatch, SomeK)
+    head = tmp_path / "eagle3"
+    head.mkdir()
+    (head / "config.json").write_text('{"architectures": ["Eagle3Qwen3ForCausalLM"]}')
+    choice = tmp_path / "spec.json"
+    flags = _eagle3_args(ar_ckpt_dir, head, "--tokens", "2,3", "--warmup", "0", "--out", str(choice))
+    assert main(["spec-sweep", *flags]) == 0
+    sweep = json.loads(choice.read_text())
+    assert sweep["num_speculative_tokens"] == 2 and "not_run" not in sweep and sweep["identical_tokens"]
+    failed = "vLLM CPU: NotImplementedError: k=3 is not supported here"
+    assert sweep["points"][1] == {"num_speculative_tokens": 3, "not_run": failed}
+    assert speculative_tokens_arg(f"@{choice}") == 2
