@@ -336,15 +336,17 @@ def test_the_eagle3_row_trains_its_head_only_where_vllm_runs(tmp_path):
     jobs = {job["rule"]: job for job in planned_jobs(run.stdout)}
     assert {"train_ar", "train_eagle3", "export_qwen3", "spec_sweep", "vllm_latency"} <= set(jobs)
     assert "train_draft" not in jobs and "not_run" not in jobs
-    assert "train-eagle3 --preset smoke  --target results/smoke/ckpt/ar --out results/smoke/ckpt/eagle3 " in (
-        jobs["train_eagle3"]["command"]
+    assert (
+        "train-eagle3 --preset smoke  --target results/smoke/ckpt/ar --out results/smoke/ckpt/eagle3 "
+        in (jobs["train_eagle3"]["command"])
     )
     for rule in ("spec_sweep", "vllm_latency"):
         assert f"{sys.executable} -m orl.cli" in jobs[rule]["command"]
         assert "--method eagle3 --ckpt results/smoke/ckpt/ar-qwen3 " in jobs[rule]["command"]
         assert "--draft results/smoke/ckpt/eagle3 " in jobs[rule]["command"]
-    assert "--num-speculative-tokens @results/smoke/oppoint/tinycode/spec_ar_vllm_eagle3.json" in (
-        jobs["vllm_latency"]["command"]
+    assert (
+        "--num-speculative-tokens @results/smoke/oppoint/tinycode/spec_ar_vllm_eagle3.json"
+        in (jobs["vllm_latency"]["command"])
     )
     run = snakemake("-n", "-p", target, "--config", "profile=smoke", "vllm_python=", cwd=tmp_path)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
