@@ -326,7 +326,7 @@ def build_serving_engine(
     """The vllm / sglang engine of a row, or EngineUnavailable with the reason it cannot run here.
 
     The environment is checked first: without CUDA or the package the row cannot run whatever its
-    checkpoints are (the CPU profiles have no EAGLE-3 head at all), and that is the reason to print.
+    checkpoints are (a CPU profile's vLLM rows without .venv-vllm), and that is the reason to print.
     """
     cpu = not str(device).startswith("cuda")
     reason = serving.environment_reason(name, "cpu" if cpu and name == "vllm" else "cuda")

@@ -124,6 +124,26 @@ def cpu_thread_binding(cores: int | None = None) -> str:
     return os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
 
 
+# The longest error text a "not run: vLLM CPU: ..." row keeps (the job's log has the whole traceback).
+ERROR_CHARS = 240
+
+
+def error_line(exc: BaseException) -> str:
+    """`<type>: <first non-empty line of the message>`, at most ERROR_CHARS characters: one line for a row."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."
+
+
+def failure_reason(exc: BaseException, *, cpu: bool, ckpt_dir: str | Path, method: str) -> str:
+    """The "not run" reason of a vLLM error, at start-up or mid-run: on the CPU `vLLM CPU: <its error, one
+    line>` (what the CPU build cannot do, a speculative method say); on CUDA which checkpoint and method
+    failed, with the whole message."""
+    if cpu:
+        return f"vLLM CPU: {error_line(exc)}"
+    return f"vllm cannot serve {ckpt_dir} ({method}): {type(exc).__name__}: {exc}"
+
+
 def parse_spec_metrics(metrics) -> dict[str, Any]:
     """A request's RequestSpecDecodeMetrics (or its `to_dict()` form) as verify steps, drafted, accepted."""
     data = metrics.to_dict() if hasattr(metrics, "to_dict") else metrics
@@ -218,11 +238,13 @@ class VLLMEngine:
         try:
             self.llm = LLM(**call.kwargs)
         except Exception as exc:  # unsupported method, vocabulary mismatch, out of memory...
-            raise EngineUnavailable(
-                f"vllm cannot serve {self.ckpt_dir} ({call.method}): {type(exc).__name__}: {exc}"
-            ) from exc
+            raise EngineUnavailable(self._failure(exc)) from exc
         # What runs, not what was asked for: dtype "auto" resolves to the checkpoint's or bf16/fp16.
         self.precision = str(self.llm.model_config.dtype).removeprefix("torch.")
+
+    def _failure(self, exc: BaseException) -> str:
+        cpu = self.device.type == "cpu"
+        return failure_reason(exc, cpu=cpu, ckpt_dir=self.ckpt_dir, method=self.call.method)
 
     def describe(self) -> EngineInfo:
         speculative = self.call.kwargs.get("speculative_config")
@@ -266,11 +288,14 @@ class VLLMEngine:
         ids = self.tokenizer.encode(prompt)
         plan_request(len(ids), max_new_tokens, self.max_positions)
         start = time.perf_counter()
-        (request,) = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=ids)],
-            SamplingParams(**self.call.sampling_for(max_new_tokens)),
-            use_tqdm=False,
-        )
+        try:
+            (request,) = self.llm.generate(
+                [TokensPrompt(prompt_token_ids=ids)],
+                SamplingParams(**self.call.sampling_for(max_new_tokens)),
+                use_tqdm=False,
+            )
+        except Exception as exc:  # the engine core failed mid-run (a method the build cannot execute)
+            raise EngineUnavailable(self._failure(exc)) from exc
         wall = time.perf_counter() - start
         out = request.outputs[0]
         return generation_from_vllm(

@@ -61,12 +61,12 @@ ROLES: dict[int, tuple[str, ...]] = {
     5: (),
 }
 
-# Checkpoints a row may decode. The smoke and tiny profiles train every one of them except
-# eagle3, dflash and trado (an EAGLE-3 head, the public DFlash drafter and TraDo-Instruct are never
-# trained here: they are local paths, checkpoints.eagle3 / .dflash / .trado); the paper profile reads
-# ar, draft, eagle3, dflash, dlm, trado and orl from its config. Every profile builds orl-nvfp4 (quantized)
-# and orl-sdar (exported in SDAR's layout, what SGLang's dLLM backend loads) from orl itself.
-# Ablation rows decode orl-<ablation>.
+# Checkpoints a row may decode. The smoke and tiny profiles train every one of them except dflash and
+# trado (the public DFlash drafter and TraDo-Instruct are never trained here: local paths,
+# checkpoints.dflash / .trado); their eagle3 is an EAGLE-3 head trained for their AR target (rule
+# train_eagle3). The paper profile reads ar, draft, eagle3, dflash, dlm, trado and orl from its config.
+# Every profile builds orl-nvfp4 (quantized) and orl-sdar (exported in SDAR's layout, what SGLang's dLLM
+# backend loads) from orl itself. Ablation rows decode orl-<ablation>.
 CHECKPOINTS = ("ar", "draft", "dlm", "orl", "orl-nvfp4", "orl-sdar", "eagle3", "dflash", "trado")
 
 NEEDS_VLLM = "needs CUDA and vllm"

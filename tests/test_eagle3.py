@@ -26,6 +26,8 @@ from orl.model.eagle3 import (
     unroll,
 )
 from orl.model.transformer import ModelConfig, RMSNorm
+from orl.tasks.tinycode import TaskMix
+from orl.train.config import load_preset
 from orl.train.eagle3 import Eagle3TrainConfig, init_head, train_eagle3, write_head
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -208,10 +210,8 @@ def test_training_time_test_equals_step_by_step_drafting():
 
 
 def test_the_training_loss_decreases(ar_ckpt_dir, tmp_path):
-    cfg = Eagle3TrainConfig(
-        prompts=6, eval_prompts=2, max_new_tokens=12, steps=12, batch_size=3, lr=3e-3, long_fraction=0.0
-    )
-    summary = train_eagle3(ar_ckpt_dir, tmp_path / "head", cfg)
+    cfg = Eagle3TrainConfig(prompts=6, eval_prompts=2, max_new_tokens=12, steps=12, batch_size=3, lr=3e-3)
+    summary = train_eagle3(ar_ckpt_dir, tmp_path / "head", cfg, TaskMix("medium", 0.0))
     losses = summary["losses"]
     assert len(losses) == 12 and sum(losses[-3:]) / 3 < 0.8 * losses[0]
     assert summary["aux_layer_ids"] == [0, 1, 2] and summary["train_generated_tokens"] > 0
@@ -219,6 +219,29 @@ def test_the_training_loss_decreases(ar_ckpt_dir, tmp_path):
     assert json.loads((tmp_path / "head" / "config.json").read_text())["architectures"] == [
         "Eagle3Qwen3ForCausalLM"
     ]
+
+
+def test_the_preset_sizes_the_head_and_a_flag_overrides_one_field(monkeypatch, tmp_path, capsys):
+    """`orl train-eagle3` trains with the preset's eagle3 section and task mix (what the DAG's digest
+    covers); a flag changes one field; a bad value names the section and field."""
+    from orl.cli import main
+    from orl.errors import ConfigError
+
+    calls = []
+    monkeypatch.setattr("orl.train.eagle3.train_eagle3", lambda *a, **k: calls.append((a, k)) or {
+        "aux_layer_ids": [1, 2, 3], "initial_loss": 1.0, "final_loss": 0.5, "final_accuracy_per_step": [],
+        "acceptance_length_estimate": 2.0, "acceptance_estimate_k": 3, "wall_s": 1.0})  # fmt: skip
+    assert main(["train-eagle3", "--target", "t", "--out", str(tmp_path), "--preset", "smoke", "--steps", "7",
+                 "--aux-layers", "0,2", "--no-progress"]) == 0  # fmt: skip
+    ((target, out, cfg, mix), _), smoke = calls[0], load_preset("smoke")
+    assert (target, out) == ("t", str(tmp_path)) and mix == smoke.task_mix()
+    assert cfg.steps == 7 and cfg.aux_layer_ids == [0, 2] and cfg.prompts == smoke.eagle3.prompts
+    tiny = load_preset("tiny").eagle3
+    assert (tiny.ttt_steps, tiny.max_new_tokens) == (3, 64) and tiny.prompts > smoke.eagle3.prompts
+    with pytest.raises(ConfigError, match="eagle3.decay"):
+        load_preset("tiny", overrides={"eagle3": {"decay": 1.5}})
+    assert main(["train-eagle3", "--target", "t", "--out", str(tmp_path), "--steps", "0"]) != 0
+    assert "eagle3.steps: expected a positive integer, got 0" in capsys.readouterr().err and len(calls) == 1
 
 
 def test_the_head_starts_from_the_targets_output_matrix(ar_ckpt_dir):

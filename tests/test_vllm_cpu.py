@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from orl import rows
 from orl.commands.checks import parse_tokens
 from orl.commands.engine_args import speculative_tokens_arg
 from orl.engines import serving
+from orl.engines.base import EngineUnavailable
 from orl.engines.registry import serving_call
 from orl.engines.vllm import CPU_KV_CACHE_BYTES
 from orl.errors import InputError
@@ -218,3 +220,135 @@ def test_few_core_cpus_run_vllm_unbound_unless_told(monkeypatch):
     assert cpu_thread_binding(cores=2) == "nobind" and os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")
     assert cpu_thread_binding(cores=2) == "0-1"
+
+
+def test_a_vllm_cpu_failure_is_one_line():
+    """Where vLLM's CPU build fails (at start-up or mid-run) a row says `vLLM CPU: <its error, one line>`."""
+    from orl.engines.vllm import ERROR_CHARS, error_line, failure_reason
+
+    exc = RuntimeError("Engine core initialization failed.\n  See root cause above.")
+    assert failure_reason(exc, cpu=True, ckpt_dir="d", method="eagle3") == (
+        "vLLM CPU: RuntimeError: Engine core initialization failed."
+    )
+    assert failure_reason(exc, cpu=False, ckpt_dir="d", method="eagle3").startswith(
+        "vllm cannot serve d (eagle3): RuntimeError: Engine core"
+    )
+    long = error_line(ValueError("x" * 1000))
+    assert len(long) == ERROR_CHARS and long.startswith("ValueError: xxx") and long.endswith("...")
+    assert error_line(KeyError()) == "KeyError"
+
+
+def _fake_vllm(monkeypatch, llm) -> None:
+    """`vllm` as a module whose LLM is `llm`, the CPU build's environment check passed."""
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=llm, SamplingParams=dict))
+    monkeypatch.setitem(sys.modules, "vllm.inputs", types.SimpleNamespace(TokensPrompt=dict))
+    monkeypatch.setattr(serving, "environment_reason", lambda package, device="cuda": None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+
+
+def _eagle3_args(ckpt, head, *rest) -> list[str]:
+    return ["--engine", "vllm", "--method", "eagle3", "--ckpt", str(ckpt), "--draft", str(head),
+            "--system", "AR + EAGLE3 (vLLM)", "--suite", "tinycode", "--limit", "2", "--device", "cpu",
+            "--max-new-tokens", "8", "--no-progress", *rest]  # fmt: skip
+
+
+def test_a_method_vllms_cpu_build_cannot_start_makes_the_row_not_run(ar_ckpt_dir, tmp_path, monkeypatch):
+    """spec-sweep, then the latency and quality rows reading its choice: where no k starts, the choice file
+    says why and both rows are "not run: vLLM CPU: <error>" records, no engine built for them."""
+    from orl.cli import main
+    from orl.records import load_records
+
+    started = []
+
+    def refuse(**kwargs):
+        started.append(kwargs["speculative_config"]["num_speculative_tokens"])
+        raise NotImplementedError("EAGLE3 speculative decoding is not supported\non this platform")
+
+    _fake_vllm(monkeypatch, refuse)
+    head = tmp_path / "eagle3"
+    head.mkdir()
+    (head / "config.json").write_text('{"architectures": ["Eagle3Qwen3ForCausalLM"]}')
+    choice = tmp_path / "spec.json"
+    sweep_flags = _eagle3_args(ar_ckpt_dir, head, "--tokens", "2,3", "--out", str(choice))
+    assert main(["spec-sweep", *sweep_flags]) == 0
+    sweep = json.loads(choice.read_text())
+    reason = "vLLM CPU: NotImplementedError: EAGLE3 speculative decoding is not supported"
+    assert started == [2, 3] and sweep["num_speculative_tokens"] is None and sweep["not_run"] == reason
+    assert [p["num_speculative_tokens"] for p in sweep["points"]] == [2, 3]
+    with pytest.raises(EngineUnavailable, match="EAGLE3 speculative decoding"):
+        speculative_tokens_arg(f"@{choice}")
+    for command in ("bench-latency", "eval-quality"):
+        out = tmp_path / f"{command}.jsonl"
+        flags = _eagle3_args(ar_ckpt_dir, head, "--num-speculative-tokens", f"@{choice}", "--out", str(out))
+        assert main([command, *flags]) == 0
+        (record,) = load_records(out)
+        assert record["status"] == f"not run: {reason}" and record["system"] == "AR + EAGLE3 (vLLM)"
+    assert started == [2, 3]  # the rows built no engine
+
+
+def test_a_vllm_cpu_failure_mid_run_makes_the_row_not_run(ar_ckpt_dir, tmp_path, monkeypatch):
+    """vLLM starts, then its engine core fails on the first request: the row is a "not run" record naming
+    the error, and the engine is shut down."""
+    from orl.cli import main
+    from orl.records import load_records
+
+    shutdowns = []
+
+    class FailingLLM:
+        def __init__(self, **kwargs):
+            self.model_config = types.SimpleNamespace(dtype="torch.float32")
+            self.llm_engine = types.SimpleNamespace(
+                engine_core=types.SimpleNamespace(shutdown=lambda: shutdowns.append(1))
+            )
+
+        def generate(self, *args, **kwargs):
+            raise RuntimeError("EngineCore encountered an issue. See stack trace above for the root cause.")
+
+    _fake_vllm(monkeypatch, FailingLLM)
+    head = tmp_path / "eagle3"
+    head.mkdir()
+    (head / "config.json").write_text('{"architectures": ["Eagle3Qwen3ForCausalLM"]}')
+    for command in ("bench-latency", "eval-quality"):
+        out = tmp_path / f"{command}.jsonl"
+        assert main([command, *_eagle3_args(ar_ckpt_dir, head, "--out", str(out))]) == 0
+        (record,) = load_records(out)
+        assert record["status"] == (
+            "not run: vLLM CPU: RuntimeError: EngineCore encountered an issue. See stack trace above for the "
+            "root cause."
+        )
+    assert len(shutdowns) == 2
+
+
+def test_the_sweep_chooses_among_the_k_that_ran(ar_ckpt_dir, tmp_path, monkeypatch):
+    """A k vLLM cannot start is kept as a failed point; the choice is the fastest of the others."""
+    from orl.cli import main
+    from orl.model.checkpoint import load_checkpoint
+
+    eos = load_checkpoint(ar_ckpt_dir).tokenizer.eos_ids[0]
+
+    class SomeK:
+        def __init__(self, **kwargs):
+            if kwargs["speculative_config"]["num_speculative_tokens"] == 3:
+                raise NotImplementedError("k=3 is not supported here")
+            self.model_config = types.SimpleNamespace(dtype="torch.float32")
+            self.llm_engine = types.SimpleNamespace(engine_core=types.SimpleNamespace(shutdown=lambda: None))
+
+        def generate(self, prompts, params, use_tqdm=False):
+            metrics = {"num_spec_steps": 2, "num_draft_tokens": 4, "num_accepted_draft_tokens": 1}
+            out = types.SimpleNamespace(token_ids=[5, 6, 7, eos], finish_reason="stop", stop_reason=None,
+                                        spec_decode_metrics=metrics)  # fmt: skip
+            return [types.SimpleNamespace(outputs=[out])]
+
+    _fake_vllm(monkeypatch, SomeK)
+    head = tmp_path / "eagle3"
+    head.mkdir()
+    (head / "config.json").write_text('{"architectures": ["Eagle3Qwen3ForCausalLM"]}')
+    choice = tmp_path / "spec.json"
+    flags = _eagle3_args(ar_ckpt_dir, head, "--tokens", "2,3", "--warmup", "0", "--out", str(choice))
+    assert main(["spec-sweep", *flags]) == 0
+    sweep = json.loads(choice.read_text())
+    assert sweep["num_speculative_tokens"] == 2 and "not_run" not in sweep and sweep["identical_tokens"]
+    failed = "vLLM CPU: NotImplementedError: k=3 is not supported here"
+    assert sweep["points"][1] == {"num_speculative_tokens": 3, "not_run": failed}
+    assert speculative_tokens_arg(f"@{choice}") == 2

@@ -16,7 +16,7 @@ def tiny_plan(**fields) -> Plan:
     values = dict(profile="tiny", results="results/tiny", ckpt_dir="results/tiny/ckpt", device="cpu",
                   vllm_python="", seeds=Seeds(trains=True, seeds=[0, 1]), suites=["tinycode", "humaneval"],
                   given={}, trained_keys=trained, derived=DERIVED,
-                  built_here=DERIVED | trained | {"ar", "draft", "dlm"})  # fmt: skip
+                  built_here=DERIVED | trained | {"ar", "draft", "dlm", "eagle3"})  # fmt: skip
     return Plan(**{**values, **fields})
 
 
@@ -143,3 +143,29 @@ def test_vllm_serves_our_checkpoints_from_their_qwen3_export():
         f"--engine vllm --method draft_model --ckpt results/tiny/ckpt/ar-qwen3 --system '{row.system}' "
         "--draft results/tiny/ckpt/draft-qwen3"
     )
+
+
+def test_the_eagle3_head_trained_here_is_served_as_written(tmp_path):
+    """The AR target's EAGLE-3 head (rule train_eagle3) is written in vLLM's layout: served from its own
+    folder beside the target's Qwen3 export; the row runs where vLLM's environment is, else says why."""
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    row = ROW["ar_vllm_eagle3"]
+    plan = tiny_plan(vllm_python=str(python))
+    assert plan.missing(row) is None and plan.ckpt("eagle3") == "results/tiny/ckpt/eagle3"
+    vllm = VllmPlan(plan=plan, exported=frozenset({"ar"}))
+    assert vllm.inputs(row, "tinycode") == [
+        "results/tiny/ckpt/ar-qwen3/config.json",
+        "results/tiny/ckpt/eagle3/config.json",
+        "results/tiny/oppoint/tinycode/spec_ar_vllm_eagle3.json",
+    ]
+    assert vllm.flags(row, "tinycode") == (
+        f"--engine vllm --method eagle3 --ckpt results/tiny/ckpt/ar-qwen3 --system '{row.system}' "
+        "--draft results/tiny/ckpt/eagle3 --num-speculative-tokens @results/tiny/oppoint/tinycode/"
+        "spec_ar_vllm_eagle3.json"
+    )
+    assert tiny_plan().missing(row) == VLLM_ENV_MISSING  # vllm_python ""
+    # The paper profile trains no head: it reads checkpoints.eagle3, and says so where that is absent.
+    paper = paper_plan({"ar": "/nowhere"})
+    assert "no eagle3 checkpoint on the paper profile" in paper.ckpt_missing("eagle3")

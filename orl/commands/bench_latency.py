@@ -86,9 +86,22 @@ def run_bench_latency(args) -> int:
         "ignore_eos": args.ignore_eos,
         "chat_template": args.chat,
     }
+    chat = chat_renderer(args)
     try:
         engine = build_from_args(args)
-    except EngineUnavailable as exc:
+        record, run = latency_record(
+            engine,
+            [chat(p) for p in prompts] if chat else prompts,
+            kind=args.kind,
+            row_engine=args.engine,
+            suite=args.suite,
+            system=args.system,
+            max_new_tokens=args.max_new_tokens,
+            warmup=args.warmup,
+            progress=not args.no_progress,
+            extra=extra,
+        )
+    except EngineUnavailable as exc:  # cannot start here, or (a server) failed mid-run: the row says why
         record = not_run_latency_record(
             args.kind,
             args.ckpt,
@@ -102,19 +115,6 @@ def run_bench_latency(args) -> int:
         write_records(args.out, [record])
         print(f"{record['system']}: not run: {exc}")
         return 0
-    chat = chat_renderer(args)
-    record, run = latency_record(
-        engine,
-        [chat(p) for p in prompts] if chat else prompts,
-        kind=args.kind,
-        row_engine=args.engine,
-        suite=args.suite,
-        system=args.system,
-        max_new_tokens=args.max_new_tokens,
-        warmup=args.warmup,
-        progress=not args.no_progress,
-        extra=extra,
-    )
     write_records(args.out, [record])
     print("\n".join(latency_lines(record, run)))
     return 0

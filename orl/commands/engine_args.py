@@ -135,9 +135,10 @@ def verification_arg(text: str):
 
 def speculative_tokens_arg(text: str | None) -> int | None:
     """A --num-speculative-tokens value: N, or @FILE.json naming a `orl spec-sweep` choice; None: the
-    default."""
+    default; a choice file of a sweep that ran no k (`not_run`) raises EngineUnavailable with its reason."""
     import json
 
+    from orl.engines.base import EngineUnavailable
     from orl.errors import InputError
 
     if text is None:
@@ -146,11 +147,15 @@ def speculative_tokens_arg(text: str | None) -> int | None:
     if text.startswith("@"):
         path = Path(text[1:])
         try:
-            value = json.loads(path.read_text()).get("num_speculative_tokens")
+            choice = json.loads(path.read_text())
+            value = choice.get("num_speculative_tokens")
         except FileNotFoundError:
             raise InputError(f"--num-speculative-tokens {text}: {path}: file not found") from None
         except (json.JSONDecodeError, AttributeError):
             raise InputError(f"--num-speculative-tokens {text}: {path}: expected a JSON object") from None
+        if value is None and isinstance(choice.get("not_run"), str):
+            # The sweep could run no k (vLLM's CPU build failing the method): the row cannot run either.
+            raise EngineUnavailable(choice["not_run"])
     try:
         tokens = int(value)
     except (TypeError, ValueError):

@@ -57,9 +57,31 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_eval_quality)
 
 
+def _evaluate(engine, problems: list[dict], args):
+    """`engine` over `problems` (pass@1 in the sandbox), then closed (a server's processes: vLLM's engine
+    core); (the result, the engine's description)."""
+    from orl.eval.quality import evaluate_quality
+
+    compile_notice(args.engine, args.device, "eval-quality")
+    try:
+        result = evaluate_quality(
+            engine,
+            problems,
+            args.max_new_tokens,
+            timeout_s=args.timeout,
+            progress=not args.no_progress,
+            workers=args.workers,
+            chat=chat_renderer(args),
+            isolation=args.isolation,
+            suite=args.suite,
+        )
+        return result, engine.describe()
+    finally:
+        engine.close()
+
+
 def run_eval_quality(args) -> int:
     from orl.engines.base import EngineUnavailable
-    from orl.eval.quality import evaluate_quality
     from orl.records import make_record, not_run, write_records
 
     problems = suite_problems(args, split=args.split, difficulty=args.difficulty, limit=args.limit)
@@ -68,8 +90,8 @@ def run_eval_quality(args) -> int:
         print(f"{args.suite}: not run: {problems}")
         return 0
     try:
-        engine = build_from_args(args)
-    except EngineUnavailable as exc:  # a GPU row on a CPU machine: the table says why
+        result, info = _evaluate(build_from_args(args), problems, args)
+    except EngineUnavailable as exc:  # a GPU row on a CPU machine, a server failing mid-run: the row says why
         system = args.system or f"{args.ckpt} ({args.engine})"
         write_records(
             args.out,
@@ -87,22 +109,6 @@ def run_eval_quality(args) -> int:
         )
         print(f"{system}: not run: {exc}")
         return 0
-    compile_notice(args.engine, args.device, "eval-quality")
-    try:
-        result = evaluate_quality(
-            engine,
-            problems,
-            args.max_new_tokens,
-            timeout_s=args.timeout,
-            progress=not args.no_progress,
-            workers=args.workers,
-            chat=chat_renderer(args),
-            isolation=args.isolation,
-            suite=args.suite,
-        )
-        info = engine.describe()
-    finally:
-        engine.close()  # a server's processes (vLLM's engine core)
     model = info.model_block()
     record = make_record(
         "quality",

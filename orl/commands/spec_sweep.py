@@ -6,7 +6,10 @@ only thing k changes is speed: the sweep times the row at each k over the same p
 (the latency protocol of `orl bench-latency`, one engine per k, closed before the next),
 checks that the completions are identical at every k, and chooses the fastest. The choice
 is a JSON file (`num_speculative_tokens`, and every point), which `--num-speculative-tokens
-@FILE.json` reads; it is not a record, so the tables never show a sweep point as a row.
+@FILE.json` reads; it is not a record, so the tables never show a sweep point as a row. A k whose
+engine cannot run (EngineUnavailable: vLLM's CPU build failing a method, say) is a failed point; where no
+k runs, the file says why (`not_run`), and the row's jobs reading it write "not run" records with that
+reason.
 
 With --deltas the row verifies relaxed (orl/decoding/verify.py), which is lossy: each δ is evaluated
 for pass@1 (sandboxed, per problem) and acceptance length, and the choice is the operating point of
@@ -79,6 +82,7 @@ def register(subparsers) -> None:
 
 
 def run_spec_sweep(args) -> int:
+    from orl.engines.base import EngineUnavailable
     from orl.errors import InputError
     from orl.eval.speculative import choose, spec_point
     from orl.io import atomic_write_json
@@ -102,39 +106,46 @@ def run_spec_sweep(args) -> int:
     )
     chat = chat_renderer(args)
     prompts = [chat(p["prompt"]) if chat else p["prompt"] for p in problems]
-    points = []
+    points, failed, info = [], [], None
     for k in tokens:
         args.num_speculative_tokens = str(k)
-        point, info = spec_point(
-            build_from_args(args),
-            prompts,
-            k,
-            max_new_tokens=args.max_new_tokens,
-            warmup=args.warmup,
-            progress=not args.no_progress,
-        )
+        try:
+            point, info = spec_point(
+                build_from_args(args),
+                prompts,
+                k,
+                max_new_tokens=args.max_new_tokens,
+                warmup=args.warmup,
+                progress=not args.no_progress,
+            )
+        except EngineUnavailable as exc:  # e.g. a method vLLM's CPU build cannot run: kept as a failed point
+            failed.append({"num_speculative_tokens": k, "not_run": str(exc)})
+            print(f"k={k}: not run: {exc}")
+            continue
         points.append(point)
         print(
             f"k={k}: {point['tokens_per_s']:.1f} tokens/s, acceptance length "
             f"{point['acceptance_length'] or float('nan'):.3f}"
         )
+    sweep = {"system": args.system, "engine": info.name if info else args.engine, "method": args.method,
+             "suite": args.suite, "n_problems": len(prompts), "max_new_tokens": args.max_new_tokens,
+             "device": info.device if info else args.device}  # fmt: skip
+    # k is chosen on these prompts (`split`): the dev split's, for a choice measured on test.
+    if not points:  # no k ran: the rows reading this choice are "not run" for the same reason
+        atomic_write_json(args.out, {**sweep, "num_speculative_tokens": None, "not_run": failed[0]["not_run"],
+                                     "points": failed, "split": args.split})  # fmt: skip
+        print(f"not run: {failed[0]['not_run']}")
+        return 0
     best = choose(points)
     identical = len({point["tokens_sha256"] for point in points}) == 1
     atomic_write_json(
         args.out,
         {
-            "system": args.system,
-            "engine": info.name,
-            "method": args.method,
-            "suite": args.suite,
-            "n_problems": len(prompts),
-            "max_new_tokens": args.max_new_tokens,
-            "device": info.device,
+            **sweep,
             "num_speculative_tokens": best["num_speculative_tokens"],
             "chosen_by": "tokens_per_s",
             "identical_tokens": identical,
-            "points": points,
-            # k is chosen on these prompts: the dev split's, for a choice measured on test
+            "points": points + failed,
             "split": args.split,
         },
     )

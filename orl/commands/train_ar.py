@@ -16,7 +16,7 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
         "--config",
         default=None,
         help="YAML file overriding preset fields (sections: "
-        "tokenizer, model, draft_model, ar, draft, convert, diffusion, orl)",
+        "tokenizer, model, draft_model, ar, draft, convert, diffusion, orl, eagle3)",
     )
     parser.add_argument(
         "--out",

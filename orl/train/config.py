@@ -1,7 +1,7 @@
 """Training configurations: dataclasses, loadable from YAML, with `smoke` and `tiny` presets.
 
 A preset is one YAML file under orl/train/presets/ with a section per stage
-(tokenizer, model, ar, draft, convert, orl). A user YAML overrides any field;
+(tokenizer, model, ar, draft, convert, orl, eagle3). A user YAML overrides any field;
 an unknown key or a value of the wrong type stops with an error that names the
 file and the key, before any compute.
 """
@@ -116,6 +116,35 @@ class OrlConfig:
     isolation: str = "bwrap"
 
 
+@dataclass
+class Eagle3TrainConfig:
+    """The EAGLE-3 head of the AR target (orl/train/eagle3.py, `orl train-eagle3`, the DAG's train_eagle3):
+    the target's greedy continuations of `prompts` training prompts (the preset's task mix), then `steps`
+    optimizer steps of the training-time-test objective. Defaults: minutes on a 2-core CPU for the tiny
+    target (docs/engines.md, "EAGLE-3 head")."""
+
+    prompts: int = 192  # training prompts whose greedy continuation the target writes
+    eval_prompts: int = 16  # further training-distribution prompts for the acceptance estimate
+    max_new_tokens: int = 64
+    steps: int = 200
+    batch_size: int = 16
+    lr: float = 2e-3
+    ttt_steps: int = 3  # draft steps unrolled in training (vLLM: num_speculative_tokens)
+    decay: float = 0.8  # weight of step k's loss: decay ** k
+    seed: int = 0
+    aux_layer_ids: list[int] = field(default_factory=list)  # empty: model.eagle3.default_aux_layer_ids
+
+    def __post_init__(self):
+        if not 0 < self.decay <= 1 or not self.lr > 0:
+            raise ConfigError(
+                f"eagle3.decay in (0, 1] and eagle3.lr > 0 expected, got {self.decay}, {self.lr}"
+            )
+        ids = list(self.aux_layer_ids)
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise ConfigError(f"eagle3.aux_layer_ids: expected a list of layer ids (integers), got {ids!r}")
+        self.aux_layer_ids = ids
+
+
 # Fields added after the committed tiny base was trained: left out of the digest at these values, so
 # that the stage digests of a preset that does not set them (the base's config_digest, the DAG's
 # reruns) stay as they were.
@@ -141,6 +170,7 @@ class TrainPreset:
     convert: OptimConfig = field(default_factory=OptimConfig)
     diffusion: DiffusionConfig = field(default_factory=DiffusionConfig)
     orl: OrlConfig = field(default_factory=OrlConfig)
+    eagle3: Eagle3TrainConfig = field(default_factory=Eagle3TrainConfig)
 
     def task_mix(self) -> TaskMix:
         """The training problems every stage draws from."""
@@ -190,9 +220,12 @@ def _build(cls, values: dict, source: str, prefix: str = ""):
     if unknown:
         where = f"{source}: {prefix}" if prefix else source
         raise ConfigError(f"{where}: unknown key {unknown[0]!r}; expected one of {sorted(known)}")
-    return cls(
-        **{k: _coerce(v, hints[k], source, f"{prefix}.{k}" if prefix else k) for k, v in values.items()}
-    )
+    try:
+        return cls(
+            **{k: _coerce(v, hints[k], source, f"{prefix}.{k}" if prefix else k) for k, v in values.items()}
+        )
+    except ConfigError as exc:  # a section's own check (__post_init__) names the field, not the file
+        raise (exc if str(exc).startswith(f"{source}: ") else ConfigError(f"{source}: {exc}")) from None
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -259,6 +292,7 @@ TRAINING_COUNTS = {
     "draft": ("steps", "batch_size"),
     "convert": ("steps", "batch_size"),
     "orl": ("iterations_steps", "rollout_prompts", "rollouts_per_prompt", "states_per_block"),
+    "eagle3": ("prompts", "max_new_tokens", "steps", "batch_size", "ttt_steps"),
 }
 
 

@@ -1,7 +1,9 @@
 """Train an EAGLE-3 head (orl/model/eagle3.py) for one of our AR targets and write it for vLLM.
 
-Data: the target's own greedy generations for TinyCode training prompts (tinycode.train_problems, which
-never yields a test prompt of either suite), so the head learns to predict what the target will emit.
+Data: the target's own greedy generations for training prompts of the preset's task mix
+(tinycode.train_problems, which never yields a test prompt of either suite, nor a dev prompt with
+hold_out_dev), so the head learns to predict what the target will emit. Settings: the preset's `eagle3`
+section (orl/train/config.py Eagle3TrainConfig).
 Objective: training-time test (EAGLE-3) - the head is unrolled `ttt_steps` draft steps from every
 position at once, each step fed its own previous output as the hidden state (model.eagle3.unroll), and the
 loss is the sum over steps of decay^k x cross entropy against the target's tokens, on generated tokens only.
@@ -36,34 +38,11 @@ from orl.model.eagle3 import (
 from orl.model.transformer import KVCache
 from orl.model.weights import write_weights
 from orl.tasks import tinycode
+from orl.tasks.tinycode import TaskMix
 from orl.tokenizer import save_tokenizer_files
+from orl.train.config import Eagle3TrainConfig
 
 SUMMARY = "train_summary.json"
-
-
-@dataclass
-class Eagle3TrainConfig:
-    prompts: int = 192  # training prompts whose greedy continuation the target writes
-    eval_prompts: int = 16  # further training-distribution prompts for the acceptance estimate
-    max_new_tokens: int = 64
-    steps: int = 300
-    batch_size: int = 16
-    lr: float = 2e-3
-    ttt_steps: int = 3  # draft steps unrolled in training (vLLM: num_speculative_tokens)
-    decay: float = 0.8  # weight of step k's loss: decay ** k
-    seed: int = 0
-    difficulty: str = "medium"
-    long_fraction: float = 0.3  # as the tiny preset's training mix
-    aux_layer_ids: tuple[int, ...] = ()  # empty: model.eagle3.default_aux_layer_ids
-
-    def __post_init__(self):
-        for name in ("prompts", "max_new_tokens", "steps", "batch_size", "ttt_steps"):
-            if getattr(self, name) < 1:
-                raise InputError(
-                    f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(self, name)}"
-                )
-        if not 0 < self.decay <= 1 or not self.lr > 0:
-            raise InputError(f"--decay in (0, 1] and --lr > 0 expected, got {self.decay}, {self.lr}")
 
 
 @torch.no_grad()
@@ -153,9 +132,14 @@ def init_head(head: Eagle3Head, ckpt: Checkpoint, seed: int) -> None:
 
 
 def train_eagle3(
-    target_dir: str | Path, out_dir: str | Path, cfg: Eagle3TrainConfig, progress: bool = False
+    target_dir: str | Path,
+    out_dir: str | Path,
+    cfg: Eagle3TrainConfig,
+    mix: TaskMix,
+    progress: bool = False,
 ) -> dict:
-    """Generate the data, train the head, write it; returns the summary written to train_summary.json."""
+    """Generate the data (training prompts of `mix`, the preset's task mix), train the head, write it;
+    returns the summary written to train_summary.json."""
     start = time.perf_counter()
     ckpt = load_checkpoint(target_dir, dtype=torch.float32)
     if ckpt.is_diffusion:
@@ -166,7 +150,6 @@ def train_eagle3(
     ckpt.model.requires_grad_(False).eval()
     head_cfg = Eagle3Config(ckpt.model.config, list(cfg.aux_layer_ids))
     torch.manual_seed(cfg.seed)
-    mix = tinycode.TaskMix(cfg.difficulty, cfg.long_fraction)
     problems = tinycode.train_problems(cfg.seed, cfg.prompts + cfg.eval_prompts, mix)
     prompts = [p["prompt"] for p in problems]
     pairs = []
@@ -203,6 +186,7 @@ def train_eagle3(
     summary = {
         "target": str(ckpt.path),
         "config": asdict(cfg),
+        "task_mix": asdict(mix),
         "aux_layer_ids": head_cfg.aux_layer_ids,
         "train_sequences": len(train),
         "train_generated_tokens": int(sum(len(s.ids) - s.prompt_len for s in train)),

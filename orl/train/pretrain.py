@@ -53,6 +53,7 @@ STAGE_SECTIONS = {
     "draft": (*MIX, "tokenizer", "draft_model", "draft"),
     "convert": (*MIX, "convert", "diffusion"),
     "orl": (*MIX, "diffusion", "orl"),  # ORL and its ablations (orl/train/orl.py)
+    "eagle3": (*MIX, "eagle3"),  # the AR target's EAGLE-3 head (orl/train/eagle3.py); its target is an input
 }
 
 

@@ -103,6 +103,37 @@ if not PAPER and not BASE_FILES:
             "--device {params.device} --cpu-linear {params.cpu_linear} > {log} 2>&1"
 
 
+if not PAPER:
+
+    rule train_eagle3:
+        # The AR target's EAGLE-3 head, in the layout vLLM's eagle3 method loads (orl/train/eagle3.py): the
+        # draft of the "AR + EAGLE3" rows. It is no part of the committed base: the DAG trains it from
+        # the AR target, and only where such a row runs (a CPU profile with vLLM's environment, or CUDA), so
+        # a DAG without vLLM (CI) never plans it. Its size is the preset's eagle3 section: minutes on the
+        # tiny profile, a few steps on smoke (seconds: the chain runs end to end, the head drafts nothing
+        # useful). It runs on the CPU whatever the device (one small layer); the paper profile reads
+        # checkpoints.eagle3.
+        input:
+            ckpt_done("ar"),
+        output:
+            f"{CKPT}/eagle3/config.json",
+        params:
+            preset=TRAIN["preset"],
+            preset_file=TRAIN["preset_file"],
+            settings=preset_digest("eagle3"),
+            target=lambda wc, input: os.path.dirname(input[0]),
+            out=lambda wc, output: os.path.dirname(output[0]),
+        log:
+            f"{LOGS}/train_eagle3.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/train_eagle3.tsv"
+        threads: THREADS
+        shell:
+            # A rerun replaces the previous head (config.json is written last).
+            "rm -rf {params.out} && {ORL} train-eagle3 --preset {params.preset} {params.preset_file} "
+            "--target {params.target} --out {params.out} --no-progress > {log} 2>&1"
+
+
 if TRAINS:
 
     rule train_orl:
