@@ -12,7 +12,7 @@ ROLLOUT_ENGINES = ("recompute", "dlmrt", "dlmrt-eager")
 
 
 def register(subparsers) -> None:
-    from orl.train.orl import ABLATIONS
+    from orl.train.orl_variants import ABLATIONS
 
     p = subparsers.add_parser(
         "train-orl",
