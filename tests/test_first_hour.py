@@ -480,7 +480,7 @@ def test_quantize_takes_ckpt_like_every_command(capsys, tmp_path):
 
 
 def test_accuracy_figure_averages_seeds_per_threshold():
-    from orl.report.figures import mean_curves
+    from orl.report.figure_accuracy import mean_curves
 
     curves = {
         ("ORL", "dlmrt", "tinycode", "a"): [(4.0, 0.8, 0.9, None), (6.0, 0.6, 0.5, None)],
