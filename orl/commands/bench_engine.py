@@ -8,7 +8,11 @@ are `overhead=<x>`, `speedup_vs_eager=<x>`, `speedup_vs_reference=<x>`.
 from __future__ import annotations
 
 from orl.commands.checks import out_file, positive_int
-from orl.commands.common import (
+from orl.commands.choice_files import policy_arg
+from orl.commands.common import chat_renderer, compile_notice, parse_device, torch_dtype
+from orl.commands.flags import (
+    SHORT_DIFFICULTIES,
+    add_block_size_flag,
     add_chat_flag,
     add_model_args,
     add_policy_flag,
@@ -16,14 +20,7 @@ from orl.commands.common import (
     add_split_flag,
     add_suite_file_flag,
     add_warmup_flag,
-    chat_renderer,
-    compile_notice,
-    parse_device,
-    policy_arg,
-    torch_dtype,
 )
-from orl.commands.engine_args import add_block_size_flag
-from orl.commands.eval_quality import SHORT_DIFFICULTIES
 from orl.tasks import SUITES
 
 
@@ -34,11 +31,10 @@ def register(subparsers) -> None:
         "bench-engine",
         help="benchmark dlmrt (compiled, eager) against the reference decoder; write records",
         description="Decode a suite's prompts at batch 1 with dlmrt compiled (CUDA graphs on a GPU), dlmrt "
-        "eager "
-        "and the reference decoder (same checkpoint and policy), in interleaved rounds: tokens/s, latency, "
-        "TPF, "
-        "dlmrt's overhead over its bare model forwards and its step time. Writes one engine_bench record per "
-        "engine and prints overhead=, speedup_vs_eager= and speedup_vs_reference= as the last lines.",
+        "eager and the reference decoder (same checkpoint and policy), in interleaved rounds: tokens/s, "
+        "latency, TPF, dlmrt's overhead over its bare model forwards and its step time. Writes one "
+        "engine_bench record per engine and prints overhead=, speedup_vs_eager= and speedup_vs_reference= "
+        "as the last lines.",
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
@@ -56,8 +52,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--ignore-eos",
         action="store_true",
-        help="fixed-length speed runs: decode every prompt to "
-        "--max-new-tokens whatever the model emits (docs/metrics.md); TPF and NFE are counted the same way",
+        help="fixed-length speed runs: decode every prompt to --max-new-tokens whatever the model emits "
+        "(docs/metrics.md); TPF and NFE are counted the same way",
     )
     p.add_argument(
         "--engines",
@@ -81,8 +77,8 @@ def _add_measurement_flags(p) -> None:
         "--rounds",
         type=int,
         default=None,
-        help="interleaved passes over the prompts; each engine "
-        "reports its median round (default: 5 on CUDA, where one pass lasts well under a second, else 1)",
+        help="interleaved passes over the prompts; each engine reports its median round (default: 5 on "
+        "CUDA, where one pass lasts well under a second, else 1)",
     )
     p.add_argument("--repeats", type=int, default=50, help="chunk repetitions for dlmrt's step time")
     p.add_argument(
@@ -95,8 +91,8 @@ def _add_measurement_flags(p) -> None:
         "--threads",
         type=int,
         default=1,
-        help="torch CPU threads; batch-1 steps of a tiny model gain "
-        "little from more and suffer from oversubscription on a shared machine (0 = torch's default)",
+        help="torch CPU threads; batch-1 steps of a tiny model gain little from more and suffer from "
+        "oversubscription on a shared machine (0 = torch's default)",
     )
     p.add_argument(
         "--compile-backend", default="inductor", help="torch.compile backend of the compiled engine"
@@ -104,14 +100,14 @@ def _add_measurement_flags(p) -> None:
     p.add_argument(
         "--profile",
         action="store_true",
-        help="also count the kernels (CUDA) or operators (CPU) one "
-        "dlmrt chunk launches per step, and print where their time goes",
+        help="also count the kernels (CUDA) or operators (CPU) one dlmrt chunk launches per step, and print "
+        "where their time goes",
     )
     p.add_argument(
         "--check-sync",
         action="store_true",
-        help="CUDA only: check that no chunk synchronises with the "
-        "host (sync debug mode 'error'); a sync found is recorded and makes the exit code 1",
+        help="CUDA only: check that no chunk synchronises with the host (sync debug mode 'error'); a sync "
+        "found is recorded and makes the exit code 1",
     )
 
 

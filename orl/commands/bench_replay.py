@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from orl.commands.common import add_model_args, model_field, parse_device
+from orl.commands.common import model_field, parse_device
+from orl.commands.flags import add_model_args
 from orl.rows import PACKING, ROW
 from orl.train.config import PRESETS
 
@@ -12,10 +13,9 @@ def register(subparsers) -> None:
         "bench-replay",
         help="ORL replay train-step throughput with and without shared-context packing",
         description="Capture one ORL rollout batch from --init (N prompts x K rollouts, S states per "
-        "block), then "
-        "time replay updates (forward + backward) on the same states one per row with their own context, and "
-        "packed with a shared clean context per block; writes two 'train' records (extra.packing false/true) "
-        "with step_tokens_per_s.",
+        "block), then time replay updates (forward + backward) on the same states one per row with their "
+        "own context, and packed with a shared clean context per block; writes two 'train' records "
+        "(extra.packing false/true) with step_tokens_per_s.",
     )
     p.add_argument(
         "--preset", default="tiny", choices=PRESETS, help="training preset whose replay batches are timed"

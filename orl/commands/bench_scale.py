@@ -9,14 +9,8 @@ printed line is `floor_ratio=<dlmrt time per forward / bandwidth floor>`.
 
 from __future__ import annotations
 
-from orl.commands.common import (
-    add_model_args,
-    add_progress_flag,
-    add_warmup_flag,
-    parse_device,
-    parse_policy,
-    torch_dtype,
-)
+from orl.commands.common import parse_device, parse_policy, torch_dtype
+from orl.commands.flags import add_model_args, add_progress_flag, add_warmup_flag
 
 
 def _scale_engines() -> tuple[str, ...]:
@@ -34,16 +28,11 @@ def register(subparsers) -> None:
         "bench-scale",
         help="random-weight real-size model: time per forward against the bandwidth floor",
         description="Build a random-weight model with a real checkpoint's shapes (nothing downloaded) and "
-        "time it "
-        "at batch 1 on fixed-length generations in dlmrt (compiled / graph-captured and eager), the "
-        "reference "
-        "decoder and transformers' AR model of the same size. Writes one 'scale_bench' record per engine "
-        "with "
-        "time per forward, tokens/s, kernels per step and the floor (weight + KV bytes read per forward "
-        "over the "
-        "copy bandwidth measured in the same run); prints floor_ratio=<x> for the dlmrt row last. Speed "
-        "only: "
-        "random weights decode nonsense.",
+        "time it at batch 1 on fixed-length generations in dlmrt (compiled / graph-captured and eager), the "
+        "reference decoder and transformers' AR model of the same size. Writes one 'scale_bench' record per "
+        "engine with time per forward, tokens/s, kernels per step and the floor (weight + KV bytes read per "
+        "forward over the copy bandwidth measured in the same run); prints floor_ratio=<x> for the dlmrt "
+        "row last. Speed only: random weights decode nonsense.",
     )
     p.add_argument(
         "--arch", required=True, choices=sorted(ARCHS), help="architecture (shapes of the real config)"
@@ -85,8 +74,8 @@ def register(subparsers) -> None:
         "--cpu-linear",
         choices=CPU_LINEARS,
         default="auto",
-        help="dlmrt's CPU matmuls: auto (default) times F.linear (MKL) and oneDNN on the model's shapes "
-        "and takes the faster; aten or onednn force one (kernels/onednn.py)",
+        help="dlmrt's CPU matmuls: auto (default) times F.linear (MKL) and oneDNN on the model's shapes and "
+        "takes the faster; aten or onednn force one (kernels/onednn.py)",
     )
     p.add_argument(
         "--profile", action="store_true", help="count the kernels (CUDA) / operators (CPU) per dlmrt step"

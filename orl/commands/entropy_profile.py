@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from orl.commands.checks import out_file, positive_int
-from orl.commands.common import (
+from orl.commands.common import chat_renderer, parse_device, parse_policy, torch_dtype
+from orl.commands.flags import (
     add_chat_flag,
     add_model_args,
     add_policy_flag,
     add_progress_flag,
     add_split_flag,
     add_suite_file_flag,
-    chat_renderer,
-    parse_device,
-    parse_policy,
-    torch_dtype,
 )
 from orl.tasks import SUITES
 
@@ -23,8 +20,7 @@ def register(subparsers) -> None:
         "entropy-profile",
         help="mean entropy of still-masked positions per denoising step",
         description="Decode the suite with a policy and record, per step index within a block, the mean "
-        "entropy "
-        "of the positions still masked at that step (the 'uncertainty drops faster' figure).",
+        "entropy of the positions still masked at that step (the 'uncertainty drops faster' figure).",
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")

@@ -4,15 +4,8 @@
 from __future__ import annotations
 
 from orl.commands.checks import positive_int
-from orl.commands.common import (
-    add_model_args,
-    add_split_flag,
-    add_suite_file_flag,
-    parse_device,
-    parse_policy,
-    torch_dtype,
-)
-from orl.commands.eval_quality import SHORT_DIFFICULTIES
+from orl.commands.common import parse_device, parse_policy, torch_dtype
+from orl.commands.flags import SHORT_DIFFICULTIES, add_model_args, add_split_flag, add_suite_file_flag
 from orl.engines.capture import MODES
 from orl.tasks import SUITES
 
@@ -22,11 +15,9 @@ def register(subparsers) -> None:
         "parity",
         help="dlmrt vs the reference decoder: identical outputs, and the margin of any flipped decision",
         description="Decode every prompt with the reference decoder and with dlmrt; outputs are identical "
-        "when "
-        "token ids and NFE are. For each differing prompt, print the first step where the decoders' "
-        "decisions "
-        "differ and how close that decision was (a flip explained by rounding has a margin below ~1e-4). "
-        "Prints identical=<n> differing=<n> share_differing=<x> last.",
+        "when token ids and NFE are. For each differing prompt, print the first step where the decoders' "
+        "decisions differ and how close that decision was (a flip explained by rounding has a margin below "
+        "~1e-4). Prints identical=<n> differing=<n> share_differing=<x> last.",
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint directory")
     p.add_argument(
@@ -53,8 +44,8 @@ def register(subparsers) -> None:
         "--alpha",
         type=float,
         default=None,
-        help="override the checkpoint's residual α (e.g. to check "
-        "the residual path on a base checkpoint, whose α is 0)",
+        help="override the checkpoint's residual α (e.g. to check the residual path on a base checkpoint, "
+        "whose α is 0)",
     )
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch's default)")
     add_model_args(p)

@@ -18,15 +18,15 @@ matching δ, else the most accurate. `--verification @FILE.json` reads it.
 from __future__ import annotations
 
 from orl.commands.checks import parse_tokens, sweep_values
-from orl.commands.common import (
+from orl.commands.common import chat_renderer
+from orl.commands.engine_args import add_engine_args, build_from_args
+from orl.commands.flags import (
     add_progress_flag,
     add_split_flag,
     add_suite_file_flag,
     add_timeout_flag,
     add_warmup_flag,
-    chat_renderer,
 )
-from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.rows import RELAXED_TOLERANCE  # the page's relaxed comparison: within 0.5 points of ORL's accuracy
 from orl.tasks import SUITES
 
@@ -34,18 +34,16 @@ from orl.tasks import SUITES
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "spec-sweep",
-        help="time a draft-model row at several num_speculative_tokens and choose the fastest, "
-        "or choose a relaxed row's delta at matched accuracy (--deltas)",
+        help="time a draft-model row at several num_speculative_tokens and choose the fastest, or choose a "
+        "relaxed row's delta at matched accuracy (--deltas)",
         description="For each k of --tokens, build the engine with --num-speculative-tokens k, run the "
-        "latency "
-        "protocol over the suite's first --limit prompts and keep tokens/s, latency and the acceptance "
-        "length; "
-        "check that every k decodes identical tokens (strict verification is lossless); write the fastest k "
-        "and every point as JSON (--out). Prints 'num_speculative_tokens=<k>' last. With --deltas instead: "
-        "for each delta, --verification relaxed:delta, pass@1 and acceptance length on the first --limit "
-        "problems; the chosen delta is the fastest (acceptance length) whose pass@1 matches --reference "
-        "within --tolerance and is not shown worse by the paired test (else the most accurate); prints "
-        "'verification=relaxed:<delta>' last.",
+        "latency protocol over the suite's first --limit prompts and keep tokens/s, latency and the "
+        "acceptance length; check that every k decodes identical tokens (strict verification is lossless); "
+        "write the fastest k and every point as JSON (--out). Prints 'num_speculative_tokens=<k>' last. "
+        "With --deltas instead: for each delta, --verification relaxed:delta, pass@1 and acceptance length "
+        "on the first --limit problems; the chosen delta is the fastest (acceptance length) whose pass@1 "
+        "matches --reference within --tolerance and is not shown worse by the paired test (else the most "
+        "accurate); prints 'verification=relaxed:<delta>' last.",
     )
     add_engine_args(p, None)
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
@@ -68,8 +66,8 @@ def register(subparsers) -> None:
         "--tolerance",
         type=float,
         default=RELAXED_TOLERANCE,
-        help="--deltas: pass@1 tolerance "
-        "(default: %(default)s = half a point, the page's relaxed comparison)",
+        help="--deltas: pass@1 tolerance (default: %(default)s = half a point, the page's relaxed "
+        "comparison)",
     )
     add_timeout_flag(p)
     p.add_argument("--system", default=None, help="the row's display name, stored in the output")

@@ -5,11 +5,6 @@ from __future__ import annotations
 
 from orl.commands.checks import out_file, positive_int, sweep_values
 from orl.commands.common import (
-    add_chat_flag,
-    add_model_args,
-    add_progress_flag,
-    add_split_flag,
-    add_suite_file_flag,
     chat_renderer,
     compile_notice,
     model_field,
@@ -18,7 +13,14 @@ from orl.commands.common import (
     suite_problems,
     torch_dtype,
 )
-from orl.commands.engine_args import add_block_size_flag
+from orl.commands.flags import (
+    add_block_size_flag,
+    add_chat_flag,
+    add_model_args,
+    add_progress_flag,
+    add_split_flag,
+    add_suite_file_flag,
+)
 from orl.tasks import SUITES
 
 
@@ -30,10 +32,8 @@ def register(subparsers) -> None:
         help="threshold sweep through dlmrt: pass@1 and TPF per τ, plus AUP",
         description="Evaluate threshold(τ) decoding for each τ on a suite; writes one 'sweep' record per τ "
         "(pass@1, TPF, tokens/s, per-problem outcomes) and one 'aup' record (d3LLM's AUP with this sweep's "
-        "own "
-        "y_max, its points and how many it dropped; tables recompute it with their y_max), and prints one "
-        "line "
-        "per τ and aup= last.",
+        "own y_max, its points and how many it dropped; tables recompute it with their y_max), and prints "
+        "one line per τ and aup= last.",
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint")
     p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
@@ -43,8 +43,8 @@ def register(subparsers) -> None:
         "--policy",
         default="threshold",
         metavar="NAME",
-        help="the commit policy (a name of orl/decoding/policy.py's RULES) whose parameter the sweep "
-        "varies (default: %(default)s)",
+        help="the commit policy (a name of orl/decoding/policy.py's RULES) whose parameter the sweep varies "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--thresholds",
@@ -52,8 +52,8 @@ def register(subparsers) -> None:
         dest="values",
         default="0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95",
         type=sweep_values,
-        help="comma-separated values of the policy's parameter, for the thresholds "
-        "τ in (0, 1] (default: %(default)s)",
+        help="comma-separated values of the policy's parameter, for the thresholds τ in (0, 1] (default: "
+        "%(default)s)",
     )
     p.add_argument(
         "--engine",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from orl.commands.common import add_progress_flag
+from orl.commands.flags import add_progress_flag
 
 
 def _aux_ids(text: str) -> tuple[int, ...]:
@@ -25,11 +25,10 @@ def register(subparsers) -> None:
         "train-eagle3",
         help="train an EAGLE-3 draft head for an AR target (vLLM's eagle3 layout)",
         description="Generate the target's greedy continuations of TinyCode training prompts, train a "
-        "one-layer "
-        "EAGLE-3 head on the target's low/middle/high hidden states with the training-time-test objective, "
-        "and "
-        "write config.json (Eagle3Qwen3ForCausalLM) + model.safetensors for speculative_config "
-        "{'method': 'eagle3', 'model': OUT} with the target's Qwen3 export (orl export --format qwen3).",
+        "one-layer EAGLE-3 head on the target's low/middle/high hidden states with the training-time-test "
+        "objective, and write config.json (Eagle3Qwen3ForCausalLM) + model.safetensors for "
+        "speculative_config {'method': 'eagle3', 'model': OUT} with the target's Qwen3 export (orl export "
+        "--format qwen3).",
     )
     p.add_argument(
         "--target", required=True, help="the AR target checkpoint directory (ours or its Qwen3 export)"
@@ -65,8 +64,8 @@ def register(subparsers) -> None:
         "--aux-layers",
         type=_aux_ids,
         default=(),
-        help="target residual-stream ids (k = after k layers), comma-separated; default: low, middle, "
-        "high (vLLM's (2, L/2, L-3) for L >= 6, else the three under the last layer)",
+        help="target residual-stream ids (k = after k layers), comma-separated; default: low, middle, high "
+        "(vLLM's (2, L/2, L-3) for L >= 6, else the three under the last layer)",
     )
     add_progress_flag(p)
     p.set_defaults(func=run_train_eagle3)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device
+from orl.commands.common import model_field, parse_device
+from orl.commands.flags import add_model_args, add_progress_flag
 from orl.commands.train_ar import add_cpu_linear_flag
 from orl.train.config import PRESETS
 
@@ -18,11 +19,9 @@ def register(subparsers) -> None:
         "train-orl",
         help="ORL post-training of a block-diffusion checkpoint (or one of its ablations)",
         description="On-policy residual learning (docs/method.md §3, version 2): K rollouts per prompt of "
-        "the current "
-        "model with its residual adapter, verified trajectories only, replay of S states per block with "
-        "gated CE, "
-        "a capped KL anchor to the initial model and AEC, one update per rollout batch. --ablation selects a "
-        "Table 5 variant.",
+        "the current model with its residual adapter, verified trajectories only, replay of S states per "
+        "block with gated CE, a capped KL anchor to the initial model and AEC, one update per rollout "
+        "batch. --ablation selects a Table 5 variant.",
     )
     p.add_argument("--preset", default="tiny", choices=PRESETS, help="training preset (default: tiny)")
     p.add_argument("--config", default=None, help="YAML overriding preset fields (section orl: ...)")
@@ -37,9 +36,8 @@ def register(subparsers) -> None:
         "--seed",
         type=int,
         default=None,
-        help="the ORL stage's seed: rollout prompt slices, replay "
-        "batches, torch's generator (default: the preset's orl.seed); part of the resume check and "
-        "written to the record (extra.seed)",
+        help="the ORL stage's seed: rollout prompt slices, replay batches, torch's generator (default: the "
+        "preset's orl.seed); part of the resume check and written to the record (extra.seed)",
     )
     p.add_argument("--record", default=None, help="also write a 'train' record (.jsonl) with cost figures")
     p.add_argument("--system", default=None, help="table row name for the record")
@@ -47,17 +45,17 @@ def register(subparsers) -> None:
         "--isolation",
         default=None,
         choices=["bwrap", "fallback"],
-        help="sandbox of the rollout rewards (default: the preset's orl.isolation, bwrap; "
-        "fallback: the weaker sandbox, named in the summary and the record)",
+        help="sandbox of the rollout rewards (default: the preset's orl.isolation, bwrap; fallback: the "
+        "weaker sandbox, named in the summary and the record)",
     )
     p.add_argument(
         "--rollout-engine",
         default="recompute",
         choices=ROLLOUT_ENGINES,
         help="what decodes the rollouts: recompute (default: the batch together, full recompute, replay "
-        "reproduces its logits exactly), dlmrt (the KV-cache engine, compiled / graph-captured, one "
-        "prompt at a time: for GPUs) or dlmrt-eager; written to the record (extra.rollout_engine) "
-        "and, when not recompute, part of the resume check",
+        "reproduces its logits exactly), dlmrt (the KV-cache engine, compiled / graph-captured, one prompt "
+        "at a time: for GPUs) or dlmrt-eager; written to the record (extra.rollout_engine) and, when not "
+        "recompute, part of the resume check",
     )
     add_cpu_linear_flag(p)
     add_model_args(p, dtype=False)
