@@ -121,3 +121,12 @@ def write_suite_not_run(args, kind: str, reason: str) -> int:
     write_records(args.out, [suite_not_run(args, kind, reason)])
     print(f"{args.suite}: not run: {reason}")
     return 0
+
+
+def load_problems(args) -> list[dict]:
+    """The problems of --suite, --split, --suite-file, --difficulty and --limit (orl.tasks.load_suite)."""
+    from orl.tasks import load_suite
+
+    return load_suite(
+        args.suite, split=args.split, path=args.suite_file, difficulty=args.difficulty, limit=args.limit
+    )
