@@ -3,30 +3,20 @@ pass@1 and TPF per value, and its AUP."""
 
 from __future__ import annotations
 
-from orl.commands.checks import out_file, positive_int, sweep_values
+from orl.commands import flags
+from orl.commands.checks import sweep_values
 from orl.commands.common import (
     chat_renderer,
     compile_notice,
     model_field,
     parse_device,
-    suite_not_run,
     suite_problems,
     torch_dtype,
+    write_suite_not_run,
 )
-from orl.commands.flags import (
-    add_block_size_flag,
-    add_chat_flag,
-    add_model_args,
-    add_progress_flag,
-    add_split_flag,
-    add_suite_file_flag,
-)
-from orl.tasks import SUITES
 
 
 def register(subparsers) -> None:
-    from orl.engines.registry import DIFFUSION_ENGINES
-
     p = subparsers.add_parser(
         "sweep",
         help="threshold sweep through dlmrt: pass@1 and TPF per τ, plus AUP",
@@ -36,9 +26,22 @@ def register(subparsers) -> None:
         "one line per τ and aup= last.",
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint")
-    p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
-    add_split_flag(p)
-    add_suite_file_flag(p, records_absence=True)
+    flags.add_suite_flags(p, "task suite", records_absence=True)
+    _add_sweep_flags(p)
+    flags.add_shared(p, "--limit", "--max-new-tokens")
+    p.add_argument("--system", default=None, help="table row name stored in the records")
+    flags.add_shared(p, "--out")
+    flags.add_block_size_flag(p)
+    flags.add_chat_flag(p)
+    flags.add_model_args(p)
+    flags.add_progress_flag(p)
+    p.set_defaults(func=run_sweep)
+
+
+def _add_sweep_flags(p) -> None:
+    """What is swept (a policy's parameter, over --values), and through which engine."""
+    from orl.engines.registry import DIFFUSION_ENGINES
+
     p.add_argument(
         "--policy",
         default="threshold",
@@ -61,23 +64,12 @@ def register(subparsers) -> None:
         choices=DIFFUSION_ENGINES,
         help="dLLM engine (compiled dlmrt is the speed default; on a CPU it compiles first)",
     )
-    p.add_argument(
-        "--limit", type=positive_int, default=None, help="only the first N problems (default: all)"
-    )
-    p.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget (default: 64)")
-    p.add_argument("--system", default=None, help="table row name stored in the records")
-    p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
-    add_block_size_flag(p)
-    add_chat_flag(p)
-    add_model_args(p)
-    add_progress_flag(p)
-    p.set_defaults(func=run_sweep)
 
 
 def run_sweep(args) -> int:
     from orl.decoding import Policy
     from orl.engines.registry import engine_for_checkpoint
-    from orl.eval.sweep import aup_line, aup_record, point_line, run_sweep, sweep_policies, sweep_record
+    from orl.eval.sweep import aup_line, point_line, run_sweep, sweep_policies, sweep_records
     from orl.model.checkpoint import load_checkpoint
     from orl.records import write_records
 
@@ -87,9 +79,7 @@ def run_sweep(args) -> int:
     )
     problems = suite_problems(args, split=args.split, limit=args.limit)
     if isinstance(problems, str):  # a suite file that is absent: the table line says why
-        write_records(args.out, [suite_not_run(args, "sweep", problems)])
-        print(f"{args.suite}: not run: {problems}")
-        return 0
+        return write_suite_not_run(args, "sweep", problems)
     ckpt = load_checkpoint(
         args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device)
     )
@@ -105,15 +95,9 @@ def run_sweep(args) -> int:
         suite=args.suite,
     )
     model = model_field(ckpt)
-    row = {
-        "system": args.system or model["name"],
-        "engine": args.engine,
-        "model": model,
-        "suite": args.suite,
-        "split": args.split,
-        "n_problems": len(problems),
-    }
-    records = [sweep_record(p, **row, chat_template=args.chat) for p in points] + [aup_record(points, **row)]
+    row = {"system": args.system or model["name"], "engine": args.engine, "model": model, "suite": args.suite}
+    row.update(split=args.split, n_problems=len(problems))
+    records = sweep_records(points, chat_template=args.chat, **row)
     write_records(args.out, records)
     print(aup_line(records[-1]))
     return 0
