@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from orl.records import make_record
 
 # What the train record keeps of the run's summary besides its cost (Table 5 reads both).
@@ -101,3 +104,8 @@ def summary_lines(summary: dict, out: str) -> tuple[str, str | None]:
             else "; ORL trained on nothing of its own"
         )
     )
+
+
+def read_summary(out_dir: str | Path) -> dict:
+    """A finished run's OUT/train_summary.json (what `orl train-orl --record` reports on a trained folder)."""
+    return json.loads((Path(out_dir) / "train_summary.json").read_text())
