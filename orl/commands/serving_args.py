@@ -41,6 +41,12 @@ def register(subparsers) -> None:
         default=None,
         help="dllm only: strict-threshold:T (SGLang's LowConfidence rule), or @FILE.json naming one",
     )
+    _add_call_flags(p)
+    p.set_defaults(func=run_serving_args)
+
+
+def _add_call_flags(p) -> None:
+    """The rest of the server's call and of each request's sampling parameters."""
     p.add_argument(
         "--dtype", default="auto", choices=DTYPES, help="the servers' dtype argument (default: auto)"
     )
@@ -67,7 +73,6 @@ def register(subparsers) -> None:
         default=None,
         help="dllm only: where to write the LowConfidence YAML that kwargs.dllm_algorithm_config names",
     )
-    p.set_defaults(func=run_serving_args)
 
 
 def run_serving_args(args) -> int:
