@@ -7,6 +7,23 @@ from dataclasses import fields
 
 from orl.commands.flags import add_progress_flag
 
+# The options that set Eagle3TrainConfig's fields, in --help's order ({field: (type, help)}); each
+# defaults to the config's own value.
+CONFIG_OPTIONS = {
+    "prompts": (int, "training prompts"),
+    "eval_prompts": (
+        int,
+        "further training prompts for the acceptance-length estimate in train_summary.json",
+    ),
+    "max_new_tokens": (int, "the target's greedy continuation length"),
+    "steps": (int, "optimizer steps"),
+    "batch_size": (int, "sequences per step"),
+    "lr": (float, "peak learning rate (cosine to 0)"),
+    "ttt_steps": (int, "draft steps unrolled in training (training-time test)"),
+    "decay": (float, "weight of draft step k's loss: decay^k"),
+    "seed": (int, "prompts, init and batches"),
+}
+
 
 def _aux_ids(text: str) -> tuple[int, ...]:
     from orl.errors import InputError
@@ -34,32 +51,8 @@ def register(subparsers) -> None:
         "--target", required=True, help="the AR target checkpoint directory (ours or its Qwen3 export)"
     )
     p.add_argument("--out", required=True, help="the head's output directory")
-    p.add_argument("--prompts", type=int, default=defaults["prompts"], help="training prompts")
-    p.add_argument(
-        "--eval-prompts",
-        type=int,
-        default=defaults["eval_prompts"],
-        help="further training prompts for the acceptance-length estimate in train_summary.json",
-    )
-    p.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=defaults["max_new_tokens"],
-        help="the target's greedy continuation length",
-    )
-    p.add_argument("--steps", type=int, default=defaults["steps"], help="optimizer steps")
-    p.add_argument("--batch-size", type=int, default=defaults["batch_size"], help="sequences per step")
-    p.add_argument("--lr", type=float, default=defaults["lr"], help="peak learning rate (cosine to 0)")
-    p.add_argument(
-        "--ttt-steps",
-        type=int,
-        default=defaults["ttt_steps"],
-        help="draft steps unrolled in training (training-time test)",
-    )
-    p.add_argument(
-        "--decay", type=float, default=defaults["decay"], help="weight of draft step k's loss: decay^k"
-    )
-    p.add_argument("--seed", type=int, default=defaults["seed"], help="prompts, init and batches")
+    for name, (kind, text) in CONFIG_OPTIONS.items():
+        p.add_argument("--" + name.replace("_", "-"), type=kind, default=defaults[name], help=text)
     p.add_argument(
         "--aux-layers",
         type=_aux_ids,
@@ -75,16 +68,7 @@ def run_train_eagle3(args) -> int:
     from orl.train.eagle3 import Eagle3TrainConfig, train_eagle3
 
     cfg = Eagle3TrainConfig(
-        prompts=args.prompts,
-        eval_prompts=args.eval_prompts,
-        max_new_tokens=args.max_new_tokens,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        ttt_steps=args.ttt_steps,
-        decay=args.decay,
-        seed=args.seed,
-        aux_layer_ids=args.aux_layers,
+        **{name: getattr(args, name) for name in CONFIG_OPTIONS}, aux_layer_ids=args.aux_layers
     )
     summary = train_eagle3(args.target, args.out, cfg, progress=not args.no_progress)
     print(
