@@ -10,7 +10,7 @@ from __future__ import annotations
 from orl.commands import flags
 from orl.commands.checks import positive_int
 from orl.commands.choice_files import policy_arg
-from orl.commands.common import chat_renderer, compile_notice, parse_device, torch_dtype
+from orl.commands.common import chat_renderer, compile_notice, load_problems, parse_device, torch_dtype
 
 
 def register(subparsers) -> None:
@@ -119,12 +119,9 @@ def run_bench_engine(args) -> int:
     from orl.eval.engine_bench import BenchPlan
     from orl.eval.engine_bench_run import EngineBenchSetup, engine_bench_run, engine_names
     from orl.records import write_records
-    from orl.tasks import load_suite
 
     _check(args)
-    problems = load_suite(
-        args.suite, split=args.split, path=args.suite_file, difficulty=args.difficulty, limit=args.limit
-    )
+    problems = load_problems(args)
     setup = EngineBenchSetup(
         args.ckpt,
         engine_names(args.engines),
