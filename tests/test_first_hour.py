@@ -39,6 +39,9 @@ def no_decoding(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("work started before the arguments were checked")
 
+    # eval-quality reaches the evaluation through orl.eval.quality_record, which holds its own name for it
+    # (patched first, so that importing it here binds the real function, restored after the test).
+    monkeypatch.setattr("orl.eval.quality_record.evaluate_quality", refuse)
     monkeypatch.setattr("orl.eval.quality.evaluate_quality", refuse)
     monkeypatch.setattr("orl.eval.sweep.run_sweep", refuse)
     monkeypatch.setattr("orl.train.pretrain.train_ar", refuse)
