@@ -16,14 +16,14 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
         default=None,
-        help="YAML file overriding preset fields (sections: tokenizer, model, draft_model, ar, draft, "
-        "convert, diffusion, orl)",
+        help="YAML file overriding preset fields (sections: "
+        "tokenizer, model, draft_model, ar, draft, convert, diffusion, orl)",
     )
     parser.add_argument(
         "--out",
         required=True,
-        help="output checkpoint directory (HF layout); resumes if it holds an unfinished run of the same "
-        "configuration",
+        help="output checkpoint directory (HF layout); resumes if it "
+        "holds an unfinished run of the same configuration",
     )
     parser.add_argument(
         "--seed",
@@ -41,10 +41,10 @@ def add_cpu_linear_flag(parser: argparse.ArgumentParser) -> None:
         "--cpu-linear",
         choices=CPU_LINEARS,
         default="aten",
-        help="the CPU matmuls of training, forward and backward: aten (default: F.linear, MKL), onednn, or "
-        "auto (times both on the model's shapes and takes oneDNN if clearly faster; several times faster "
-        "where MKL takes a slow path, e.g. on AMD EPYC). A resumed run keeps the path it started with; "
-        "written to train_summary.json",
+        help="the CPU matmuls of training, forward and backward: aten (default: F.linear, MKL), "
+        "onednn, or auto (times both on the model's shapes and takes oneDNN if clearly faster; "
+        "several times faster where MKL takes a slow path, e.g. on AMD EPYC). A resumed run keeps "
+        "the path it started with; written to train_summary.json",
     )
 
 
@@ -58,8 +58,9 @@ def register(subparsers) -> None:
         "train-ar",
         help="train the tokenizer and the AR model (or the draft model) on TinyCode",
         description="Train a byte-level BPE tokenizer and a Qwen3-style AR model on the TinyCode train "
-        "stream (prompt -> completion). With --draft, train the small draft model of the speculative "
-        "baselines, reusing the target's tokenizer. Writes config.json (a transformers Qwen3Config), "
+        "stream "
+        "(prompt -> completion). With --draft, train the small draft model of the speculative baselines, "
+        "reusing the target's tokenizer. Writes config.json (a transformers Qwen3Config), "
         "model.safetensors and tokenizer.json to --out.",
     )
     add_training_args(p)
@@ -69,8 +70,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--tokenizer",
         default=None,
-        help="tokenizer.json (or checkpoint dir) to reuse instead of training one; required with --draft so "
-        "the draft shares the target's vocabulary",
+        help="tokenizer.json (or checkpoint dir) to reuse instead of "
+        "training one; required with --draft so the draft shares the target's vocabulary",
     )
     p.set_defaults(func=run_train_ar)
 
