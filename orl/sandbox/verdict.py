@@ -11,9 +11,8 @@ import signal
 from orl.sandbox import wire
 from orl.sandbox.limits import SandboxLimits
 
-VERDICT_CAP = (
-    4 + 4096 + 1
-)  # bytes kept from the verdict pipe: one frame of judge.VERDICT_BYTES, and one byte to see more
+# Bytes kept from the verdict pipe: one frame of judge.VERDICT_BYTES, and one byte to see more.
+VERDICT_CAP = 4 + 4096 + 1
 
 
 def parse_verdict(data: bytes) -> dict | None:
