@@ -22,7 +22,8 @@ from orl.io import atomic_write_json
 from orl.train.config import load_preset
 from orl.train.distributed import World
 from orl.train.losses import aec_parts, gate_split
-from orl.train.orl import OrlStats, check_init, collect_states, rollout_prompts
+from orl.train.orl import check_init
+from orl.train.orl_rollouts import OrlStats, collect_states, rollout_prompts
 from orl.train.replay import replay_logits
 
 RHOS = (0.5, 0.4, 0.3, 0.25, 0.2, 0.1, 0.0)

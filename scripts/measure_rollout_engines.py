@@ -3,8 +3,8 @@
     python scripts/measure_rollout_engines.py --ckpt results/tiny/ckpt/dlm --prompts 64 \
         --out results/training/rollout_engines_cpu.json
 
-The prompts are the ORL stage's first refresh (orl.train.orl.rollout_prompts, seed 0), decoded in the
-short / long groups collect_states uses, with threshold(τ_train) and the residual on. Each engine runs
+The prompts are the ORL stage's first refresh (orl.train.orl_rollouts.rollout_prompts, seed 0), decoded
+in the short / long groups collect_states uses, with threshold(τ_train) and the residual on. Each engine runs
 the whole set twice: the first pass includes compilation, the second is warm. Printed and written:
 wall per pass, completion tokens per second, and how many completions equal the recompute rollout's.
 """
@@ -23,7 +23,7 @@ from orl.io import atomic_write_json
 from orl.model.checkpoint import load_checkpoint
 from orl.records.environment import capture_environment
 from orl.train.config import load_preset
-from orl.train.orl import rollout_groups, rollout_prompts
+from orl.train.orl_rollouts import rollout_groups, rollout_prompts
 
 
 def main() -> None:

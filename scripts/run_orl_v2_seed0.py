@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from orl.io import atomic_write_json, atomic_write_text
-from orl.train.orl import ABLATIONS
+from orl.train.orl_variants import ABLATIONS
 
 
 def run(args: list, log: Path) -> float:

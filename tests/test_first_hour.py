@@ -39,6 +39,9 @@ def no_decoding(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("work started before the arguments were checked")
 
+    # eval-quality reaches the evaluation through orl.eval.quality_record, which holds its own name for it
+    # (patched first, so that importing it here binds the real function, restored after the test).
+    monkeypatch.setattr("orl.eval.quality_record.evaluate_quality", refuse)
     monkeypatch.setattr("orl.eval.quality.evaluate_quality", refuse)
     monkeypatch.setattr("orl.eval.sweep.run_sweep", refuse)
     monkeypatch.setattr("orl.train.pretrain.train_ar", refuse)
@@ -255,7 +258,7 @@ def test_train_orl_warns_when_nothing_was_retained(capsys, tmp_path, monkeypatch
     }
     monkeypatch.setattr("orl.train.orl.check_init", lambda *a, **k: None)
     monkeypatch.setattr("orl.train.orl.train_orl", lambda *a, **k: summary)
-    monkeypatch.setattr("orl.commands.train_orl.make_rollout", lambda *a, **k: None)
+    monkeypatch.setattr("orl.train.orl_rollouts.rollout_decoder", lambda *a, **k: None)
     assert (
         main(["train-orl", "--preset", "smoke", "--init", str(tmp_path), "--out", str(tmp_path / "o")]) == 0
     )
@@ -480,7 +483,7 @@ def test_quantize_takes_ckpt_like_every_command(capsys, tmp_path):
 
 
 def test_accuracy_figure_averages_seeds_per_threshold():
-    from orl.report.figures import mean_curves
+    from orl.report.figure_accuracy import mean_curves
 
     curves = {
         ("ORL", "dlmrt", "tinycode", "a"): [(4.0, 0.8, 0.9, None), (6.0, 0.6, 0.5, None)],

@@ -117,7 +117,7 @@ def _record(kind, passed, *, tau=None, tpf=2.0, system="dLLM + ORL", engine="dlm
 
 def test_operating_point_command_writes_the_choice_and_its_record(tmp_path, capsys):
     from orl.cli import main
-    from orl.commands.common import policy_arg
+    from orl.commands.choice_files import policy_arg
     from orl.records import load_records, write_records
 
     sweep, reference = tmp_path / "sweep.jsonl", tmp_path / "ar.jsonl"

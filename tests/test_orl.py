@@ -111,7 +111,8 @@ def test_seed_changes_the_prompts_the_resume_check_and_the_record(smoke_models, 
 
     from orl.cli import main
     from orl.train.config import load_preset
-    from orl.train.orl import rollout_prompts, train_orl
+    from orl.train.orl import train_orl
+    from orl.train.orl_rollouts import rollout_prompts
 
     base, other = load_preset("smoke"), load_preset("smoke", overrides={"orl": {"seed": 1}})
     assert rollout_prompts(base, 0) != rollout_prompts(other, 0)

@@ -328,7 +328,7 @@ def _first_update_gradients(monkeypatch, preset, init, out, ablation: str) -> di
 @pytest.mark.slow
 def test_no_ablations_first_update_is_orls(smoke_models, tmp_path, monkeypatch):
     from orl.train.config import load_preset
-    from orl.train.orl import ABLATIONS
+    from orl.train.orl_variants import ABLATIONS
 
     preset = load_preset("smoke", overrides={"orl": {"isolation": "fallback", "iterations_steps": 2}})
     grads = {

@@ -108,7 +108,7 @@ def test_forms_round_trip():
 
 
 def test_verification_file_argument(tmp_path):
-    from orl.commands.engine_args import verification_arg
+    from orl.commands.choice_files import verification_arg
 
     path = tmp_path / "delta.json"
     path.write_text(json.dumps({"verification": "relaxed:0.3"}))
@@ -262,7 +262,7 @@ def test_choose_delta_is_the_fastest_point_within_half_a_point_of_the_reference(
 
 def test_spec_sweep_deltas_writes_a_choice_the_engines_read(tmp_path, capsys):
     from orl.cli import main
-    from orl.commands.engine_args import verification_arg
+    from orl.commands.choice_files import verification_arg
     from orl.records import make_record, write_records
     from orl.tasks import load_suite
 

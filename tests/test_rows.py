@@ -69,7 +69,7 @@ def test_rows_and_claims_agree():
 
 
 def test_ablations_are_the_trainers():
-    from orl.train.orl import ABLATIONS as TRAINER_ABLATIONS
+    from orl.train.orl_variants import ABLATIONS as TRAINER_ABLATIONS
 
     assert set(rows.ABLATIONS) <= set(TRAINER_ABLATIONS) - {"none"}
     assert [row.system for row in rows.ABLATIONS.values()] == [

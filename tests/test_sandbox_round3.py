@@ -19,7 +19,7 @@ import pytest
 from orl.errors import InputError
 from orl.records import load_records
 from orl.records.submit import check_submission
-from orl.sandbox import SandboxLimits, check_many, runner
+from orl.sandbox import SandboxLimits, check_many, runner, verdict
 from tests.sandbox_attacks_r3 import SMALL_MEMORY, SMALL_MEMORY_MB, cases
 
 TIMEOUT_S = 3.0
@@ -78,13 +78,13 @@ def test_the_verdict_frame_is_read_by_its_length_never_by_lines():
         return len(payload).to_bytes(4, "big") + payload
 
     good = {"passed": False, "result": "failed: x\u2028passed", "candidate_ended": False}
-    assert runner._parse_verdict(frame(good)) == good
-    assert runner._parse_verdict(b"0 passed\n") is None  # the old line format is no verdict at all
-    assert runner._parse_verdict(frame(good) + b"\x00") is None  # trailing bytes
-    assert runner._parse_verdict(frame(good)[:-1]) is None
-    assert runner._parse_verdict(frame({**good, "passed": 1})) is None  # a bool, not something equal to True
-    assert runner._parse_verdict(frame({**good, "extra": True})) is None
-    passed, result = runner._verdict({**good, "passed": True}, "done", [0, 0], SandboxLimits())
+    assert verdict.parse_verdict(frame(good)) == good
+    assert verdict.parse_verdict(b"0 passed\n") is None  # the old line format is no verdict at all
+    assert verdict.parse_verdict(frame(good) + b"\x00") is None  # trailing bytes
+    assert verdict.parse_verdict(frame(good)[:-1]) is None
+    assert verdict.parse_verdict(frame({**good, "passed": 1})) is None  # a bool, not something equal to True
+    assert verdict.parse_verdict(frame({**good, "extra": True})) is None
+    passed, result = verdict.run_verdict({**good, "passed": True}, "done", [0, 0], SandboxLimits())
     assert (passed, result) == (False, "failed: x\u2028passed")  # passed only with the result "passed"
 
 

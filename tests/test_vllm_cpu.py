@@ -16,7 +16,7 @@ import pytest
 
 from orl import rows
 from orl.commands.checks import parse_tokens
-from orl.commands.engine_args import speculative_tokens_arg
+from orl.commands.choice_files import speculative_tokens_arg
 from orl.engines import serving
 from orl.engines.base import EngineUnavailable
 from orl.engines.registry import serving_call

@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-from orl.commands.checks import out_file, positive_int
-from orl.commands.common import (
-    add_progress_flag,
-    add_split_flag,
-    add_suite_file_flag,
-    add_warmup_flag,
-    chat_renderer,
-    suite_not_run,
-    suite_problems,
-)
+from orl.commands.checks import positive_int
+from orl.commands.common import chat_renderer, suite_problems, write_suite_not_run
 from orl.commands.engine_args import add_engine_args, build_from_args
-from orl.commands.eval_quality import SHORT_DIFFICULTIES
-from orl.tasks import SUITES
+from orl.commands.flags import add_progress_flag, add_shared, add_suite_flags, add_warmup_flag
 
 RECORD_KINDS = ("latency", "engine_bench")
 
@@ -24,68 +15,52 @@ def register(subparsers) -> None:
         "bench-latency",
         help="batch-1 latency of an engine over a task suite, written as a 'latency' record",
         description="Run W warm-up requests (plus one per compiled shape), then one greedy request per "
-        "prompt of "
-        "the suite, one at a time (synchronised on GPU); write one 'latency' record (--kind) with median "
-        "and p90 latency, "
-        "tokens/s, counted TPF and NFE (and acceptance length / draft forwards for speculative rows). A "
-        "row that "
-        "cannot run here (vllm / sglang without CUDA, or a server that fails to start) gets a 'not run: "
-        "<reason>' "
-        "record and exit code 0. Prints "
-        "'median_s=<x> p90_s=<x> tokens_per_s=<x> tpf=<x>' last.",
+        "prompt of the suite, one at a time (synchronised on GPU); write one 'latency' record (--kind) with "
+        "median and p90 latency, tokens/s, counted TPF and NFE (and acceptance length / draft forwards for "
+        "speculative rows). A row that cannot run here (vllm / sglang without CUDA, or a server that fails "
+        "to start) gets a 'not run: <reason>' record and exit code 0. Prints 'median_s=<x> p90_s=<x> "
+        "tokens_per_s=<x> tpf=<x>' last.",
     )
     add_engine_args(p, None)
-    p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
-    add_split_flag(p)
-    add_suite_file_flag(p, records_absence=True)
-    p.add_argument(
-        "--difficulty",
-        default="medium",
-        choices=SHORT_DIFFICULTIES,
-        help="TinyCode difficulty (default: medium)",
-    )
+    add_suite_flags(p, records_absence=True)
+    add_shared(p, "--difficulty")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N prompts (default: all)")
     add_warmup_flag(p, "requests")
     p.add_argument(
         "--ignore-eos",
         action="store_true",
-        help="speed runs: generate every request to "
-        "--max-new-tokens whatever the model emits (as serving benchmarks do; docs/metrics.md)",
+        help="speed runs: generate every request to --max-new-tokens whatever the model emits (as serving "
+        "benchmarks do; docs/metrics.md)",
     )
     p.add_argument("--system", default=None, help="table row name stored in the record (default: derived)")
     p.add_argument(
         "--kind",
         default="latency",
         choices=RECORD_KINDS,
-        help="record kind: latency (Tables 1 and 2; "
-        "default) or engine_bench (a serving stack's line of Table 3, timed by this protocol in its own "
-        "process)",
+        help="record kind: latency (Tables 1 and 2; default) or engine_bench (a serving stack's line of "
+        "Table 3, timed by this protocol in its own process)",
     )
-    p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
+    add_shared(p, "--out")
     add_progress_flag(p)
     p.set_defaults(func=run_bench_latency)
 
 
 def run_bench_latency(args) -> int:
     from orl.engines.base import EngineUnavailable
-    from orl.eval.latency_record import latency_lines, latency_record, not_run_latency_record
-    from orl.model.checkpoint import checkpoint_digest
+    from orl.eval.latency_record import (
+        latency_lines,
+        latency_record,
+        latency_settings,
+        not_run_latency_record,
+    )
     from orl.records import write_records
 
     problems = suite_problems(args, split=args.split, difficulty=args.difficulty, limit=args.limit)
     if isinstance(problems, str):  # a suite file that is absent: the table line says why
-        write_records(args.out, [suite_not_run(args, args.kind, problems)])
-        print(f"{args.suite}: not run: {problems}")
-        return 0
+        return write_suite_not_run(args, args.kind, problems)
     prompts = [problem["prompt"] for problem in problems]
-    extra = {
-        "max_new_tokens": args.max_new_tokens,
-        "device": args.device,
-        "draft": args.draft,
-        "draft_sha256": checkpoint_digest(args.draft) if args.draft else None,
-        "ignore_eos": args.ignore_eos,
-        "chat_template": args.chat,
-    }
+    extra = latency_settings(args.max_new_tokens, args.device, args.draft, args.ignore_eos, args.chat)
+    row = {"row_engine": args.engine, "suite": args.suite, "system": args.system, "extra": extra}
     chat = chat_renderer(args)
     try:
         engine = build_from_args(args)
@@ -93,25 +68,13 @@ def run_bench_latency(args) -> int:
             engine,
             [chat(p) for p in prompts] if chat else prompts,
             kind=args.kind,
-            row_engine=args.engine,
-            suite=args.suite,
-            system=args.system,
             max_new_tokens=args.max_new_tokens,
             warmup=args.warmup,
             progress=not args.no_progress,
-            extra=extra,
+            **row,
         )
     except EngineUnavailable as exc:  # cannot start here, or (a server) failed mid-run: the row says why
-        record = not_run_latency_record(
-            args.kind,
-            args.ckpt,
-            row_engine=args.engine,
-            reason=str(exc),
-            suite=args.suite,
-            n_problems=len(prompts),
-            system=args.system,
-            extra=extra,
-        )
+        record = not_run_latency_record(args.kind, args.ckpt, reason=str(exc), n_problems=len(prompts), **row)
         write_records(args.out, [record])
         print(f"{record['system']}: not run: {exc}")
         return 0

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from orl.commands.common import add_model_args, model_field, parse_device
+from orl.commands.common import model_field, parse_device
+from orl.commands.flags import add_model_args
 from orl.rows import PACKING, ROW
 from orl.train.config import PRESETS
 
@@ -12,10 +13,9 @@ def register(subparsers) -> None:
         "bench-replay",
         help="ORL replay train-step throughput with and without shared-context packing",
         description="Capture one ORL rollout batch from --init (N prompts x K rollouts, S states per "
-        "block), then "
-        "time replay updates (forward + backward) on the same states one per row with their own context, and "
-        "packed with a shared clean context per block; writes two 'train' records (extra.packing false/true) "
-        "with step_tokens_per_s.",
+        "block), then time replay updates (forward + backward) on the same states one per row with their "
+        "own context, and packed with a shared clean context per block; writes two 'train' records "
+        "(extra.packing false/true) with step_tokens_per_s.",
     )
     p.add_argument(
         "--preset", default="tiny", choices=PRESETS, help="training preset whose replay batches are timed"
@@ -36,9 +36,11 @@ def register(subparsers) -> None:
 
 
 def run_bench_replay(args) -> int:
-    from orl.records import make_record, write_records
+    from orl.model.checkpoint import load_checkpoint
+    from orl.records import write_records
     from orl.train.bench_replay import bench_replay
     from orl.train.config import load_preset
+    from orl.train.orl_record import replay_lines, replay_records
 
     preset = load_preset(args.preset)
     results = bench_replay(
@@ -49,34 +51,7 @@ def run_bench_replay(args) -> int:
         device=parse_device(args.device),
         rollouts_per_prompt=args.rollouts_per_prompt,
     )
-    from orl.model.checkpoint import load_checkpoint
-
     model = model_field(load_checkpoint(args.init))
-    records = [
-        make_record(
-            "train",
-            system=args.system,
-            engine="dlmrt",
-            model=model,
-            metrics={"step_tokens_per_s": r["step_tokens_per_s"], "step_time_s": r["step_time_s"]},
-            extra={
-                "packing": r["packing"],
-                "rows_per_step": r["rows"],
-                "padding_fraction": r["padding_fraction"],
-                "states_per_step": r["states"],
-                "rollouts_per_prompt": r["rollouts_per_prompt"],
-                "segments": r["segments"],
-                "input_tokens": r["input_tokens"],
-            },
-        )
-        for r in results
-    ]
-    write_records(args.out, records)
-    for r in results:
-        print(
-            f"packing={r['packing']}: {r['step_tokens_per_s']:.0f} real tokens/s, {r['step_time_s']:.3f} "
-            "s/step, "
-            f"padding {r['padding_fraction']:.1%}"
-        )
-    print(f"packing_speedup={results[1]['step_tokens_per_s'] / results[0]['step_tokens_per_s']:.3f}")
+    write_records(args.out, replay_records(results, system=args.system, model=model))
+    print("\n".join(replay_lines(results)))
     return 0

@@ -9,42 +9,33 @@ printed line is `floor_ratio=<dlmrt time per forward / bandwidth floor>`.
 
 from __future__ import annotations
 
-from orl.commands.common import (
-    add_model_args,
-    add_progress_flag,
-    add_warmup_flag,
-    parse_device,
-    parse_policy,
-    torch_dtype,
-)
-
-
-def _scale_engines() -> tuple[str, ...]:
-    """The block-diffusion decoders, and transformers' AR model of the same shapes."""
-    from orl.engines.registry import DIFFUSION_ENGINES
-
-    return (*DIFFUSION_ENGINES, "hf")
+from orl.commands.common import parse_device, parse_policy, torch_dtype
+from orl.commands.flags import add_model_args, add_progress_flag, add_warmup_flag
 
 
 def register(subparsers) -> None:
-    from orl.eval.scale import ARCHS
-    from orl.kernels.onednn import CPU_LINEARS
-
     p = subparsers.add_parser(
         "bench-scale",
         help="random-weight real-size model: time per forward against the bandwidth floor",
         description="Build a random-weight model with a real checkpoint's shapes (nothing downloaded) and "
-        "time it "
-        "at batch 1 on fixed-length generations in dlmrt (compiled / graph-captured and eager), the "
-        "reference "
-        "decoder and transformers' AR model of the same size. Writes one 'scale_bench' record per engine "
-        "with "
-        "time per forward, tokens/s, kernels per step and the floor (weight + KV bytes read per forward "
-        "over the "
-        "copy bandwidth measured in the same run); prints floor_ratio=<x> for the dlmrt row last. Speed "
-        "only: "
-        "random weights decode nonsense.",
+        "time it at batch 1 on fixed-length generations in dlmrt (compiled / graph-captured and eager), the "
+        "reference decoder and transformers' AR model of the same size. Writes one 'scale_bench' record per "
+        "engine with time per forward, tokens/s, kernels per step and the floor (weight + KV bytes read per "
+        "forward over the copy bandwidth measured in the same run); prints floor_ratio=<x> for the dlmrt "
+        "row last. Speed only: random weights decode nonsense.",
     )
+    _add_run_flags(p)
+    _add_engine_flags(p)
+    p.add_argument("--out", required=True, help="records file (.jsonl) to write")
+    add_model_args(p)
+    add_progress_flag(p)
+    p.set_defaults(func=run_bench_scale)
+
+
+def _add_run_flags(p) -> None:
+    """The architecture, the policy and the requests every engine decodes."""
+    from orl.eval.scale import ARCHS
+
     p.add_argument(
         "--arch", required=True, choices=sorted(ARCHS), help="architecture (shapes of the real config)"
     )
@@ -63,12 +54,18 @@ def register(subparsers) -> None:
     p.add_argument("--prompt-len", type=int, default=128, help="random prompt tokens per request")
     p.add_argument("--requests", type=int, default=2, help="timed requests per engine")
     add_warmup_flag(p, "requests per engine (compilation, capture)")
+
+
+def _add_engine_flags(p) -> None:
+    """Which engines run, how dlmrt's step and the machine's floor are measured."""
+    from orl.eval.scale_bench_run import SCALE_ENGINES
+    from orl.kernels.onednn import CPU_LINEARS
+
     p.add_argument(
         "--engines",
-        default=",".join(_scale_engines()),
-        help="comma-separated subset of "
-        f"{', '.join(_scale_engines())} (the reference decoder recomputes the whole context "
-        "every step: slow)",
+        default=",".join(SCALE_ENGINES),
+        help=f"comma-separated subset of {', '.join(SCALE_ENGINES)} (the reference decoder recomputes the "
+        "whole context every step: slow)",
     )
     p.add_argument("--repeats", type=int, default=20, help="chunk repetitions for dlmrt's step time")
     p.add_argument(
@@ -85,8 +82,8 @@ def register(subparsers) -> None:
         "--cpu-linear",
         choices=CPU_LINEARS,
         default="auto",
-        help="dlmrt's CPU matmuls: auto (default) times F.linear (MKL) and oneDNN on the model's shapes "
-        "and takes the faster; aten or onednn force one (kernels/onednn.py)",
+        help="dlmrt's CPU matmuls: auto (default) times F.linear (MKL) and oneDNN on the model's shapes and "
+        "takes the faster; aten or onednn force one (kernels/onednn.py)",
     )
     p.add_argument(
         "--profile", action="store_true", help="count the kernels (CUDA) / operators (CPU) per dlmrt step"
@@ -97,20 +94,13 @@ def register(subparsers) -> None:
         help="dlmrt without fused q/k/v and gate/up GEMMs (7 linears a layer, not 4): the A/B of "
         "orl/model/fusion.py (by default fused, except on the CPU when its linears go through MKL)",
     )
-    p.add_argument("--out", required=True, help="records file (.jsonl) to write")
-    add_model_args(p)
-    add_progress_flag(p)
-    p.set_defaults(func=run_bench_scale)
 
 
 def _check(args) -> list[str]:
     from orl.errors import InputError
+    from orl.eval.scale_bench_run import scale_engine_names
 
-    names = [n.strip() for n in args.engines.split(",") if n.strip()]
-    if not names or any(n not in _scale_engines() for n in names):
-        raise InputError(
-            f"--engines: unknown or empty {args.engines!r}; expected names from {', '.join(_scale_engines())}"
-        )
+    names = scale_engine_names(args.engines)
     for name in ("max_new_tokens", "prompt_len", "requests", "repeats", "copy_mb", "gemm_size"):
         if getattr(args, name) < 1:
             raise InputError(
@@ -122,61 +112,27 @@ def _check(args) -> list[str]:
 def run_bench_scale(args) -> int:
     import torch
 
-    from orl.eval.engine_bench import prepare_graph_profiling
-    from orl.eval.scale import random_checkpoint, random_prompts
-    from orl.eval.scale_bench import ScaleRun, machine_line, measure_machine, scale_line, scale_record
+    from orl.eval.scale_bench import ScaleRun
+    from orl.eval.scale_bench_run import ScaleSetup, floor_ratio_line, scale_bench_run
     from orl.records import write_records
 
     names = _check(args)
     device = parse_device(args.device)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    dtype = torch_dtype(args.dtype, device) or torch.float32
-    policy = parse_policy(args.policy)
-    ckpt = random_checkpoint(args.arch, device, dtype, args.block)
-    if args.profile:
-        prepare_graph_profiling(device)  # before any engine captures a CUDA graph
-    run = ScaleRun(
-        args.arch,
-        args.prompt_len,
-        args.max_new_tokens,
-        args.warmup,
-        args.repeats,
-        profile=args.profile,
-        progress=not args.no_progress,
+    setup = ScaleSetup(
+        args.block,
+        parse_policy(args.policy),
+        device,
+        torch_dtype(args.dtype, device) or torch.float32,
+        args.requests,
+        args.copy_mb,
+        args.gemm_size,
+        cpu_linear=args.cpu_linear,
+        fuse=False if args.no_fuse else None,
+        threads=args.threads,
     )
-    prompts = random_prompts(ckpt.model.config, args.requests, args.prompt_len)
-    machine = measure_machine(ckpt, run, dtype, copy_mb=args.copy_mb, gemm_size=args.gemm_size)
-    print(machine_line(args.arch, dtype, machine))
-    records = []
-    for name in names:
-        engine = _engine(name, ckpt, policy, args.cpu_linear, dtype, fuse=False if args.no_fuse else None)
-        records.append(scale_record(engine, prompts, run, machine, config=ckpt.model.config))
-        print(scale_line(records[-1]), flush=True)
-        del engine
+    timing = (args.arch, args.prompt_len, args.max_new_tokens, args.warmup, args.repeats)
+    run = ScaleRun(*timing, profile=args.profile, progress=not args.no_progress)
+    records = scale_bench_run(names, setup, run, report=lambda line: print(line, flush=True))
     write_records(args.out, records)
-    dlmrt = next(
-        (r["metrics"]["floor_ratio"] for name, r in zip(names, records, strict=True) if name == "dlmrt"), None
-    )
-    print(f"floor_ratio={dlmrt:.3f}" if dlmrt is not None else "floor_ratio=n/a (no dlmrt row)")
+    print(floor_ratio_line(names, records))
     return 0
-
-
-def _engine(name: str, ckpt, policy, cpu_linear: str, dtype, *, fuse: bool | None = None):
-    """The named engine on the random checkpoint, built by the registry; hf runs transformers' own AR model
-    of the same shapes."""
-    from orl.engines.dlmrt import DlmrtConfig
-    from orl.engines.registry import diffusion_engine, hf_engine_for_model
-    from orl.eval.scale import random_hf_causal_lm
-
-    if name == "hf":
-        model = random_hf_causal_lm(ckpt.model.config, ckpt.model.embedding.device, dtype)
-        return hf_engine_for_model(
-            model, ckpt.tokenizer, model_name=ckpt.config["orl_model_name"], ignore_eos=True
-        )
-    engine = diffusion_engine(
-        name, ckpt, policy=policy, ignore_eos=True, dlmrt_config=DlmrtConfig(cpu_linear=cpu_linear, fuse=fuse)
-    )
-    if name != "reference":
-        print(f"{engine.name}: linears through {engine.linear.describe()}", flush=True)
-    return engine

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from orl.commands.checks import positive_int
-from orl.commands.common import add_timeout_flag
+from orl.commands.flags import add_timeout_flag
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

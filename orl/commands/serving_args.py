@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from orl.commands.common import DTYPES
+from orl.commands.flags import DTYPES
 from orl.engines.serving import METHODS
 
 
@@ -19,11 +19,9 @@ def register(subparsers) -> None:
         "serving-args",
         help="print the keyword arguments a vllm / sglang row passes to its server (JSON)",
         description="Print, as JSON, what the harness passes to vllm.LLM(**kwargs) or "
-        "sglang.Engine(**kwargs) for one "
-        "row, the per-request sampling parameters, and (sglang dllm) the LowConfidence YAML it writes. "
-        "Imports "
-        "neither package. Keys: engine, method, constructor, checked_version, kwargs, sampling_params, "
-        "dllm_algorithm_config, notes.",
+        "sglang.Engine(**kwargs) for one row, the per-request sampling parameters, and (sglang dllm) the "
+        "LowConfidence YAML it writes. Imports neither package. Keys: engine, method, constructor, "
+        "checked_version, kwargs, sampling_params, dllm_algorithm_config, notes.",
     )
     p.add_argument("--engine", required=True, choices=list(METHODS), help="serving engine")
     p.add_argument(
@@ -43,6 +41,12 @@ def register(subparsers) -> None:
         default=None,
         help="dllm only: strict-threshold:T (SGLang's LowConfidence rule), or @FILE.json naming one",
     )
+    _add_call_flags(p)
+    p.set_defaults(func=run_serving_args)
+
+
+def _add_call_flags(p) -> None:
+    """The rest of the server's call and of each request's sampling parameters."""
     p.add_argument(
         "--dtype", default="auto", choices=DTYPES, help="the servers' dtype argument (default: auto)"
     )
@@ -55,9 +59,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--verification",
         default="strict",
-        help="strict, or relaxed:DELTA (sglang's speculative "
-        "methods: its acceptance thresholds, engines/sglang.py; vLLM has none) "
-        "(default: %(default)s)",
+        help="strict, or relaxed:DELTA (sglang's speculative methods: its acceptance thresholds, "
+        "engines/sglang.py; vLLM has none) (default: %(default)s)",
     )
     p.add_argument(
         "--max-new-tokens", type=int, default=64, help="budget shown in sampling_params (default: 64)"
@@ -70,12 +73,11 @@ def register(subparsers) -> None:
         default=None,
         help="dllm only: where to write the LowConfidence YAML that kwargs.dllm_algorithm_config names",
     )
-    p.set_defaults(func=run_serving_args)
 
 
 def run_serving_args(args) -> int:
+    from orl.commands.choice_files import verification_arg
     from orl.commands.common import parse_policy
-    from orl.commands.engine_args import verification_arg
     from orl.engines.registry import serving_call
     from orl.engines.serving import write_dllm_config
     from orl.errors import InputError

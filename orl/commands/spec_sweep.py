@@ -20,43 +20,42 @@ matching δ, else the most accurate. `--verification @FILE.json` reads it.
 
 from __future__ import annotations
 
+from orl.commands import flags
 from orl.commands.checks import parse_tokens, sweep_values
-from orl.commands.common import (
-    add_progress_flag,
-    add_split_flag,
-    add_suite_file_flag,
-    add_timeout_flag,
-    add_warmup_flag,
-    chat_renderer,
-)
+from orl.commands.common import chat_renderer, load_problems
 from orl.commands.engine_args import add_engine_args, build_from_args
 from orl.rows import RELAXED_TOLERANCE  # the page's relaxed comparison: within 0.5 points of ORL's accuracy
-from orl.tasks import SUITES
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "spec-sweep",
-        help="time a draft-model row at several num_speculative_tokens and choose the fastest, "
-        "or choose a relaxed row's delta at matched accuracy (--deltas)",
+        help="time a draft-model row at several num_speculative_tokens and choose the fastest, or choose a "
+        "relaxed row's delta at matched accuracy (--deltas)",
         description="For each k of --tokens, build the engine with --num-speculative-tokens k, run the "
-        "latency "
-        "protocol over the suite's first --limit prompts and keep tokens/s, latency and the acceptance "
-        "length; "
-        "check that every k decodes identical tokens (strict verification is lossless); write the fastest k "
-        "and every point as JSON (--out). Prints 'num_speculative_tokens=<k>' last. With --deltas instead: "
-        "for each delta, --verification relaxed:delta, pass@1 and acceptance length on the first --limit "
-        "problems; the chosen delta is the fastest (acceptance length) whose pass@1 matches --reference "
-        "within --tolerance and is not shown worse by the paired test (else the most accurate); prints "
-        "'verification=relaxed:<delta>' last.",
+        "latency protocol over the suite's first --limit prompts and keep tokens/s, latency and the "
+        "acceptance length; check that every k decodes identical tokens (strict verification is lossless); "
+        "write the fastest k and every point as JSON (--out). Prints 'num_speculative_tokens=<k>' last. "
+        "With --deltas instead: for each delta, --verification relaxed:delta, pass@1 and acceptance length "
+        "on the first --limit problems; the chosen delta is the fastest (acceptance length) whose pass@1 "
+        "matches --reference within --tolerance and is not shown worse by the paired test (else the most "
+        "accurate); prints 'verification=relaxed:<delta>' last.",
     )
     add_engine_args(p, None)
-    p.add_argument("--suite", default="tinycode", choices=SUITES, help="prompt suite")
-    add_split_flag(p)
-    add_suite_file_flag(p)
+    flags.add_suite_flags(p)
     p.add_argument("--difficulty", default="medium", help="TinyCode difficulty (default: medium)")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
-    add_warmup_flag(p, "requests per k")
+    flags.add_warmup_flag(p, "requests per k")
+    _add_grid_flags(p)
+    flags.add_timeout_flag(p)
+    p.add_argument("--system", default=None, help="the row's display name, stored in the output")
+    p.add_argument("--out", required=True, help="JSON file to write")
+    flags.add_progress_flag(p)
+    p.set_defaults(func=run_spec_sweep)
+
+
+def _add_grid_flags(p) -> None:
+    """What is swept (--tokens, or --deltas matched to --reference within --tolerance)."""
     grid = p.add_mutually_exclusive_group(required=True)
     grid.add_argument("--tokens", help="the k to try, comma-separated (e.g. 2,3,4,5,6)")
     grid.add_argument(
@@ -71,22 +70,15 @@ def register(subparsers) -> None:
         "--tolerance",
         type=float,
         default=RELAXED_TOLERANCE,
-        help="--deltas: pass@1 tolerance "
-        "(default: %(default)s = half a point, the page's relaxed comparison)",
+        help="--deltas: pass@1 tolerance (default: %(default)s = half a point, the page's relaxed "
+        "comparison)",
     )
-    add_timeout_flag(p)
-    p.add_argument("--system", default=None, help="the row's display name, stored in the output")
-    p.add_argument("--out", required=True, help="JSON file to write")
-    add_progress_flag(p)
-    p.set_defaults(func=run_spec_sweep)
 
 
 def run_spec_sweep(args) -> int:
-    from orl.engines.base import EngineUnavailable
     from orl.errors import InputError
-    from orl.eval.speculative import choose, spec_point
+    from orl.eval.speculative import token_sweep
     from orl.io import atomic_write_json
-    from orl.tasks import load_suite
 
     if args.num_speculative_tokens is not None:
         raise InputError("--num-speculative-tokens: spec-sweep sets it from --tokens")
@@ -100,58 +92,27 @@ def run_spec_sweep(args) -> int:
         raise InputError(
             "--reference: only a --deltas sweep is matched to a reference (strict k are lossless)"
         )
-    tokens = parse_tokens(args.tokens)
-    problems = load_suite(
-        args.suite, split=args.split, path=args.suite_file, difficulty=args.difficulty, limit=args.limit
-    )
+    tokens, problems = parse_tokens(args.tokens), load_problems(args)
     chat = chat_renderer(args)
     prompts = [chat(p["prompt"]) if chat else p["prompt"] for p in problems]
-    points, failed, info = [], [], None
-    for k in tokens:
+
+    def build(k: int):
         args.num_speculative_tokens = str(k)
-        try:
-            point, info = spec_point(
-                build_from_args(args),
-                prompts,
-                k,
-                max_new_tokens=args.max_new_tokens,
-                warmup=args.warmup,
-                progress=not args.no_progress,
-            )
-        except EngineUnavailable as exc:  # e.g. a method vLLM's CPU build cannot run: kept as a failed point
-            failed.append({"num_speculative_tokens": k, "not_run": str(exc)})
-            print(f"k={k}: not run: {exc}")
-            continue
-        points.append(point)
-        print(
-            f"k={k}: {point['tokens_per_s']:.1f} tokens/s, acceptance length "
-            f"{point['acceptance_length'] or float('nan'):.3f}"
-        )
-    sweep = {"system": args.system, "engine": info.name if info else args.engine, "method": args.method,
-             "suite": args.suite, "n_problems": len(prompts), "max_new_tokens": args.max_new_tokens,
-             "device": info.device if info else args.device}  # fmt: skip
-    # k is chosen on these prompts (`split`): the dev split's, for a choice measured on test.
-    if not points:  # no k ran: the rows reading this choice are "not run" for the same reason
-        atomic_write_json(args.out, {**sweep, "num_speculative_tokens": None, "not_run": failed[0]["not_run"],
-                                     "points": failed, "split": args.split})  # fmt: skip
-        print(f"not run: {failed[0]['not_run']}")
-        return 0
-    best = choose(points)
-    identical = len({point["tokens_sha256"] for point in points}) == 1
-    atomic_write_json(
-        args.out,
-        {
-            **sweep,
-            "num_speculative_tokens": best["num_speculative_tokens"],
-            "chosen_by": "tokens_per_s",
-            "identical_tokens": identical,
-            "points": points + failed,
-            "split": args.split,
-        },
+        return build_from_args(args)
+
+    progress = not args.no_progress
+    sweep = token_sweep(
+        build, tokens, prompts, max_new_tokens=args.max_new_tokens, warmup=args.warmup, progress=progress
     )
-    if not identical:
+    # k is chosen on these prompts: the dev split's, for a choice measured on test
+    row = {"system": args.system, "method": args.method, "suite": args.suite, "split": args.split}
+    atomic_write_json(args.out, {**row, "engine": args.engine, "device": args.device, **sweep})
+    if sweep["num_speculative_tokens"] is None:  # no k ran: the rows reading this choice say why
+        print(f"not run: {sweep['not_run']}")
+        return 0
+    if not sweep["identical_tokens"]:
         print("warning: the completions differ between k (strict verification should be lossless)")
-    print(f"num_speculative_tokens={best['num_speculative_tokens']}")
+    print(f"num_speculative_tokens={sweep['num_speculative_tokens']}")
     return 0
 
 
@@ -160,10 +121,8 @@ def run_delta_sweep(args) -> int:
     docstring)."""
     from orl.decoding.verify import Verification
     from orl.errors import InputError
-    from orl.eval.speculative import delta_sweep
+    from orl.eval.speculative import delta_sweep, reference_record
     from orl.io import atomic_write_json
-    from orl.records import load_records
-    from orl.tasks import load_suite
 
     if args.verification != "strict":
         raise InputError("--verification: spec-sweep --deltas sets it from --deltas")
@@ -171,45 +130,21 @@ def run_delta_sweep(args) -> int:
         raise InputError("--reference: a --deltas sweep matches pass@1 to a reference quality record (ORL's)")
     if not 0 <= args.tolerance <= 1:
         raise InputError(f"--tolerance: expected a pass@1 difference in [0, 1], got {args.tolerance}")
-    measured = [
-        r for r in load_records(args.reference) if r["kind"] == "quality" and r["status"] == "measured"
-    ]
-    if not measured:
-        raise InputError(f"{args.reference}: no measured quality record to match")
+    reference = reference_record(args.reference)
     rules = [Verification.checked("relaxed", delta, "--deltas") for delta in args.deltas]  # all checked first
-    problems = load_suite(
-        args.suite, split=args.split, path=args.suite_file, difficulty=args.difficulty, limit=args.limit
-    )
+    problems = load_problems(args)
 
     def build(rule):
         args.verification = str(rule)
         return build_from_args(args)
 
-    sweep = delta_sweep(
-        build,
-        rules,
-        problems,
-        max(measured, key=lambda r: r["created"]),
-        args.reference,
-        args.tolerance,
-        max_new_tokens=args.max_new_tokens,
-        progress=not args.no_progress,
-        chat=chat_renderer(args),
-        timeout_s=args.timeout,
-    )
+    budget = {"max_new_tokens": args.max_new_tokens, "timeout_s": args.timeout}
+    options = {"progress": not args.no_progress, "chat": chat_renderer(args), **budget}
+    sweep = delta_sweep(build, rules, problems, reference, args.reference, args.tolerance, **options)
     matched, why = sweep.pop("matched"), sweep.pop("why")
     # δ is chosen on these problems: the dev split's, for a choice measured on test.
-    atomic_write_json(
-        args.out,
-        {
-            "system": args.system,
-            "method": args.method,
-            "suite": args.suite,
-            "max_new_tokens": args.max_new_tokens,
-            **sweep,
-            "split": args.split,
-        },
-    )
+    row = {"system": args.system, "method": args.method, "suite": args.suite}
+    atomic_write_json(args.out, {**row, "max_new_tokens": args.max_new_tokens, **sweep, "split": args.split})
     status = "matched" if matched else "NOT matched (most accurate point used)"
     print(f"{status}: {why}" + (f"; {sweep['edge_note']}" if sweep["edge_note"] else ""))
     print(f"verification={sweep['verification']}")

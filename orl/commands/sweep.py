@@ -3,48 +3,52 @@ pass@1 and TPF per value, and its AUP."""
 
 from __future__ import annotations
 
-from orl.commands.checks import out_file, positive_int, sweep_values
+from orl.commands import flags
+from orl.commands.checks import sweep_values
 from orl.commands.common import (
-    add_chat_flag,
-    add_model_args,
-    add_progress_flag,
-    add_split_flag,
-    add_suite_file_flag,
     chat_renderer,
     compile_notice,
     model_field,
     parse_device,
-    suite_not_run,
     suite_problems,
     torch_dtype,
+    write_suite_not_run,
 )
-from orl.commands.engine_args import add_block_size_flag
-from orl.tasks import SUITES
 
 
 def register(subparsers) -> None:
-    from orl.engines.registry import DIFFUSION_ENGINES
-
     p = subparsers.add_parser(
         "sweep",
         help="threshold sweep through dlmrt: pass@1 and TPF per τ, plus AUP",
         description="Evaluate threshold(τ) decoding for each τ on a suite; writes one 'sweep' record per τ "
         "(pass@1, TPF, tokens/s, per-problem outcomes) and one 'aup' record (d3LLM's AUP with this sweep's "
-        "own "
-        "y_max, its points and how many it dropped; tables recompute it with their y_max), and prints one "
-        "line "
-        "per τ and aup= last.",
+        "own y_max, its points and how many it dropped; tables recompute it with their y_max), and prints "
+        "one line per τ and aup= last.",
     )
     p.add_argument("--ckpt", required=True, help="block-diffusion checkpoint")
-    p.add_argument("--suite", default="tinycode", choices=SUITES, help="task suite")
-    add_split_flag(p)
-    add_suite_file_flag(p, records_absence=True)
+    flags.add_suite_flags(p, "task suite", records_absence=True)
+    _add_sweep_flags(p)
+    flags.add_shared(p, "--limit", "--max-new-tokens")
+    p.add_argument("--system", default=None, help="table row name stored in the records")
+    _add_reference_flags(p)
+    flags.add_shared(p, "--out")
+    flags.add_block_size_flag(p)
+    flags.add_chat_flag(p)
+    flags.add_model_args(p)
+    flags.add_progress_flag(p)
+    p.set_defaults(func=run_sweep)
+
+
+def _add_sweep_flags(p) -> None:
+    """What is swept (a policy's parameter, over --values), and through which engine."""
+    from orl.engines.registry import DIFFUSION_ENGINES
+
     p.add_argument(
         "--policy",
         default="threshold",
         metavar="NAME",
-        help="the commit policy (a name of orl/decoding/policy.py's RULES) whose parameter the sweep "
-        "varies (default: %(default)s)",
+        help="the commit policy (a name of orl/decoding/policy.py's RULES) whose parameter the sweep varies "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--thresholds",
@@ -52,8 +56,8 @@ def register(subparsers) -> None:
         dest="values",
         default="0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.95",
         type=sweep_values,
-        help="comma-separated values of the policy's parameter, for the thresholds "
-        "τ in (0, 1] (default: %(default)s)",
+        help="comma-separated values of the policy's parameter, for the thresholds τ in (0, 1] (default: "
+        "%(default)s)",
     )
     p.add_argument(
         "--engine",
@@ -61,11 +65,10 @@ def register(subparsers) -> None:
         choices=DIFFUSION_ENGINES,
         help="dLLM engine (compiled dlmrt is the speed default; on a CPU it compiles first)",
     )
-    p.add_argument(
-        "--limit", type=positive_int, default=None, help="only the first N problems (default: all)"
-    )
-    p.add_argument("--max-new-tokens", type=positive_int, default=64, help="generation budget (default: 64)")
-    p.add_argument("--system", default=None, help="table row name stored in the records")
+
+
+def _add_reference_flags(p) -> None:
+    """--reference and --tolerance: the matched-accuracy point that extends the grid below its edge."""
     p.add_argument(
         "--reference",
         default=None,
@@ -80,12 +83,6 @@ def register(subparsers) -> None:
         default=0.01,
         help="pass@1 tolerance of the matching that --reference extends by (default: %(default)s)",
     )
-    p.add_argument("--out", required=True, type=out_file, help="records file (.jsonl) to write")
-    add_block_size_flag(p)
-    add_chat_flag(p)
-    add_model_args(p)
-    add_progress_flag(p)
-    p.set_defaults(func=run_sweep)
 
 
 def run_sweep(args) -> int:
@@ -95,11 +92,11 @@ def run_sweep(args) -> int:
     from orl.eval.sweep import (
         SweepPoint,
         aup_line,
-        aup_record,
         point_line,
         run_sweep,
         sweep_policies,
         sweep_record,
+        sweep_records,
     )
     from orl.model.checkpoint import load_checkpoint
     from orl.records import write_records
@@ -110,9 +107,7 @@ def run_sweep(args) -> int:
     )
     problems = suite_problems(args, split=args.split, limit=args.limit)
     if isinstance(problems, str):  # a suite file that is absent: the table line says why
-        write_records(args.out, [suite_not_run(args, "sweep", problems)])
-        print(f"{args.suite}: not run: {problems}")
-        return 0
+        return write_suite_not_run(args, "sweep", problems)
     reference = read_reference(args.reference) if args.reference else None
     if reference is not None:
         check_same_problems([{"suite": args.suite, "split": args.split}], reference, "--suite/--split",
@@ -144,7 +139,7 @@ def run_sweep(args) -> int:
     if reference is not None:
         points += extend_grid(points, measure, lambda p: sweep_record(p, **row, chat_template=args.chat),
                               reference, args)  # fmt: skip
-    records = [sweep_record(p, **row, chat_template=args.chat) for p in points] + [aup_record(points, **row)]
+    records = sweep_records(points, chat_template=args.chat, **row)
     write_records(args.out, records)
     print(aup_line(records[-1]))
     return 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from orl.commands.common import add_model_args, add_progress_flag, parse_device
+from orl.commands.common import parse_device
+from orl.commands.flags import add_model_args, add_progress_flag
 from orl.kernels.onednn import CPU_LINEARS
 from orl.train.config import PRESETS
 

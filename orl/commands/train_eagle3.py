@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typing
 
-from orl.commands.common import add_progress_flag
+from orl.commands.flags import add_progress_flag
 from orl.train.config import PRESETS, Eagle3TrainConfig
 
 # Flag help per preset field (the default shown is the preset's).

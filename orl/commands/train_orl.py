@@ -4,26 +4,33 @@ from __future__ import annotations
 
 import sys
 
-from orl.commands.common import add_model_args, add_progress_flag, model_field, parse_device
+from orl.commands.common import model_field, parse_device
+from orl.commands.flags import add_model_args, add_progress_flag
 from orl.commands.train_ar import add_cpu_linear_flag
 from orl.train.config import PRESETS
 
-ROLLOUT_ENGINES = ("recompute", "dlmrt", "dlmrt-eager")
-
 
 def register(subparsers) -> None:
-    from orl.train.orl import ABLATIONS
-
     p = subparsers.add_parser(
         "train-orl",
         help="ORL post-training of a block-diffusion checkpoint (or one of its ablations)",
         description="On-policy residual learning (docs/method.md §3, version 2): K rollouts per prompt of "
-        "the current "
-        "model with its residual adapter, verified trajectories only, replay of S states per block with "
-        "gated CE, "
-        "a capped KL anchor to the initial model and AEC, one update per rollout batch. --ablation selects a "
-        "Table 5 variant.",
+        "the current model with its residual adapter, verified trajectories only, replay of S states per "
+        "block with gated CE, a capped KL anchor to the initial model and AEC, one update per rollout "
+        "batch. --ablation selects a Table 5 variant.",
     )
+    _add_run_flags(p)
+    _add_record_flags(p)
+    add_cpu_linear_flag(p)
+    add_model_args(p, dtype=False)
+    add_progress_flag(p)
+    p.set_defaults(func=run_train_orl)
+
+
+def _add_run_flags(p) -> None:
+    """What is trained, from what, where to."""
+    from orl.train.orl_variants import ABLATIONS
+
     p.add_argument("--preset", default="tiny", choices=PRESETS, help="training preset (default: tiny)")
     p.add_argument("--config", default=None, help="YAML overriding preset fields (section orl: ...)")
     p.add_argument(
@@ -37,53 +44,39 @@ def register(subparsers) -> None:
         "--seed",
         type=int,
         default=None,
-        help="the ORL stage's seed: rollout prompt slices, replay "
-        "batches, torch's generator (default: the preset's orl.seed); part of the resume check and "
-        "written to the record (extra.seed)",
+        help="the ORL stage's seed: rollout prompt slices, replay batches, torch's generator (default: the "
+        "preset's orl.seed); part of the resume check and written to the record (extra.seed)",
     )
+
+
+def _add_record_flags(p) -> None:
+    """The record, the sandbox of the rewards and the rollout decoder."""
+    from orl.train.orl_rollouts import ROLLOUT_ENGINES
+
     p.add_argument("--record", default=None, help="also write a 'train' record (.jsonl) with cost figures")
     p.add_argument("--system", default=None, help="table row name for the record")
     p.add_argument(
         "--isolation",
         default=None,
         choices=["bwrap", "fallback"],
-        help="sandbox of the rollout rewards (default: the preset's orl.isolation, bwrap; "
-        "fallback: the weaker sandbox, named in the summary and the record)",
+        help="sandbox of the rollout rewards (default: the preset's orl.isolation, bwrap; fallback: the "
+        "weaker sandbox, named in the summary and the record)",
     )
     p.add_argument(
         "--rollout-engine",
         default="recompute",
         choices=ROLLOUT_ENGINES,
         help="what decodes the rollouts: recompute (default: the batch together, full recompute, replay "
-        "reproduces its logits exactly), dlmrt (the KV-cache engine, compiled / graph-captured, one "
-        "prompt at a time: for GPUs) or dlmrt-eager; written to the record (extra.rollout_engine) "
-        "and, when not recompute, part of the resume check",
-    )
-    add_cpu_linear_flag(p)
-    add_model_args(p, dtype=False)
-    add_progress_flag(p)
-    p.set_defaults(func=run_train_orl)
-
-
-def make_rollout(engine: str, init):
-    """The rollout decoder `--rollout-engine` names (orl.decoding.rollout.Rollout)."""
-    from orl.decoding.rollout import RecomputeRollout
-
-    if engine == "recompute":
-        return RecomputeRollout()
-    from orl.engines.dlmrt.rollout import DlmrtRollout
-
-    return DlmrtRollout(
-        init.tokenizer, mode="eager" if engine == "dlmrt-eager" else None, where=init.path / "config.json"
+        "reproduces its logits exactly), dlmrt (the KV-cache engine, compiled / graph-captured, one prompt "
+        "at a time: for GPUs) or dlmrt-eager; written to the record (extra.rollout_engine) and, when not "
+        "recompute, part of the resume check",
     )
 
 
 def run_train_orl(args) -> int:
     from orl.train.config import check_training_counts, load_preset
-    from orl.train.distributed import training_world
     from orl.train.loop import is_finished
-    from orl.train.orl import check_init, train_orl
-    from orl.train.orl_record import summary_lines
+    from orl.train.orl_record import read_summary, summary_lines
 
     orl_overrides = {
         **({"isolation": args.isolation} if args.isolation else {}),
@@ -95,26 +88,9 @@ def run_train_orl(args) -> int:
     if is_finished(args.out) and not args.record:
         print(f"{args.out}: already trained (delete it to retrain)")
         return 0
-    if is_finished(args.out):
-        import json
-        from pathlib import Path
-
-        summary = json.loads((Path(args.out) / "train_summary.json").read_text())
-    else:
-        with training_world(device) as world:
-            init = check_init(args.init, preset, world.device)  # loaded once, on this rank's device
-            summary = train_orl(
-                preset,
-                init,
-                args.out,
-                ablation=args.ablation,
-                world=world,
-                progress=not args.no_progress,
-                rollout=make_rollout(args.rollout_engine, init),
-                cpu_linear=args.cpu_linear,
-            )
-        if not world.main:
-            return 0  # rank 0 reports and writes the record
+    summary = read_summary(args.out) if is_finished(args.out) else _train(args, preset, device)
+    if summary is None:
+        return 0  # rank 0 reports and writes the record
     done, warning = summary_lines(summary, args.out)
     print(done)
     if warning:
@@ -122,6 +98,27 @@ def run_train_orl(args) -> int:
     if args.record:
         _write_record(args, summary, preset)
     return 0
+
+
+def _train(args, preset, device: str) -> dict | None:
+    """Train in the training world (torchrun's ranks, or this process); the summary on rank 0, else None."""
+    from orl.train.distributed import training_world
+    from orl.train.orl import check_init, train_orl
+    from orl.train.orl_rollouts import rollout_decoder
+
+    with training_world(device) as world:
+        init = check_init(args.init, preset, world.device)  # loaded once, on this rank's device
+        summary = train_orl(
+            preset,
+            init,
+            args.out,
+            ablation=args.ablation,
+            world=world,
+            progress=not args.no_progress,
+            rollout=rollout_decoder(args.rollout_engine, init),
+            cpu_linear=args.cpu_linear,
+        )
+    return summary if world.main else None
 
 
 def _write_record(args, summary: dict, preset) -> None:

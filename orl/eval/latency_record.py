@@ -121,3 +121,21 @@ def not_run_latency_record(
         extra=extra,
         model=model,
     )
+
+
+def latency_settings(
+    max_new_tokens: int, device: str, draft: str | None, ignore_eos: bool, chat_template: bool
+) -> dict:
+    """The caller's settings a latency record carries in `extra` (latency_record completes them with the
+    run's own): the budget, the device asked for, the draft checkpoint and its digest, the end token ignored
+    or not, the chat template used or not."""
+    from orl.model.checkpoint import checkpoint_digest
+
+    return {
+        "max_new_tokens": max_new_tokens,
+        "device": device,
+        "draft": draft,
+        "draft_sha256": checkpoint_digest(draft) if draft else None,
+        "ignore_eos": ignore_eos,
+        "chat_template": chat_template,
+    }

@@ -12,7 +12,8 @@ import hashlib
 from collections.abc import Callable, Sequence
 
 from orl.decoding.verify import Verification
-from orl.engines.base import Engine, EngineInfo, Generation
+from orl.engines.base import Engine, EngineInfo, EngineUnavailable, Generation
+from orl.errors import InputError
 from orl.eval.operating_point import (
     Candidate,
     OperatingPoint,
@@ -21,6 +22,7 @@ from orl.eval.operating_point import (
     outcomes,
 )
 from orl.eval.quality import evaluate_quality
+from orl.records import load_records
 
 
 def acceptance_length(generations: Sequence[Generation]) -> float | None:
@@ -101,6 +103,52 @@ def choose(points: list[dict]) -> dict:
     return max(points, key=lambda point: (point["tokens_per_s"], -point["num_speculative_tokens"]))
 
 
+def token_sweep(
+    build: Callable[[int], Engine],
+    tokens: Sequence[int],
+    prompts: Sequence[str],
+    *,
+    max_new_tokens: int,
+    warmup: int,
+    progress: bool = True,
+) -> dict:
+    """`orl spec-sweep --tokens`: a draft-model row timed at every k of `tokens` over the same `prompts`
+    (an engine built per k by `build`, closed before the next), and the fastest k; the choice document
+    `--num-speculative-tokens @FILE.json` reads, with every point and whether every k decoded the same
+    tokens (strict verification is lossless).
+
+    A k whose engine is unavailable (a method vLLM's CPU build cannot run) is kept as a failed point; when
+    no k ran, the document has `num_speculative_tokens: None` and the first failure as `not_run`, which the
+    rows reading it report (and no `engine` / `device`: the caller names what it asked for)."""
+    points, failed, info = [], [], None
+    for k in tokens:
+        try:
+            point, info = spec_point(
+                build(k), prompts, k, max_new_tokens=max_new_tokens, warmup=warmup, progress=progress
+            )
+        except EngineUnavailable as exc:
+            failed.append({"num_speculative_tokens": k, "not_run": str(exc)})
+            print(f"k={k}: not run: {exc}")
+            continue
+        points.append(point)
+        print(
+            f"k={k}: {point['tokens_per_s']:.1f} tokens/s, acceptance length "
+            f"{point['acceptance_length'] or float('nan'):.3f}"
+        )
+    run = {"n_problems": len(prompts), "max_new_tokens": max_new_tokens}
+    if not points:
+        return {**run, "num_speculative_tokens": None, "not_run": failed[0]["not_run"], "points": failed}
+    return {
+        **run,
+        "engine": info.name,
+        "device": info.device,
+        "num_speculative_tokens": choose(points)["num_speculative_tokens"],
+        "chosen_by": "tokens_per_s",
+        "identical_tokens": len({point["tokens_sha256"] for point in points}) == 1,
+        "points": points + failed,
+    }
+
+
 def delta_point(
     engine: Engine,
     verification: Verification,
@@ -155,6 +203,14 @@ def choose_delta(points: Sequence[dict], reference: dict, where: str, tolerance:
         for p in points
     ]
     return choose_operating_point(candidates, outcomes(reference, where), tolerance)
+
+
+def reference_record(path: str) -> dict:
+    """The latest measured quality record in `path`: the system a --deltas sweep matches (ORL's)."""
+    measured = [r for r in load_records(path) if r["kind"] == "quality" and r["status"] == "measured"]
+    if not measured:
+        raise InputError(f"{path}: no measured quality record to match")
+    return max(measured, key=lambda r: r["created"])
 
 
 def pass_on(record: dict, problems: Sequence[dict]) -> float | None:

@@ -149,3 +149,9 @@ def point_line(point: SweepPoint) -> str:
         f"{point.policy.parameter}={point.policy.value:g} pass@1={r.pass_at_1:.4f} tpf={r.tpf:.3f} "
         f"tokens_per_s={point.tokens_per_s or 0:.1f}"
     )
+
+
+def sweep_records(points: Sequence[SweepPoint], *, chat_template: bool, **row) -> list[dict]:
+    """What `orl sweep` writes: one `sweep` record per point, then the sweep's `aup` record; `row` is the
+    system, engine, model block, suite, split and number of problems they share."""
+    return [sweep_record(p, **row, chat_template=chat_template) for p in points] + [aup_record(points, **row)]

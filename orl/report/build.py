@@ -12,7 +12,8 @@ from pathlib import Path
 from orl.records import load_record_tree
 from orl.records.submit import DEFAULT_HARDWARE_ROOT
 from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims, load_notes
-from orl.report.figures import table_aups, write_figures
+from orl.report.figure_accuracy import table_aups
+from orl.report.figures import write_figures
 from orl.report.index import write_index
 from orl.report.render import write_table
 from orl.report.tables import TABLE_IDS, build_table, build_table2

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from orl.io import atomic_write_text
 from orl.report.attach import TABLE_TITLES
+from orl.report.caveats import GENERAL_CAVEATS
 from orl.report.figures import FIGURES, figure_paths
-from orl.report.render import GENERAL_CAVEATS, table_paths
+from orl.report.render import table_paths
 
 
 def _status_counts(csv_path: Path) -> str:

@@ -2,7 +2,7 @@
 
 Runs inside the sandbox (joined into the in-sandbox programs by orl/sandbox/stub.py):
 standard library only. The harness describes what to do in the job's "confine" spec
-(orl/sandbox/runner.py builds it):
+(orl/sandbox/sides.py builds it):
 
 ``mode = "bwrap"``
     bwrap already made the namespaces and the filesystem view; only the privilege drop

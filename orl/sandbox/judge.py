@@ -55,7 +55,7 @@ from .wire import NotPlainData, WireError, receive, send
 CONTROL_FLOW = (StopIteration, StopAsyncIteration)
 TEXT_CHARS = 300  # of a failure's description
 RESULT_CHARS = 1000  # of the verdict's result, once escaped
-VERDICT_BYTES = 4096  # the largest verdict frame; the harness reads no more (runner.VERDICT_CAP)
+VERDICT_BYTES = 4096  # the largest verdict frame; the harness reads no more (verdict.VERDICT_CAP)
 
 
 class CandidateFailure(BaseException):

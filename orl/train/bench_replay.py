@@ -25,7 +25,7 @@ from orl.model.checkpoint import load_checkpoint
 from orl.timing import synchronizer, timed
 from orl.train.config import TrainPreset
 from orl.train.losses import aec_parts, gate_split, masked_ce_terms, mean
-from orl.train.orl import rollout_groups, rollout_prompts, sample_seed, select_states
+from orl.train.orl_rollouts import rollout_groups, rollout_prompts, sample_seed, select_states
 from orl.train.replay import context_groups, packed_layout, padded_layout, replay_logits
 
 

@@ -1,6 +1,10 @@
-"""The `train` record of an ORL run, from its train_summary.json (Table 5 reads its cost and its settings)."""
+"""The `train` record of an ORL run, from its train_summary.json (Table 5 reads its cost and its
+settings), and `orl bench-replay`'s two `train` records of the replay step with and without packing."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 from orl.records import make_record
 
@@ -101,3 +105,42 @@ def summary_lines(summary: dict, out: str) -> tuple[str, str | None]:
             else "; ORL trained on nothing of its own"
         )
     )
+
+
+def read_summary(out_dir: str | Path) -> dict:
+    """A finished run's OUT/train_summary.json (what `orl train-orl --record` reports on a trained folder)."""
+    return json.loads((Path(out_dir) / "train_summary.json").read_text())
+
+
+def replay_records(results: list[dict], *, system: str, model: dict) -> list[dict]:
+    """`orl bench-replay`'s two `train` records (orl/train/bench_replay.py's results: unpacked, packed), the
+    replay step's tokens/s and time with the layout's figures."""
+    return [
+        make_record(
+            "train",
+            system=system,
+            engine="dlmrt",
+            model=model,
+            metrics={"step_tokens_per_s": r["step_tokens_per_s"], "step_time_s": r["step_time_s"]},
+            extra={
+                "packing": r["packing"],
+                "rows_per_step": r["rows"],
+                "padding_fraction": r["padding_fraction"],
+                "states_per_step": r["states"],
+                "rollouts_per_prompt": r["rollouts_per_prompt"],
+                "segments": r["segments"],
+                "input_tokens": r["input_tokens"],
+            },
+        )
+        for r in results
+    ]
+
+
+def replay_lines(results: list[dict]) -> list[str]:
+    """What `orl bench-replay` prints: each layout's tokens/s, step time and padding, then
+    `packing_speedup=<x>` last."""
+    return [
+        f"packing={r['packing']}: {r['step_tokens_per_s']:.0f} real tokens/s, {r['step_time_s']:.3f} s/step, "
+        f"padding {r['padding_fraction']:.1%}"
+        for r in results
+    ] + [f"packing_speedup={results[1]['step_tokens_per_s'] / results[0]['step_tokens_per_s']:.3f}"]
