@@ -73,10 +73,11 @@ NEEDS_VLLM = "needs CUDA and vllm"
 NEEDS_SGLANG = "needs CUDA and sglang"
 # The paper's relaxed verification accepts a drafted token the target ranks close to its own choice (the
 # page: accuracy within 0.5 points of ORL's). Ours (orl/decoding/verify.py) runs in hf-assisted, dflash and,
-# through SGLang's own thresholds, the SGLang rows; vLLM has no such rule (engines/serving.py).
+# through SGLang's own thresholds, the SGLang rows; vLLM has no such rule (orl/engines/serving.py).
 NEEDS_RELAXED = VLLM_NO_RELAXED
 VERIFICATIONS = ("strict", "relaxed")
-RELAXED_ENGINES = ("hf-assisted", "dflash")  # our own speculative engines (engines/hf.py, engines/dflash.py)
+# Our own speculative engines (orl/engines/hf.py, orl/engines/dflash.py).
+RELAXED_ENGINES = ("hf-assisted", "dflash")
 # A relaxed row's δ: the fastest point of this grid whose pass@1 matches RELAXED_REFERENCE's (ORL's own row)
 # within RELAXED_TOLERANCE (the page's relaxed comparison: 0.5 points); `orl spec-sweep --deltas`.
 RELAXED_DELTAS = (1.0, 0.9, 0.7, 0.5, 0.3, 0.1)
@@ -121,7 +122,7 @@ class Row:
     engine: str  # the `orl ... --engine` it runs on ("dlmrt", "hf", "vllm", ...)
     ckpt: str | None = None  # checkpoint key (CHECKPOINTS or orl-<ablation>): the model, or the AR target
     draft: str | None = None  # checkpoint key of the draft model / drafter / EAGLE-3 head
-    method: str | None = None  # vllm / sglang: the serving method (engines/serving.py METHODS), from the row
+    method: str | None = None  # vllm / sglang: the serving method (orl/engines/serving.py METHODS)
     point: str | None = None  # key of the swept row whose operating point (threshold) it decodes at
     policy: str | None = None  # a fixed commit policy instead ("fixed:1")
     sweep: bool = (

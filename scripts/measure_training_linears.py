@@ -3,7 +3,7 @@
 Runs `orl train-ar` and `orl convert` for a few steps with `--cpu-linear aten` and `--cpu-linear onednn`
 in turn (A, B, A, B: the machine's load drifts, the ratio within a round is the figure), each a fresh
 process, and reads tokens/s and the final loss from the run's train_summary.json. Also records what
-`--cpu-linear auto` picks here (kernels/onednn.py times the model's linear shapes). Trains nothing
+`--cpu-linear auto` picks here (orl/kernels/onednn.py times the model's linear shapes). Trains nothing
 that is kept: the runs go to a temporary folder.
 
     python scripts/measure_training_linears.py --steps 40 --rounds 2 \

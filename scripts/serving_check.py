@@ -3,7 +3,7 @@
     .venv/bin/python scripts/serving_check.py --venvs .venv-serving
 
 Writes small checkpoint folders (the config.json a server would read, and a tokenizer),
-runs `orl serving-args` for all 9 (engine, method) pairs of engines/serving.py METHODS
+runs `orl serving-args` for all 9 (engine, method) pairs of orl/engines/serving.py METHODS
 (and SGLang's speculative methods again with --verification relaxed: its acceptance thresholds),
 and hands each engine's calls to scripts/check_serving_args.py run by the python of
 <venvs>/<engine> (an environment with that package, built by the make target). Prints
@@ -115,7 +115,7 @@ def main() -> int:
         folders = write_folders(root)
         for engine, methods in METHODS.items():
             calls = [serving_args(engine, method, folders, root) for method in methods]
-            if engine == "sglang":  # the relaxed lines' arguments (engines/sglang.py relaxed_arguments)
+            if engine == "sglang":  # the relaxed lines' arguments (orl/engines/sglang.py relaxed_arguments)
                 calls += [
                     serving_args(engine, method, folders, root, "--verification", RELAXED_EXAMPLE)
                     for method in methods

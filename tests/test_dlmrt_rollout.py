@@ -1,4 +1,4 @@
-"""ORL rollouts decoded by dlmrt (engines/dlmrt/rollout.py) against the recompute rollout they replace."""
+"""ORL rollouts decoded by dlmrt (orl/engines/dlmrt/rollout.py) against the recompute rollout they replace."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""S, the steps per dlmrt chunk, chosen from measured step and host-read times (engines/dlmrt/sync.py)."""
+"""S, the steps per dlmrt chunk, chosen from measured step and host-read times (orl/engines/dlmrt/sync.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The NVFP4 format (kernels/nvfp4.py): E2M1 rounding, packing, scales, edge cases."""
+"""The NVFP4 format (orl/kernels/nvfp4.py): E2M1 rounding, packing, scales, edge cases."""
 
 from __future__ import annotations
 

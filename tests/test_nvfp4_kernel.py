@@ -1,4 +1,4 @@
-"""The Triton W4A16 kernel (kernels/triton_w4a16.py), run by Triton's interpreter on the CPU."""
+"""The Triton W4A16 kernel (orl/kernels/triton_w4a16.py), run by Triton's interpreter on the CPU."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""oneDNN linears on the CPU (kernels/onednn.py): equal to F.linear, follow in-place weight changes,
+"""oneDNN linears on the CPU (orl/kernels/onednn.py): equal to F.linear, follow in-place weight changes,
 leave the checkpoint's model alone, decode like the reference decoder inside dlmrt's compiled chunk,
 and train (forward and backward) like F.linear."""
 

@@ -50,6 +50,18 @@ def test_every_code_folder_is_a_package():
             assert "__init__.py" in modules, f"{folder}: has {modules} but no __init__.py"
 
 
+def test_the_repository_root_holds_no_other_import_package():
+    """`python -m pytest` (and any `python -m` from the root) puts the root first on sys.path, so a folder
+    there with an __init__.py shadows the installed package of that name: a top-level `kernels/` once hid
+    Hugging Face's `kernels`, which transformers 5.25 imports, and every transformers model failed."""
+    shadowing = sorted(
+        path.name
+        for path in ROOT.iterdir()
+        if path.is_dir() and (path / "__init__.py").is_file() and path.name not in {"orl", "tests"}
+    )
+    assert shadowing == [], f"{ROOT}: move {shadowing} under orl/ (they shadow installed packages)"
+
+
 def _extras_in(text: str) -> list[str]:
     """The extras an install line names: EXTRAS=a,b and .[a,b], shell expansions left out."""
     names = []

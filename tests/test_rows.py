@@ -14,7 +14,7 @@ from orl.rows import ROW, ROWS, Line, Row, _check
 
 REPO = Path(__file__).resolve().parents[1]
 # Where a display name may not be spelled (records/ quote systems in examples; tests and results are data).
-SEARCHED = ["orl", "engines", "kernels", "workflows", "Snakefile"]
+SEARCHED = ["orl", "workflows", "Snakefile"]
 EXCEPTED = [REPO / "orl" / "rows.py", REPO / "orl" / "records"]
 
 

@@ -145,7 +145,7 @@ def test_bench_scale_writes_one_record_per_engine_and_the_floor_ratio(tmp_path, 
     assert eager["metrics"]["tpf"] == ref["metrics"]["tpf"] == 1.0  # fixed:1, every request to the budget
     assert hf["metrics"]["tpf"] == pytest.approx(16 / 15)  # the prefill's token, then one per decode forward
     assert eager["metrics"]["step_time_s"] == eager["metrics"]["time_per_forward_s"]
-    # --cpu-linear auto (the default): the measured choice is in dlmrt's records (kernels/onednn.py).
+    # --cpu-linear auto (the default): the measured choice is in dlmrt's records (orl/kernels/onednn.py).
     linear = eager["extra"]["cpu_linear"]
     assert linear["requested"] == "auto" and linear["backend"] in ("aten", "onednn") and linear["shapes"]
     assert any(line.startswith("dlmrt-eager: linears through ") for line in lines)

@@ -83,7 +83,7 @@ def _add_engine_flags(p) -> None:
         choices=CPU_LINEARS,
         default="auto",
         help="dlmrt's CPU matmuls: auto (default) times F.linear (MKL) and oneDNN on the model's shapes and "
-        "takes the faster; aten or onednn force one (kernels/onednn.py)",
+        "takes the faster; aten or onednn force one (orl/kernels/onednn.py)",
     )
     p.add_argument(
         "--profile", action="store_true", help="count the kernels (CUDA) / operators (CPU) per dlmrt step"

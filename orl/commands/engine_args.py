@@ -1,4 +1,4 @@
-"""The arguments that name an engine and what it runs, and the engine they build (engines/registry.py):
+"""The arguments that name an engine and what it runs, and the engine they build (orl/engines/registry.py):
 shared by generate, eval-quality, bench-latency and spec-sweep."""
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ def _add_call_flags(p) -> None:
         "--verification",
         default="strict",
         help="strict, or relaxed:DELTA (sglang's speculative methods: its acceptance thresholds, "
-        "engines/sglang.py; vLLM has none) (default: %(default)s)",
+        "orl/engines/sglang.py; vLLM has none) (default: %(default)s)",
     )
     p.add_argument(
         "--max-new-tokens", type=int, default=64, help="budget shown in sampling_params (default: 64)"

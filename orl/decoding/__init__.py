@@ -4,7 +4,7 @@ Read in this order: policy.py (commit rules), step.py (one denoising step), eos.
 rule), residual.py (ORL's residual context), layout.py (where blocks sit per checkpoint
 family), rule.py (all of it as one value), recompute.py (the full-recompute block decoder),
 rollout.py (ORL's rollout: the states a decoder saw, captured for training; below both
-orl.train, which trains on them, and engines/dlmrt, which can decode them). verify.py is the AR
+orl.train, which trains on them, and orl/engines/dlmrt, which can decode them). verify.py is the AR
 side: which drafted tokens a speculative engine's target accepts (strict or relaxed δ).
 """
 

@@ -1,6 +1,6 @@
 """The full-recompute block decoder: no cache, the whole sequence recomputed every step.
 
-One function, two users: the reference decoder (engines/reference.py: one prompt, the
+One function, two users: the reference decoder (orl/engines/reference.py: one prompt, the
 oracle dlmrt must match and the slow baseline of Table 3) and the ORL rollout
 (orl/decoding/rollout.py: a batch of training prompts, capturing the states it saw).
 

@@ -280,7 +280,7 @@ def attach_targets(
 
 class Rollout(Protocol):
     """What decodes ORL's rollouts (`orl train-orl --rollout-engine`): RecomputeRollout, the default,
-    or dlmrt's (engines/dlmrt/rollout.py). Both return the same states for the same rule."""
+    or dlmrt's (orl/engines/dlmrt/rollout.py). Both return the same states for the same rule."""
 
     name: str
 

@@ -1,7 +1,7 @@
 """Speculative verification: which drafted tokens the AR target accepts (docs/metrics.md, docs/method.md §4).
 
-One rule, one implementation, shared by every speculative engine of ours (engines/hf.py's
-assisted loop and engines/dflash.py): `accept` below. A rule has three forms, as a commit policy
+One rule, one implementation, shared by every speculative engine of ours (orl/engines/hf.py's
+assisted loop and orl/engines/dflash.py): `accept` below. A rule has three forms, as a commit policy
 has: the spec users type and files store (`strict`, `relaxed:0.7`), the `Verification` value the
 code passes around, and the record block (`{"name": "relaxed", "params": {"delta": 0.7}}`).
 

@@ -4,7 +4,7 @@ What `orl bench-engine` measures, at batch 1, through the one timing protocol (o
 - tokens/s, TPF, latency per engine, as the median of `rounds` interleaved passes over the
   prompts (every engine once per round, so clock and thermal drift hit all engines alike);
 - dlmrt's overhead: wall time over the time of its bare model forwards replayed in the same
-  execution mode (engines/dlmrt/forwards.py);
+  execution mode (orl/engines/dlmrt/forwards.py);
 - dlmrt's step time: one S-step chunk run `repeats` times on a real decoding state, timed by the one
   timer (orl/timing.py: the host clock, the device synchronised around the runs), divided by S;
 - optionally the kernels (CUDA) or operators (CPU) one chunk launches per step (torch.profiler),

@@ -1,5 +1,5 @@
 """One `orl bench-engine` run as a library call (Table 3): the checkpoint loaded once, every engine of
---engines built on it by engines/registry.py, timed by orl/eval/engine_bench.py; one `engine_bench` record
+--engines built on it by orl/engines/registry.py, timed by orl/eval/engine_bench.py; one `engine_bench` record
 per engine, and the lines the command prints.
 """
 

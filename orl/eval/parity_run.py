@@ -1,4 +1,4 @@
-"""One `orl parity` run as a library call: dlmrt and the reference decoder built by engines/registry.py on
+"""One `orl parity` run as a library call: dlmrt and the reference decoder built by orl/engines/registry.py on
 one loaded checkpoint, every problem decoded by both (orl/eval/parity.py's compare_outputs), and for each
 differing problem where their decisions first part and by what margin (explain_difference).
 """

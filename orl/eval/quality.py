@@ -23,7 +23,7 @@ class QualityResult:
     pass_at_1: float
     tpf: float  # Σ tokens / Σ NFE over the suite (NFE after prefill: orl/engines/forwards.py)
     nfe_mean: float
-    forwards: dict  # the suite's forward metrics (engines/base.py forward_metrics): tpf, tpf_prefill, ...
+    forwards: dict  # the suite's forward metrics (orl/engines/base.py forward_metrics): tpf, tpf_prefill, ...
     tokens: int
     wall_s: float
     per_problem: list[dict]

@@ -234,7 +234,7 @@ def gemm_rate(device, dtype: torch.dtype, size: int, repeats: int = 3) -> float:
     """FLOP/s of one `size` x `size` x `size` matmul in `dtype` (best of `repeats`, after a warm-up).
 
     On the CPU the faster of torch.mm (MKL) and oneDNN's packed linear counts: which one wins
-    depends on the processor (kernels/onednn.py), and the floor is what the device can do.
+    depends on the processor (orl/kernels/onednn.py), and the floor is what the device can do.
     """
     generator = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)

@@ -1,5 +1,5 @@
 """One `orl bench-scale` run as a library call (Table 3b): a random-weight model of a real architecture,
-the machine's floor measured once, then each engine built by engines/registry.py and timed against it
+the machine's floor measured once, then each engine built by orl/engines/registry.py and timed against it
 (orl/eval/scale_bench.py); one `scale_bench` record per engine.
 """
 

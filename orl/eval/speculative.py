@@ -29,7 +29,7 @@ def acceptance_length(generations: Sequence[Generation]) -> float | None:
     """Tokens per verifying target forward, the bonus token included, prefill excluded (docs/metrics.md).
 
     A generation's target forwards are its `nfe` + `nfe_prefill` (orl/engines/forwards.py).
-    `extra["verify_forwards"]` says how many of them verified a draft (vLLM, SGLang: engines/serving.py);
+    `extra["verify_forwards"]` says how many of them verified a draft (vLLM, SGLang: orl/engines/serving.py);
     the others (their prefill) yielded one token each and are left out of both sides. Without the key
     every target forward verified a draft (hf-assisted, dflash: the prefill forward carries the prompt
     and the first draft). None when no forward verified anything.

@@ -3,7 +3,7 @@
 The block is {"ckpt", "ckpt_sha256", "name", "precision"}: the checkpoint folder and the sha256 of its
 weights (both None where no checkpoint file stands behind the row: a "not run" line, a random-weight
 model), the model's name and the precision that actually ran. Every record gets its block from
-`model_block`: an engine's description (engines/base.py EngineInfo), a checkpoint that could not run
+`model_block`: an engine's description (orl/engines/base.py EngineInfo), a checkpoint that could not run
 (orl/eval/latency_record.py), a command whose suite cannot run here, the DAG's "not run" records and
 make_record's completion of a block a caller passes in.
 

@@ -3,8 +3,8 @@
 Rows come from `scale_bench` records (`orl bench-scale`, orl/eval/scale.py), never from rows.py:
 one line per (architecture, block, precision, device, engine, CPU linears), the latest measured
 record of each; a CPU device is named by its processor, and dlmrt's CPU lines by the matmul
-path it ran (`cpu_linear`: aten = F.linear / MKL, onednn; kernels/onednn.py). Columns: time per forward, the
-floor (weight + KV bytes read per forward over the copy
+path it ran (`cpu_linear`: aten = F.linear / MKL, onednn; orl/kernels/onednn.py). Columns: time per
+forward, the floor (weight + KV bytes read per forward over the copy
 bandwidth measured in the same run), their ratio, for dlmrt the compute floor of a block forward
 and the ratio to the roofline (the larger floor), kernels (CUDA) or operators (CPU) per dlmrt
 step, tokens/s. Random weights decode nonsense, so this table has no accuracy column and is

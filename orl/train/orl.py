@@ -117,7 +117,7 @@ def train_orl(
     `init` is the base dLLM's folder, or the checkpoint `check_init` already loaded from it on this rank's
     device (what `orl train-orl` passes, so the checkpoint is read once per rank).
     `rollout` decodes the rollouts: full recompute (the default, and the tiny records') or dlmrt
-    (engines/dlmrt/rollout.py, what `orl train-orl --rollout-engine dlmrt` passes).
+    (orl/engines/dlmrt/rollout.py, what `orl train-orl --rollout-engine dlmrt` passes).
     """
     world = world or World(device=torch.device(device))
     if ablation not in ABLATIONS:

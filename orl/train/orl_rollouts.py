@@ -191,7 +191,7 @@ def collect_states(
 
 def rollout_decoder(engine: str, init) -> Rollout:
     """The rollout decoder `--rollout-engine` names (orl.decoding.rollout.Rollout): the full-recompute
-    default, or dlmrt (engines/dlmrt/rollout.py) on the loaded init checkpoint."""
+    default, or dlmrt (orl/engines/dlmrt/rollout.py) on the loaded init checkpoint."""
     if engine == "recompute":
         return RecomputeRollout()
     from orl.engines.dlmrt.rollout import DlmrtRollout

@@ -99,7 +99,7 @@ TRAINING_ROWS = 4096
 
 
 def training_linear(requested: str, model: Transformer, world: World, out_dir: str | Path) -> LinearChoice:
-    """The CPU matmul path of a training run (kernels/onednn.py: aten, onednn or auto, measured).
+    """The CPU matmul path of a training run (orl/kernels/onednn.py: aten, onednn or auto, measured).
 
     A resumed run keeps the path it started with: the two round differently, so switching midway
     would make it a different run from the uninterrupted one.

@@ -5,7 +5,7 @@
 # vLLM's own layout and served as it is. Speculative rows run at the num_speculative_tokens
 # `orl spec-sweep` measured fastest on the first bench_limit prompts of the suite's choosing split
 # (config `choose_split`: dev, then measured on test). Where vLLM's CPU build fails a method, the rows
-# are "not run: vLLM CPU: <its error>" records (engines/vllm.py). On CUDA the generic rules run them as
+# are "not run: vLLM CPU: <its error>" records (orl/engines/vllm.py). On CUDA the generic rules run them as
 # before.
 
 VLLM_ORL = f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5 {VLLM_PYTHON} -m orl.cli"

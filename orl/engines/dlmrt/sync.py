@@ -2,7 +2,7 @@
 
 A block needs n steps (n = B / TPF on average). With S steps per chunk the engine runs
 ceil(n / S) chunks, each ending in one host read of the block's status, and S * ceil(n / S)
-steps, the ones past n predicated no-ops (engines/dlmrt/chunk.py). So a block costs
+steps, the ones past n predicated no-ops (orl/engines/dlmrt/chunk.py). So a block costs
 
     ceil(n / S) * sync_s  +  S * ceil(n / S) * step_s
 

@@ -22,8 +22,8 @@ draft; each later forward verifies one draft (`per_request_spec_decode_metrics="
 gives the request's verify steps and accepted drafts, `CompletionOutput.spec_decode_metrics`).
 So nfe_prefill = 1 and nfe = verify steps, plus any decode step that carried no draft (vLLM skips
 drafting near the end of the context): those are recovered from the token count, each yielding one
-token (`undrafted_forwards`); an AR row's n tokens cost n - 1 decode forwards (engines/forwards.py).
-The acceptance length is then the one definition of engines/serving.py; vLLM's own mean
+token (`undrafted_forwards`); an AR row's n tokens cost n - 1 decode forwards (orl/engines/forwards.py).
+The acceptance length is then the one definition of orl/engines/serving.py; vLLM's own mean
 acceptance length (1 + accepted / verify steps) is kept beside it.
 """
 

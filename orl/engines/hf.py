@@ -9,7 +9,7 @@ draft-model speculative row of Table 2.
 TPF is counted, never estimated: a forward pre-hook on the target module and
 another on the draft module count every forward call `generate` makes.
 
-How forwards are counted (engines/forwards.py, the same for every engine):
+How forwards are counted (orl/engines/forwards.py, the same for every engine):
 - the first target forward carries the prompt (`nfe_prefill` = 1); it already yields
   the first new token (plain greedy) or verifies the first drafted tokens (assisted).
 - `nfe` is every later target forward. Plain greedy therefore has nfe == generated
@@ -222,7 +222,7 @@ class HFEngine:
             settings["draft_strategy"] = self.assist.strategy()
             settings["verification"] = rule.to_record()
             settings["loop"] = (
-                "orl speculative loop (engines/hf.py HFEngine._speculate)"
+                "orl speculative loop (orl/engines/hf.py HFEngine._speculate)"
                 if rule.relaxed
                 else "transformers generate (assisted generation)"
             )

@@ -1,6 +1,6 @@
 """What vLLM and SGLang rows share: the methods each server runs, whether it can run here, the call.
 
-The servers themselves live in engines/vllm.py and engines/sglang.py; neither package is
+The servers themselves live in orl/engines/vllm.py and orl/engines/sglang.py; neither package is
 imported until an engine is built (they need CUDA and take seconds to import). This module
 imports nothing heavy, so orl/rows.py can check its rows against METHODS.
 
@@ -62,7 +62,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 # SpeculativeConfig.rejection_sample_method is one of "standard" (rejection sampling, exactly greedy at
 # temperature 0), "synthetic" (acceptance at preset rates, a benchmark that ignores the target) and "block"
 # (block verification, lossless); read in vllm 0.32.0's vllm/config/speculative.py. SGLang's is
-# engines/sglang.py's `relaxed_arguments`.
+# orl/engines/sglang.py's `relaxed_arguments`.
 VLLM_NO_RELAXED = (
     "vLLM has no relaxed acceptance rule (SpeculativeConfig.rejection_sample_method: "
     "standard, synthetic or block; all lossless or synthetic)"

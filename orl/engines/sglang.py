@@ -27,9 +27,9 @@ notes say so.
 
 How forwards are counted. The prefill forward samples the first token; each later forward of
 a speculative run verifies one draft (`meta_info["spec_verify_ct"]`), so nfe_prefill = 1 and
-nfe = verify steps (an AR row's n tokens: n - 1; engines/forwards.py). SGLang's
+nfe = verify steps (an AR row's n tokens: n - 1; orl/engines/forwards.py). SGLang's
 `spec_accept_length` is completion tokens / verify steps, which counts the prefill's token; the
-acceptance length of engines/serving.py leaves it out. The dLLM
+acceptance length of orl/engines/serving.py leaves it out. The dLLM
 backend reports no per-request forward count: nfe stays 0 and `extra["nfe_unavailable"]`
 says why, so no TPF is printed rather than a made-up one.
 """

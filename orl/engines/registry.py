@@ -78,11 +78,11 @@ def build_engine(
     `block_size`: a block-diffusion decoder's block size, if not the checkpoint's own (dLLM engines only).
 
     `ignore_eos` (speed runs only, docs/method.md §4) makes every engine generate to the budget.
-    `method` is a serving row's method (vllm / sglang only; engines/serving.py METHODS).
+    `method` is a serving row's method (vllm / sglang only; orl/engines/serving.py METHODS).
     `num_speculative_tokens`: drafted tokens per verification of a draft-model row (the serving
     methods', hf-assisted's); None: each one's default.
     `verification`: how a speculative engine accepts drafted tokens (orl/decoding/verify.py); relaxed
-    applies to hf-assisted, dflash and SGLang's speculative methods (engines/sglang.py), never to vLLM.
+    applies to hf-assisted, dflash and SGLang's speculative methods (orl/engines/sglang.py), never to vLLM.
     """
     from orl.model.checkpoint import load_checkpoint
 

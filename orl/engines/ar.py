@@ -12,7 +12,7 @@ One request:
     one host read per chunk).
 Steps a chunk runs after <eos> are wasted compute, not counted. Of the forwards that produced a
 kept token the prefill (it yields the first token) is `nfe_prefill` = 1 and the others are NFE
-(engines/forwards.py): n tokens cost n - 1 decode forwards, as ReferenceAR and the hf engine count them.
+(orl/engines/forwards.py): n tokens cost n - 1 decode forwards, as ReferenceAR and the hf engine count them.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class CompiledAR:
         self.ckpt, self.model, self.ignore_eos = ckpt, ckpt.model, ignore_eos
         self.device = next(self.model.parameters()).device
         # q/k/v and gate/up as one GEMM each, on the engine's copy of the model (orl/model/fusion.py);
-        # None = off the CPU only, whose MKL runs the stacked shapes slower (engines/dlmrt/engine.py).
+        # None = off the CPU only, whose MKL runs the stacked shapes slower (orl/engines/dlmrt/engine.py).
         self.fusion = None
         if fuse or (fuse is None and self.device.type != "cpu"):
             self.model, self.fusion = fuse_projections(self.model)

@@ -5,7 +5,7 @@ a request only writes into them. That is what lets the same step code run
 eagerly, under torch.compile (one compilation per shape, not per request) and
 inside a captured CUDA graph (which replays fixed memory addresses).
 
-The cache length is a bucket, not the request's exact length (engines/capture.py
+The cache length is a bucket, not the request's exact length (orl/engines/capture.py
 `cache_bucket`): one state per bucket, each compiled or captured once.
 """
 

@@ -11,7 +11,7 @@ rejected position, or the "bonus" after a fully accepted draft). Repeat until
 <eos> or the budget. Under strict verification the output is exactly the target's
 greedy decoding; only the number of target forwards changes.
 
-Costs, counted (engines/forwards.py, the same for every engine):
+Costs, counted (orl/engines/forwards.py, the same for every engine):
 - There is no separate prefill: the first target forward carries the prompt and
   verifies the first draft; it is the prefill forward (`nfe_prefill` = 1) and `nfe`
   counts the later target forwards. The acceptance length (tokens per target forward,

@@ -108,7 +108,7 @@ class DlmrtRollout:
         compile_backend: str = "inductor",
         where: str | Path = "rollout",
     ):
-        """`mode`: a dlmrt chunk mode (engines/capture.py); None = the device's default
+        """`mode`: a dlmrt chunk mode (orl/engines/capture.py); None = the device's default
         (compile on the CPU, compile-graph on CUDA)."""
         self.tokenizer, self.where = tokenizer, Path(where)
         self.name = "dlmrt-eager" if mode == "eager" else "dlmrt"  # the train record's rollout_engine

@@ -51,13 +51,14 @@ class DlmrtConfig:
     """Engine knobs; the decoding semantics (policy, α, block) come from elsewhere."""
 
     sync_every: int | None = None  # S: steps per chunk between host reads; None = 1 on CPU, 2 on CUDA
-    min_cache_len: int = 256  # smallest cache bucket (engines/capture.py)
+    min_cache_len: int = 256  # smallest cache bucket (orl/engines/capture.py)
     mode: str | None = None  # one of capture.MODES; None = from `compiled` and the device
     compile_backend: str | Callable = (
         "inductor"  # torch.compile backend of "compile" mode ("aot_eager": capture only)
     )
     observer: StepObserver | None = None  # eager mode only: sees every step's logits and decisions (parity)
-    cpu_linear: str = "aten"  # CPU matmuls: "aten" (MKL), "onednn" or "auto" (measured; kernels/onednn.py)
+    # CPU matmuls: "aten" (MKL), "onednn" or "auto" (measured; orl/kernels/onednn.py)
+    cpu_linear: str = "aten"
     # q/k/v and gate/up as one GEMM each (orl/model/fusion.py; checkpoints are unchanged). None = fused
     # except on the CPU through MKL (cpu_linear "aten"): on this project's 2-core AMD EPYC, one thread,
     # 16 rows at Qwen3-0.6B shapes, MKL ran the stacked q/k/v in 3.8 ms against 3.0 for the three and
@@ -258,7 +259,7 @@ class DlmrtEngine:
         """One request from token ids (see the module docstring).
 
         A `watcher` is called on the host before and after every step (the ORL rollout's state
-        capture, engines/dlmrt/rollout.py). It needs S = 1, where every chunk is one step and the
+        capture, orl/engines/dlmrt/rollout.py). It needs S = 1, where every chunk is one step and the
         host already reads between two steps; it works in every mode, graph modes included.
         """
         tok, B, S = self.ckpt.tokenizer, self.spec.block, self.spec.steps

@@ -1,8 +1,8 @@
 """Running a chunk: eagerly, through torch.compile(fullgraph=True), or as a replayed CUDA graph.
 
-Shared by the engines that decode from static buffers (dlmrt, engines/ar.py), so that
+Shared by the engines that decode from static buffers (dlmrt, orl/engines/ar.py), so that
 neither reaches into the other. A chunk is a function `fn(state)` that only mutates the
-static buffers of a decoding state (dlmrt's DecodeState, engines/dlmrt/chunk.py; the AR
+static buffers of a decoding state (dlmrt's DecodeState, orl/engines/dlmrt/chunk.py; the AR
 engine's own). The four modes run the same function:
 - "eager": call it (the comparison baseline of the benchmarks);
 - "compile": torch.compile with fullgraph=True, so a graph break (a host sync or

@@ -34,7 +34,7 @@ class Generation:
     """What one request produced, and what it cost.
 
     `nfe` counts the decode forwards (every forward after the prompt's prefill), `nfe_prefill` the
-    prefill forwards (engines/forwards.py, docs/metrics.md); for speculative decoding both count
+    prefill forwards (orl/engines/forwards.py, docs/metrics.md); for speculative decoding both count
     target-model forwards. A block decoder also says how many blocks it decoded, and of what size.
     """
 
@@ -151,7 +151,7 @@ def checkpoint_info(
 
 
 def forward_metrics(generations: Sequence[Generation]) -> dict[str, float | int]:
-    """A suite's forward metrics (engines/forwards.py suite_metrics: tpf, tpf_prefill, nfe_mean, ...), and
+    """A suite's forward metrics (orl/engines/forwards.py suite_metrics: tpf, tpf_prefill, nfe_mean, ...), and
     for a block decoder its tpf_commit, tpf_ceiling, blocks_mean and block_size: what every record states."""
     metrics = forwards.suite_metrics([g.counts() for g in generations])
     sizes = {g.block_size for g in generations if g.block_size is not None}
