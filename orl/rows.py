@@ -187,7 +187,7 @@ def _paper_table1(
 # The tiny analog is compared with QwenDLM-4B's ratios: same recipe (converted from an AR
 # model, then ORL), at a scale this machine trains.
 _QWEN_GAINS = ("t1-qwendlm4b-tpf-gain", "t1-qwendlm4b-throughput-gain-page", "t1-qwendlm4b-throughput-gain")
-# docs/method.md §3 version 2: each a switch of the same loop (orl.train.orl.VARIANTS).
+# docs/method.md §3 version 2: each a switch of the same loop (orl.train.orl_variants.VARIANTS).
 _ABLATIONS = (
     ("stale", "ORL: stale rollouts"),
     ("no-aec", "ORL: no AEC"),

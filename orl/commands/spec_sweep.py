@@ -1,15 +1,13 @@
 """`orl spec-sweep`: a draft-model row's num_speculative_tokens (chosen by measured tokens/s), or the δ of
 a relaxed row (--deltas: chosen at matched accuracy).
 
-Strict (greedy) speculative decoding is lossless, so every k decodes the same tokens and the
-only thing k changes is speed: the sweep times the row at each k over the same prompts
-(the latency protocol of `orl bench-latency`, one engine per k, closed before the next),
-checks that the completions are identical at every k, and chooses the fastest. The choice
-is a JSON file (`num_speculative_tokens`, and every point), which `--num-speculative-tokens
-@FILE.json` reads; it is not a record, so the tables never show a sweep point as a row. A k whose
-engine cannot run (EngineUnavailable: vLLM's CPU build failing a method, say) is a failed point; where no
-k runs, the file says why (`not_run`), and the row's jobs reading it write "not run" records with that
-reason.
+Strict (greedy) speculative decoding is lossless, so every k decodes the same tokens and the only thing
+k changes is speed: the sweep times the row at each k over the same prompts (the latency protocol of
+`orl bench-latency`, one engine per k, closed before the next), checks that the completions are identical
+at every k, and chooses the fastest. The choice is a JSON file (`num_speculative_tokens`, and every
+point), which `--num-speculative-tokens @FILE.json` reads; it is not a record, so the tables never show a
+sweep point as a row. A k whose engine cannot run (vLLM's CPU build failing a method, say) is a failed
+point; where no k runs, the file says why (`not_run`), and the rows reading it are "not run" for it.
 
 With --deltas the row verifies relaxed (orl/decoding/verify.py), which is lossy: each δ is evaluated
 for pass@1 (sandboxed, per problem) and acceptance length, and the choice is the operating point of

@@ -3,6 +3,8 @@ pass@1 and TPF per value, and its AUP."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from orl.commands import flags
 from orl.commands.checks import sweep_values
 from orl.commands.common import (
@@ -88,29 +90,21 @@ def _add_reference_flags(p) -> None:
 def run_sweep(args) -> int:
     from orl.decoding import Policy
     from orl.engines.registry import engine_for_checkpoint
+    from orl.eval import sweep
     from orl.eval.operating_point import check_same_problems, read_reference
-    from orl.eval.sweep import (
-        SweepPoint,
-        aup_line,
-        point_line,
-        run_sweep,
-        sweep_policies,
-        sweep_record,
-        sweep_records,
-    )
     from orl.model.checkpoint import load_checkpoint
     from orl.records import write_records
 
     # Every value is checked against the policy before the checkpoint loads.
-    policies = sweep_policies(
+    policies = sweep.sweep_policies(
         Policy.checked(args.policy, args.values[0], "--thresholds"), args.values, "--thresholds"
     )
     problems = suite_problems(args, split=args.split, limit=args.limit)
     if isinstance(problems, str):  # a suite file that is absent: the table line says why
         return write_suite_not_run(args, "sweep", problems)
-    reference = read_reference(args.reference) if args.reference else None
+    reference = (args.reference, read_reference(args.reference)) if args.reference else None
     if reference is not None:
-        check_same_problems([{"suite": args.suite, "split": args.split}], reference, "--suite/--split",
+        check_same_problems([{"suite": args.suite, "split": args.split}], reference[1], "--suite/--split",
                             args.reference)  # fmt: skip
     ckpt = load_checkpoint(
         args.ckpt, device=parse_device(args.device), dtype=torch_dtype(args.dtype, args.device)
@@ -120,45 +114,16 @@ def run_sweep(args) -> int:
     row = {"system": args.system or model["name"], "engine": args.engine, "model": model,
            "suite": args.suite, "split": args.split, "n_problems": len(problems)}  # fmt: skip
 
-    def engine_at(policy: Policy):
-        return engine_for_checkpoint(args.engine, ckpt, policy=policy, block_size=args.block_size)
+    def measure(values: list[Policy]):
+        engine_at = partial(engine_for_checkpoint, args.engine, ckpt, block_size=args.block_size)
+        report = lambda point: print(sweep.point_line(point), flush=True)  # noqa: E731
+        return sweep.run_sweep(lambda policy: engine_at(policy=policy), problems, values, args.max_new_tokens,
+                               progress=not args.no_progress, report=report, chat=chat_renderer(args),
+                               suite=args.suite)  # fmt: skip
 
-    def measure(values: list[Policy]) -> list[SweepPoint]:
-        return run_sweep(
-            engine_at,
-            problems,
-            values,
-            args.max_new_tokens,
-            progress=not args.no_progress,
-            report=lambda point: print(point_line(point), flush=True),
-            chat=chat_renderer(args),
-            suite=args.suite,
-        )
-
-    points = measure(policies)
-    if reference is not None:
-        points += extend_grid(points, measure, lambda p: sweep_record(p, **row, chat_template=args.chat),
-                              reference, args)  # fmt: skip
-    records = sweep_records(points, chat_template=args.chat, **row)
+    record_of = partial(sweep.sweep_record, **row, chat_template=args.chat)
+    points = sweep.extended_sweep(measure, policies, record_of, reference, args.tolerance)
+    records = sweep.sweep_records(points, chat_template=args.chat, **row)
     write_records(args.out, records)
-    print(aup_line(records[-1]))
+    print(sweep.aup_line(records[-1]))
     return 0
-
-
-def extend_grid(points, measure, record_of, reference: dict, args) -> list:
-    """The sweep points added below the grid's lowest value while the matched-accuracy point sits there
-    (orl/eval/operating_point.py extend_below_edge); each is printed as it is measured."""
-    from orl.eval.operating_point import candidates_of, extend_below_edge, outcomes
-
-    added = []
-
-    def measure_one(policy):
-        added.extend(measure([policy]))
-        return candidates_of([record_of(added[-1])], "grid extension")[0]
-
-    candidates = candidates_of([record_of(p) for p in points], args.out)
-    extend_below_edge(candidates, measure_one, outcomes(reference, args.reference), args.tolerance)
-    if added:
-        values = ", ".join(f"{p.policy.value:g}" for p in added)
-        print(f"grid extended below its lowest value: {values}", flush=True)
-    return added

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from orl.decoding import Policy
 from orl.engines.base import Engine
 from orl.eval.aup import aup_or_none
+from orl.eval.operating_point import candidates_of, extend_below_edge, outcomes
 from orl.eval.quality import QualityResult, evaluate_quality
 from orl.records import make_record
 
@@ -155,3 +156,32 @@ def sweep_records(points: Sequence[SweepPoint], *, chat_template: bool, **row) -
     """What `orl sweep` writes: one `sweep` record per point, then the sweep's `aup` record; `row` is the
     system, engine, model block, suite, split and number of problems they share."""
     return [sweep_record(p, **row, chat_template=chat_template) for p in points] + [aup_record(points, **row)]
+
+
+def extended_sweep(
+    measure: Callable[[Sequence[Policy]], list[SweepPoint]],
+    policies: Sequence[Policy],
+    record_of: Callable[[SweepPoint], dict],
+    reference: tuple[str, dict] | None,
+    tolerance: float,
+) -> list[SweepPoint]:
+    """`policies` measured, then, given the reference's quality record (its file name, the record), the
+    values added below the grid's lowest while the matched-accuracy point sits there (grid-edge
+    extension, docs/method.md §4: orl/eval/operating_point.py extend_below_edge); `record_of` makes a
+    point's `sweep` record, which the matching reads."""
+    points = measure(policies)
+    if reference is None:
+        return points
+    name, record = reference
+    added: list[SweepPoint] = []
+
+    def measure_one(policy: Policy):
+        added.extend(measure([policy]))
+        return candidates_of([record_of(added[-1])], "grid extension")[0]
+
+    candidates = candidates_of([record_of(point) for point in points], "sweep")
+    extend_below_edge(candidates, measure_one, outcomes(record, name), tolerance)
+    if added:
+        values = ", ".join(f"{point.policy.value:g}" for point in added)
+        print(f"grid extended below its lowest value: {values}", flush=True)
+    return points + added
