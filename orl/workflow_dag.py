@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from orl import rows
-from orl.engines.registry import DIFFUSION_ENGINES, ENGINE_NAMES
+from orl.engines.kinds import DIFFUSION_ENGINES, ENGINE_NAMES
 from orl.engines.serving import SERVING_ENGINES, VLLM_ENV_MISSING
 from orl.model.provenance import model_block
 from orl.records import not_run, write_records
@@ -207,7 +207,7 @@ class Plan:
         a checkpoint it neither builds nor is given), or None. The device comes before the checkpoints, as
         in `orl bench-latency`: nothing is built for a row that cannot run here whatever its checkpoints."""
         if row.engine not in ENGINE_NAMES:
-            return f"engine {row.engine!r} is not in this build (orl.engines.registry.ENGINE_NAMES)"
+            return f"engine {row.engine!r} is not in this build (orl.engines.kinds.ENGINE_NAMES)"
         if row.engine in SERVING_ENGINES and not self.device.startswith("cuda"):
             if row.engine != "vllm":
                 return row.needs

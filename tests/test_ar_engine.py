@@ -113,7 +113,8 @@ def test_a_diffusion_checkpoint_is_refused(smoke_models):
 
 
 def test_registry_builds_it(smoke_models):
-    from orl.engines.registry import ENGINE_NAMES, build_engine
+    from orl.engines.kinds import ENGINE_NAMES
+    from orl.engines.registry import build_engine
 
     assert "ar-compiled" in ENGINE_NAMES
     engine = build_engine("ar-compiled", smoke_models[0])

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from orl import rows
-from orl.engines.registry import ENGINE_NAMES
+from orl.engines.kinds import ENGINE_NAMES
 from orl.records import load_records
 from orl.rows import ROW
 from orl.train.config import load_preset

@@ -14,7 +14,7 @@ from orl.commands.common import chat_renderer, compile_notice, load_problems, pa
 
 
 def register(subparsers) -> None:
-    from orl.engines.registry import DIFFUSION_ENGINES
+    from orl.engines.kinds import DIFFUSION_ENGINES
 
     p = subparsers.add_parser(
         "bench-engine",

@@ -106,7 +106,7 @@ def check_engine_args(args) -> None:
     hf-assisted without a draft would run plain greedy decoding under the speculative row's name; a
     --draft an engine does not read, or a dLLM --policy on an AR checkpoint, would be silently ignored.
     """
-    from orl.engines.registry import ENGINES, EngineKind
+    from orl.engines.kinds import ENGINES, EngineKind
     from orl.engines.serving import SERVING_ENGINES
     from orl.model.config import architecture, is_diffusion_arch, read_json_config
 

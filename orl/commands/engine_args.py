@@ -13,7 +13,7 @@ def add_engine_args(parser, default_engine: str | None, *, default_note: str | N
     """The arguments that choose an engine and what it runs (generate, eval-quality, bench-latency).
 
     `default_note` describes a default the command resolves itself (the engine then defaults to None)."""
-    from orl.engines.registry import ENGINE_NAMES
+    from orl.engines.kinds import ENGINE_NAMES
 
     parser.add_argument(
         "--ckpt", required=True, help="checkpoint directory (HF layout; NVFP4-quantized ones too)"

@@ -43,7 +43,7 @@ def register(subparsers) -> None:
 
 def _add_sweep_flags(p) -> None:
     """What is swept (a policy's parameter, over --values), and through which engine."""
-    from orl.engines.registry import DIFFUSION_ENGINES
+    from orl.engines.kinds import DIFFUSION_ENGINES
 
     p.add_argument(
         "--policy",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,6 +18,7 @@ from orl.decoding import Policy
 from orl.decoding.verify import STRICT, Verification
 from orl.engines import serving
 from orl.engines.base import Engine, EngineUnavailable
+from orl.engines.kinds import DIFFUSION_ENGINES, ENGINE_NAMES, ENGINES
 from orl.engines.serving import (
     SERVING_ENGINES,
     VLLM_NO_RELAXED,
@@ -30,31 +30,6 @@ from orl.engines.sglang import SGLangEngine, sglang_call
 from orl.engines.vllm import VLLMEngine, vllm_call
 from orl.errors import InputError
 from orl.tokenizer import load_tokenizer
-
-
-@dataclass(frozen=True)
-class EngineKind:
-    """What a named engine is, known before it is built (the command-line checks read it; a built
-    engine's describe() says the same of itself, EngineInfo.speculative)."""
-
-    draft: str | None = None  # "required": it decodes with a draft / drafter checkpoint; "accepted": some of
-    #                           its methods take one (the serving engines check theirs per method)
-    ar_only: bool = False  # decodes autoregressively: a dLLM commit policy would be ignored
-    speculative: bool = False  # verifies drafted tokens against its target
-
-
-ENGINES: dict[str, EngineKind] = {
-    "dlmrt": EngineKind(),
-    "dlmrt-eager": EngineKind(),
-    "reference": EngineKind(),
-    "ar-compiled": EngineKind(ar_only=True),
-    "hf": EngineKind(ar_only=True),
-    "hf-assisted": EngineKind(draft="required", ar_only=True, speculative=True),
-    "dflash": EngineKind(draft="required", ar_only=True, speculative=True),
-    "vllm": EngineKind(draft="accepted"),
-    "sglang": EngineKind(draft="accepted"),
-}
-ENGINE_NAMES = tuple(ENGINES)
 
 
 def build_engine(
@@ -206,9 +181,6 @@ def hf_engine_for_model(model, tokenizer, *, model_name: str, ignore_eos: bool =
     from orl.engines.hf import HFEngine
 
     return HFEngine(model, tokenizer, model_name=model_name, ignore_eos=ignore_eos)
-
-
-DIFFUSION_ENGINES = ("dlmrt", "dlmrt-eager", "reference")  # the in-process block-diffusion decoders
 
 
 def diffusion_engine(

@@ -13,7 +13,8 @@ import torch
 
 from orl.decoding import Policy
 from orl.engines.dlmrt import DlmrtConfig
-from orl.engines.registry import DIFFUSION_ENGINES, diffusion_engine
+from orl.engines.kinds import DIFFUSION_ENGINES
+from orl.engines.registry import diffusion_engine
 from orl.errors import InputError
 from orl.eval.engine_bench import (
     BenchPlan,

@@ -12,7 +12,8 @@ import torch
 
 from orl.decoding import Policy
 from orl.engines.dlmrt import DlmrtConfig
-from orl.engines.registry import DIFFUSION_ENGINES, diffusion_engine, hf_engine_for_model
+from orl.engines.kinds import DIFFUSION_ENGINES
+from orl.engines.registry import diffusion_engine, hf_engine_for_model
 from orl.errors import InputError
 from orl.eval.engine_bench import prepare_graph_profiling
 from orl.eval.scale import random_checkpoint, random_hf_causal_lm, random_prompts

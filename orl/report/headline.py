@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from orl.engines.kinds import ENGINES
+
 
 @dataclass(frozen=True)
 class Column:
@@ -32,7 +34,7 @@ def verification(row: dict) -> str:
         row.get("verification"), str
     ):  # the line's row drafts (orl.rows Row.draft; table2.verification)
         return "strict (greedy)" if row["verification"] == "strict" else row["verification"]
-    if engine in ("dlmrt", "dlmrt-eager", "reference"):
+    if engine in ENGINES and ENGINES[engine].diffusion:
         return "none (dLLM commits)"
     return "none (AR)"
 

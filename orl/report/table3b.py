@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from orl.engines.kinds import ENGINE_NAMES, ENGINES
 from orl.report.attach import TABLE_TITLES
 
 TABLE = "3b"
@@ -23,7 +24,6 @@ COLUMNS = ["arch", "block", "precision", "device", "engine", "max_new_tokens", "
            "time_per_forward_s", "floor_s", "floor_ratio", "compute_floor_s", "roofline_ratio",
            "kernels_per_step", "cpu_linear", "tokens_per_s", "tpf", "weight_bytes_read", "kv_bytes_read",
            "bandwidth_gb_per_s", "status", "note"]  # fmt: skip
-ENGINE_ORDER = ("dlmrt", "dlmrt-eager", "reference", "hf")
 NO_RECORDS = (
     "not run: no scale_bench records (the DAG does not run `orl bench-scale`; run it, e.g. "
     "`orl bench-scale --arch qwen3-0.6b --out results/<profile>/scale/qwen3-0.6b.jsonl`, and render again)"
@@ -38,7 +38,8 @@ def _device(record: dict) -> str:
 
 def _cpu_linear(record: dict) -> str | None:
     """The CPU matmul path of a dlmrt line; records from before the choice existed ran F.linear."""
-    if record["env"]["gpu_name"] or not record["engine"].startswith("dlmrt"):
+    kind = ENGINES.get(record["engine"])
+    if record["env"]["gpu_name"] or kind is None or not kind.cpu_linear:
         return None
     choice = (record.get("extra") or {}).get("cpu_linear")
     return choice["backend"] if isinstance(choice, dict) else "aten"
@@ -64,7 +65,7 @@ def _key(record: dict) -> tuple:
 
 def _order(key: tuple) -> tuple:
     arch, block, precision, device, engine, linear = key
-    rank = ENGINE_ORDER.index(engine) if engine in ENGINE_ORDER else len(ENGINE_ORDER)
+    rank = ENGINE_NAMES.index(engine) if engine in ENGINE_NAMES else len(ENGINE_NAMES)
     return (str(arch), block or 0, str(precision), str(device), rank, str(engine), str(linear))
 
 

@@ -1,0 +1,34 @@
+"""What each named engine is, known before it is built and without importing torch: the command-line
+checks, the DAG and the report read it here (orl/engines/registry.py builds the engines themselves)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineKind:
+    """What a named engine is (a built engine's describe() says the same of itself:
+    EngineInfo.speculative)."""
+
+    draft: str | None = None  # "required": it decodes with a draft / drafter checkpoint; "accepted": some of
+    #                           its methods take one (the serving engines check theirs per method)
+    ar_only: bool = False  # decodes autoregressively: a dLLM commit policy would be ignored
+    speculative: bool = False  # verifies drafted tokens against its target
+    diffusion: bool = False  # an in-process block-diffusion decoder (it commits by a policy)
+    cpu_linear: bool = False  # its CPU matmul path is a setting (orl/kernels/onednn.py): the bundled dlmrt
+
+
+ENGINES: dict[str, EngineKind] = {
+    "dlmrt": EngineKind(diffusion=True, cpu_linear=True),
+    "dlmrt-eager": EngineKind(diffusion=True, cpu_linear=True),
+    "reference": EngineKind(diffusion=True),  # for an AR checkpoint: greedy AR decoding
+    "ar-compiled": EngineKind(ar_only=True),
+    "hf": EngineKind(ar_only=True),
+    "hf-assisted": EngineKind(draft="required", ar_only=True, speculative=True),
+    "dflash": EngineKind(draft="required", ar_only=True, speculative=True),
+    "vllm": EngineKind(draft="accepted"),
+    "sglang": EngineKind(draft="accepted"),
+}
+ENGINE_NAMES = tuple(ENGINES)
+DIFFUSION_ENGINES = tuple(name for name, kind in ENGINES.items() if kind.diffusion)
