@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from orl.engines.kinds import ENGINES
 from orl.engines.serving import METHODS, SERVING_ENGINES, SPECULATIVE_METHODS, VLLM_NO_RELAXED
 
 TABLES = (1, 2, 3, 4, 5)
@@ -76,8 +77,8 @@ NEEDS_SGLANG = "needs CUDA and sglang"
 # through SGLang's own thresholds, the SGLang rows; vLLM has no such rule (orl/engines/serving.py).
 NEEDS_RELAXED = VLLM_NO_RELAXED
 VERIFICATIONS = ("strict", "relaxed")
-# Our own speculative engines (orl/engines/hf.py, orl/engines/dflash.py).
-RELAXED_ENGINES = ("hf-assisted", "dflash")
+# Our own speculative engines (in-process, with a draft checkpoint: hf-assisted and dflash).
+RELAXED_ENGINES = tuple(n for n, kind in ENGINES.items() if kind.speculative and kind.draft == "required")
 # A relaxed row's δ: the fastest point of this grid whose pass@1 matches RELAXED_REFERENCE's (ORL's own row)
 # within RELAXED_TOLERANCE (the page's relaxed comparison: 0.5 points); `orl spec-sweep --deltas`.
 RELAXED_DELTAS = (1.0, 0.9, 0.7, 0.5, 0.3, 0.1)
