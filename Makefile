@@ -21,8 +21,12 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 venv: $(VENV)/.installed
 
+# The workflow's Python (Snakefile, workflows/rules/*.smk) is formatted by snakefmt (pyproject [tool.snakefmt]).
+SMK_FILES = Snakefile workflows/rules/*.smk
+
 test: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/snakefmt --check $(SMK_FILES)
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # The Slurm profile against a real Slurm: a throwaway single-node cluster (needs slurm-wlm and munge
@@ -70,6 +74,7 @@ report: venv
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/snakefmt --check $(SMK_FILES)
 
 # The serving baselines' calls (`orl serving-args`, all 9 engine/method pairs) constructed in the real
 # vllm and sglang argument classes (scripts/check_serving_args.py); no GPU needed. vllm and sglang pin

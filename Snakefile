@@ -42,7 +42,10 @@ for _n in range(1, 6):
         default_target: _n == 2
         input:
             # Table 3b (the engine against the hardware floor) goes with Table 3.
-            [multiext(f"{REPORTS}/table{n}", ".md", ".tex", ".csv", ".html") for n in ([3, "3b"] if _n == 3 else [_n])],
+            [
+                multiext(f"{REPORTS}/table{n}", ".md", ".tex", ".csv", ".html")
+                for n in ([3, "3b"] if _n == 3 else [_n])
+            ],
 
 
 rule reproduce_figures:

@@ -64,13 +64,22 @@ VLLM_PYTHON = config.get("vllm_python", f"{REPO}/.venv-vllm/bin/python")
 # `train_gpus` of them, requested as the job's `gpu` resource. The tiny and smoke profiles train in one
 # process (world size 1: the same code).
 TRAIN_GPUS = config.get("train_gpus", 1) if PAPER else GPU
-TRAIN_ORL = (f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5 {sys.executable} -m torch.distributed.run --standalone "
-             f"--nproc-per-node {TRAIN_GPUS} -m orl.cli") if PAPER else ORL
+TRAIN_ORL = (
+    (
+        f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5 {sys.executable} -m torch.distributed.run --standalone "
+        f"--nproc-per-node {TRAIN_GPUS} -m orl.cli"
+    )
+    if PAPER
+    else ORL
+)
 # The config values a job's command uses go in as params (`params: **DECODE`), never read from config in
 # the shell string: a changed value then reruns the jobs it affects (Snakemake's params rerun trigger).
-TRAIN = {"preset": config.get("preset"), "device": config["device"],  # training jobs
-         "preset_file": f"--config {config['train_config']}" if config.get("train_config") else "",
-         "cpu_linear": config.get("cpu_linear", "auto")}
+TRAIN = {
+    "preset": config.get("preset"),
+    "device": config["device"],  # training jobs
+    "preset_file": f"--config {config['train_config']}" if config.get("train_config") else "",
+    "cpu_linear": config.get("cpu_linear", "auto"),
+}
 ROLLOUT_ENGINE = config.get("rollout_engine", "recompute")  # ORL training jobs: `train-orl --rollout-engine`
 # The preset (with train_config) as the training jobs will read it, loaded once for preset_digest.
 TRAIN_PRESET = load_preset(config["preset"], config.get("train_config")) if TRAINS else None
@@ -95,8 +104,10 @@ for _suite in EXTRA_SUITES:
 BENCHMARK_FILES = dict(config.get("benchmarks") or {})
 for _suite in EXTRA_SUITES:
     if _suite in FILE_SUITES and _suite not in BENCHMARK_FILES:
-        raise ValueError(f"{CONFIG_FILES}: benchmarks.{_suite}: missing; extra suite {_suite!r} is read from a "
-                         "local JSONL file (docs/benchmarks.md)")
+        raise ValueError(
+            f"{CONFIG_FILES}: benchmarks.{_suite}: missing; extra suite {_suite!r} is read from a "
+            "local JSONL file (docs/benchmarks.md)"
+        )
 
 
 def suite_file_flag(suite):
@@ -162,23 +173,32 @@ PRESET_BLOCK = TRAIN_PRESET.diffusion.block_size if TRAIN_PRESET is not None els
 DLLM_FAMILY = {"dlm", ROW[rows.TRAINED].ckpt} | TRAINED_KEYS | DERIVED
 for _suite in BLOCK_SIZE:
     if _suite not in SUITES + EXTRA_SUITES:
-        raise ValueError(f"{CONFIG_FILES}: block_size: {_suite!r} is not a suite of this profile "
-                         f"(expected some of {', '.join(SUITES + EXTRA_SUITES)})")
-
-
+        raise ValueError(
+            f"{CONFIG_FILES}: block_size: {_suite!r} is not a suite of this profile "
+            f"(expected some of {', '.join(SUITES + EXTRA_SUITES)})"
+        )
 
 
 for _suite in config["suite_max_new_tokens"]:
     if _suite not in SUITES + EXTRA_SUITES:
-        raise ValueError(f"{CONFIG_FILES}: suite_max_new_tokens: {_suite!r} is not a suite of this profile "
-                         f"(expected some of {', '.join(SUITES + EXTRA_SUITES)})")
+        raise ValueError(
+            f"{CONFIG_FILES}: suite_max_new_tokens: {_suite!r} is not a suite of this profile "
+            f"(expected some of {', '.join(SUITES + EXTRA_SUITES)})"
+        )
 # What every decoding job passes. The generation budget is per suite (config `suite_max_new_tokens` over
 # `max_new_tokens`; a rule without a {suite} wildcard decodes the main suite). Instruct checkpoints (config
 # `chat: true`): every job that decodes a suite sends its prompts through the checkpoint's chat template
 # (`--chat`), so quality, sweeps, speed and entropy all see the same prompts.
-SUITE_TOKENS = {**dict.fromkeys(SUITES + EXTRA_SUITES, config["max_new_tokens"]), **config["suite_max_new_tokens"]}
-DECODE = {"max_new_tokens": lambda wc: SUITE_TOKENS[wc.get("suite", MAIN)], "device": config["device"],
-          "dtype": config["dtype"], "chat": "--chat" if config.get("chat") else ""}
+SUITE_TOKENS = {
+    **dict.fromkeys(SUITES + EXTRA_SUITES, config["max_new_tokens"]),
+    **config["suite_max_new_tokens"],
+}
+DECODE = {
+    "max_new_tokens": lambda wc: SUITE_TOKENS[wc.get("suite", MAIN)],
+    "device": config["device"],
+    "dtype": config["dtype"],
+    "chat": "--chat" if config.get("chat") else "",
+}
 
 
 # Checkpoints, record files, a run's inputs and flags, and why a row cannot run here (orl/workflow_dag.py
@@ -225,8 +245,11 @@ LATENCY_JOBS = [(row, seed, suite) for row, seed in runs_of(LATENCY_ROWS) for su
 QUALITY_JOBS = [(row, seed, suite) for row, seed in runs_of(QUALITY_ROWS) for suite in SUITES]
 EXTRA_JOBS = [(row, seed, suite) for row, seed in runs_of(TABLE1_SWEPT) for suite in EXTRA_SUITES]
 # Table 1's extra-suite runs of rows that cannot run here: "not run" records (NOT_RUN below).
-EXTRA_MISSING = [(row, seed, suite) for row, seed in runs_of([r for r in RUN.values() if r.sweep and 1 in r.tables
-                                                               and missing(r)]) for suite in EXTRA_SUITES]
+EXTRA_MISSING = [
+    (row, seed, suite)
+    for row, seed in runs_of([r for r in RUN.values() if r.sweep and 1 in r.tables and missing(r)])
+    for suite in EXTRA_SUITES
+]
 
 
 # The record files the DAG writes for a table's rows: table_inputs(table).

@@ -17,9 +17,14 @@ rule sweep:
         reference=lambda wc: choose_file(MATCH_REF, None, wc.suite),
     output:
         f"{RESULTS}/sweep/{{suite}}/{{run}}.jsonl",
+    log:
+        f"{LOGS}/sweep_{{suite}}_{{run}}.log",
     wildcard_constraints:
         suite=one_of(SUITES),
         run=one_of(run_id(row, seed) for row, seed, _ in SWEEP_JOBS),
+    threads: THREADS
+    resources:
+        gpu=GPU,
     params:
         **DECODE,
         ckpt=lambda wc: ckpt(*ckpt_of(*RUNS[wc.run])),
@@ -29,11 +34,6 @@ rule sweep:
         block=lambda wc: block_flag(RUNS[wc.run][0], wc.suite),
         split=CHOOSE_SPLIT,
         match_tolerance=config["match_tolerance"],
-    log:
-        f"{LOGS}/sweep_{{suite}}_{{run}}.log",
-    threads: THREADS
-    resources:
-        gpu=GPU,
     shell:
         "{ORL} sweep --ckpt {params.ckpt} --suite {wildcards.suite} --split {params.split} "
         "--thresholds {params.taus} {params.limit} --reference {input.reference} "
@@ -52,15 +52,18 @@ rule operating_point:
         reference=lambda wc: choose_file(MATCH_REF, None, wc.suite),
     output:
         point=f"{RESULTS}/oppoint/{{suite}}/{{run}}.json",
-        quality=(f"{RESULTS}/quality/{{suite}}/op_{{run}}.jsonl" if CHOOSE_SPLIT == "test"
-                 else f"{RESULTS}/quality/{{suite}}/{CHOOSE_SPLIT}/op_{{run}}.jsonl"),
+        quality=(
+            f"{RESULTS}/quality/{{suite}}/op_{{run}}.jsonl"
+            if CHOOSE_SPLIT == "test"
+            else f"{RESULTS}/quality/{{suite}}/{CHOOSE_SPLIT}/op_{{run}}.jsonl"
+        ),
+    log:
+        f"{LOGS}/oppoint_{{suite}}_{{run}}.log",
     wildcard_constraints:
         suite=one_of(SUITES),
         run=one_of(run_id(row, seed) for row, seed, _ in SWEEP_JOBS),
     params:
         match_tolerance=config["match_tolerance"],
-    log:
-        f"{LOGS}/oppoint_{{suite}}_{{run}}.log",
     shell:
         "{ORL} operating-point --sweep {input.sweep} --reference {input.reference} "
         "--tolerance {params.match_tolerance} --out {output.point} --quality-out {output.quality} > {log} 2>&1"
@@ -78,9 +81,14 @@ rule relaxed_sweep:
         reference=lambda wc: choose_file(RELAXED_REFERENCE, seeds_of(RELAXED_REFERENCE)[0], wc.suite),
     output:
         f"{RESULTS}/oppoint/{{suite}}/relaxed_{{row}}.json",
+    log:
+        f"{LOGS}/relaxed_sweep_{{suite}}_{{row}}.log",
     wildcard_constraints:
         suite=one_of(SUITES),
         row=one_of(row.key for row in RELAXED_ROWS),
+    threads: THREADS
+    resources:
+        gpu=GPU,
     params:
         **DECODE,
         flags=lambda wc: row_flags(ROW[wc.row], None, wc.suite, relaxed=False),
@@ -88,11 +96,6 @@ rule relaxed_sweep:
         tolerance=rows.RELAXED_TOLERANCE,
         limit=limit_flag(config["eval_limit"]),
         split=CHOOSE_SPLIT,
-    log:
-        f"{LOGS}/relaxed_sweep_{{suite}}_{{row}}.log",
-    threads: THREADS
-    resources:
-        gpu=GPU,
     shell:
         "{ORL} spec-sweep {params.flags} --suite {wildcards.suite} --split {params.split} {params.limit} "
         "--deltas {params.deltas} "
@@ -109,18 +112,18 @@ if CHOOSE_SPLIT != "test":
             lambda wc: row_inputs(*RUNS[wc.run], wc.suite),
         output:
             f"{RESULTS}/quality/{{suite}}/op_{{run}}.jsonl",
+        log:
+            f"{LOGS}/point_quality_{{suite}}_{{run}}.log",
         wildcard_constraints:
             suite=one_of(SUITES),
             run=one_of(run_id(row, seed) for row, seed, _ in SWEEP_JOBS),
+        threads: THREADS
+        resources:
+            gpu=GPU,
         params:
             **DECODE,
             flags=lambda wc: row_flags(*RUNS[wc.run], wc.suite),
             limit=limit_flag(config["eval_limit"]),
-        log:
-            f"{LOGS}/point_quality_{{suite}}_{{run}}.log",
-        threads: THREADS
-        resources:
-            gpu=GPU,
         shell:
             "{ORL} eval-quality {params.flags} --suite {wildcards.suite} --split test {params.limit} "
             "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
@@ -132,18 +135,18 @@ if CHOOSE_SPLIT != "test":
             lambda wc: row_inputs(MATCH_REF, None, wc.suite),
         output:
             f"{RESULTS}/quality/{{suite}}/{CHOOSE_SPLIT}/row_{MATCH_REF.key}.jsonl",
+        log:
+            f"{LOGS}/reference_quality_{{suite}}.log",
         wildcard_constraints:
             suite=one_of(SUITES),
+        threads: THREADS
+        resources:
+            gpu=GPU,
         params:
             **DECODE,
             flags=lambda wc: row_flags(MATCH_REF, None, wc.suite),
             limit=limit_flag(config["eval_limit"]),
             split=CHOOSE_SPLIT,
-        log:
-            f"{LOGS}/reference_quality_{{suite}}.log",
-        threads: THREADS
-        resources:
-            gpu=GPU,
         shell:
             "{ORL} eval-quality {params.flags} --suite {wildcards.suite} --split {params.split} {params.limit} "
             "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
@@ -157,18 +160,18 @@ rule quality_row:
         lambda wc: row_inputs(*RUNS[wc.run], wc.suite),
     output:
         f"{RESULTS}/quality/{{suite}}/row_{{run}}.jsonl",
+    log:
+        f"{LOGS}/quality_row_{{suite}}_{{run}}.log",
     wildcard_constraints:
         suite=one_of(SUITES),
         run=one_of(runnable(QUALITY_JOBS, quality_file)),
+    threads: THREADS
+    resources:
+        gpu=GPU,
     params:
         **DECODE,
         flags=lambda wc: row_flags(*RUNS[wc.run], wc.suite),
         limit=limit_flag(config["eval_limit"]),
-    log:
-        f"{LOGS}/quality_row_{{suite}}_{{run}}.log",
-    threads: THREADS
-    resources:
-        gpu=GPU,
     shell:
         "{ORL} eval-quality {params.flags} --suite {wildcards.suite} {params.limit} "
         "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
@@ -184,18 +187,18 @@ if EXTRA_SUITES:
             lambda wc: row_inputs(*RUNS[wc.run], MAIN) + suite_file_input(wc.suite),
         output:
             f"{RESULTS}/quality/{{suite}}/row_{{run}}.jsonl",
+        log:
+            f"{LOGS}/quality_{{suite}}_{{run}}.log",
         wildcard_constraints:
             suite=one_of(EXTRA_SUITES),
             run=one_of(run_id(row, seed) for row, seed, _ in EXTRA_JOBS),
+        threads: THREADS
+        resources:
+            gpu=GPU,
         params:
             **DECODE,
             flags=lambda wc: row_flags(*RUNS[wc.run], MAIN),
             suite_file=lambda wc: suite_file_flag(wc.suite),
-        log:
-            f"{LOGS}/quality_{{suite}}_{{run}}.log",
-        threads: THREADS
-        resources:
-            gpu=GPU,
         shell:
             "{ORL} eval-quality {params.flags} --suite {wildcards.suite} {params.suite_file} "
             "--max-new-tokens {params.max_new_tokens} "
@@ -207,19 +210,19 @@ rule entropy_profile:
         lambda wc: ckpt_done(*ckpt_of(*RUNS[wc.run])),
     output:
         f"{RESULTS}/entropy/{{run}}.jsonl",
+    log:
+        f"{LOGS}/entropy_{{run}}.log",
     wildcard_constraints:
         run=one_of(run_id(row, seeds_of(row)[0]) for row in ENTROPY_ROWS),
+    threads: THREADS
+    resources:
+        gpu=GPU,
     params:
         **DECODE,
         suite=MAIN,
         ckpt=lambda wc: ckpt(*ckpt_of(*RUNS[wc.run])),
         system=lambda wc: RUNS[wc.run][0].system,
         limit=limit_flag(config["bench_limit"]),
-    log:
-        f"{LOGS}/entropy_{{run}}.log",
-    threads: THREADS
-    resources:
-        gpu=GPU,
     shell:
         "{ORL} entropy-profile --ckpt {params.ckpt} --suite {params.suite} --policy fixed:1 {params.limit} "
         "--max-new-tokens {params.max_new_tokens} --system '{params.system}' --device {params.device} "
@@ -245,8 +248,13 @@ if not ENGINE_MISSING:
             point=lambda wc: point_file(ENGINE_ROW, ENGINE_SEED, wc.suite, strict=True),
         output:
             f"{RESULTS}/engine/{{suite}}/bench.jsonl",
+        log:
+            f"{LOGS}/bench_engine_{{suite}}.log",
         wildcard_constraints:
             suite=one_of(SUITES),
+        threads: THREADS
+        resources:
+            gpu=GPU,
         params:
             **DECODE,
             ckpt=lambda wc, input: os.path.dirname(input.ckpt),
@@ -254,11 +262,6 @@ if not ENGINE_MISSING:
             system=ENGINE_ROW.system,
             engines=",".join(TABLE3_ENGINES),
             block=lambda wc: block_flag(ENGINE_ROW, wc.suite),
-        log:
-            f"{LOGS}/bench_engine_{{suite}}.log",
-        threads: THREADS
-        resources:
-            gpu=GPU,
         shell:
             "{ORL} bench-engine --ckpt {params.ckpt} --policy @{input.point} --engines {params.engines} "
             "--suite {wildcards.suite} --limit {params.bench_limit} --max-new-tokens {params.max_new_tokens} "
@@ -287,18 +290,18 @@ rule serving_bench:
         lambda wc: row_inputs(ROW[wc.row], ENGINE_SEED, wc.suite, strict=True),
     output:
         f"{RESULTS}/engine/{{suite}}/{{row}}.jsonl",
+    log:
+        f"{LOGS}/serving_bench_{{row}}_{{suite}}.log",
     wildcard_constraints:
         suite=one_of(SUITES),
         row=one_of(row.key for row in SERVING_BENCH_ROWS if not missing(row)),
+    threads: THREADS
+    resources:
+        gpu=GPU,
     params:
         **DECODE,
         flags=lambda wc: row_flags(ROW[wc.row], ENGINE_SEED, wc.suite, strict=True),
         bench_limit=config["bench_limit"],
-    log:
-        f"{LOGS}/serving_bench_{{row}}_{{suite}}.log",
-    threads: THREADS
-    resources:
-        gpu=GPU,
     shell:
         "{ORL} bench-latency {params.flags} --kind engine_bench --suite {wildcards.suite} --limit {params.bench_limit} "
         "--warmup 2 --max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
@@ -315,8 +318,13 @@ if not ENGINE_MISSING:
             point=point_file(ENGINE_ROW, ENGINE_SEED, MAIN),
         output:
             f"{RESULTS}/engine/length/{{tokens}}.jsonl",
+        log:
+            f"{LOGS}/bench_length_{{tokens}}.log",
         wildcard_constraints:
             tokens=one_of(config["length_sweep"]),
+        threads: THREADS
+        resources:
+            gpu=GPU,
         params:
             device=config["device"],
             dtype=config["dtype"],
@@ -327,11 +335,6 @@ if not ENGINE_MISSING:
             system=ENGINE_ROW.system,
             engines=",".join(LENGTH_ENGINES),
             block=block_flag(ENGINE_ROW, MAIN),
-        log:
-            f"{LOGS}/bench_length_{{tokens}}.log",
-        threads: THREADS
-        resources:
-            gpu=GPU,
         shell:
             "{ORL} bench-engine --ckpt {params.ckpt} --policy @{input.point} --engines {params.engines} "
             "--suite {params.suite} --limit {params.prompts} --max-new-tokens {wildcards.tokens} --ignore-eos "

@@ -9,19 +9,19 @@ rule latency:
         lambda wc: row_inputs(*RUNS[wc.run], wc.suite),
     output:
         f"{RESULTS}/latency/{{suite}}/{{run}}.jsonl",
+    log:
+        f"{LOGS}/latency_{{suite}}_{{run}}.log",
     wildcard_constraints:
         suite=one_of(SUITES),
         run=one_of(runnable(LATENCY_JOBS, latency_file)),
+    threads: THREADS
+    resources:
+        gpu=GPU,
     params:
         **DECODE,
         flags=lambda wc: row_flags(*RUNS[wc.run], wc.suite),
         limit=limit_flag(config["eval_limit"]),
         latency_warmup=config["latency_warmup"],
-    log:
-        f"{LOGS}/latency_{{suite}}_{{run}}.log",
-    threads: THREADS
-    resources:
-        gpu=GPU,
     shell:
         "{ORL} bench-latency {params.flags} --suite {wildcards.suite} {params.limit} "
         "--warmup {params.latency_warmup} --max-new-tokens {params.max_new_tokens} --device {params.device} "

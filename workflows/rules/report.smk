@@ -14,7 +14,9 @@ FIGURES = ["accuracy_vs_tpf", "tokens_per_s", "entropy_per_step", "speedup_vs_le
 TABLES = ["1", "2", "3", "3b", "4", "5"]
 # The renderer reads whole folders (every record of the profile, contributed hardware results, the
 # paper's claims) rather than single files, so the render rules pass the folders as one set of flags.
-RENDER_FLAGS = f"--profile {PROFILE} --results {RESULTS} --out {REPORTS} --claims {CLAIMS} --hardware {HARDWARE}"
+RENDER_FLAGS = (
+    f"--profile {PROFILE} --results {RESULTS} --out {REPORTS} --claims {CLAIMS} --hardware {HARDWARE}"
+)
 
 
 if not PAPER:
@@ -25,15 +27,15 @@ if not PAPER:
             ckpt_done("dlm"),
         output:
             PACKING_FILE,
-        params:
-            **TRAIN,
-            ckpt=lambda wc, input: os.path.dirname(input[0]),
-            system=ROW[rows.PACKING].system,
         log:
             f"{LOGS}/bench_packing.log",
         threads: THREADS
         resources:
             gpu=GPU,
+        params:
+            **TRAIN,
+            ckpt=lambda wc, input: os.path.dirname(input[0]),
+            system=ROW[rows.PACKING].system,
         shell:
             "{ORL} bench-replay --preset {params.preset} --init {params.ckpt} --system '{params.system}' "
             "--device {params.device} --out {output} > {log} 2>&1"
@@ -49,10 +51,10 @@ rule render_table:
         csv=report(f"{REPORTS}/table{{n}}.csv", caption="../report/tables.rst", category="Tables"),
         # The headline as HTML: workflows/report/workflow.rst puts it on the report's first page.
         html=f"{REPORTS}/table{{n}}.html",
-    wildcard_constraints:
-        n=one_of(TABLES),
     log:
         f"{LOGS}/render_table{{n}}.log",
+    wildcard_constraints:
+        n=one_of(TABLES),
     shell:
         "{ORL} render {RENDER_FLAGS} --tables {wildcards.n} --no-index > {log} 2>&1"
 
@@ -95,4 +97,3 @@ rule gate:
         GATE,
     run:
         write_gate(input, output[0])
-

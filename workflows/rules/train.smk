@@ -17,12 +17,18 @@ from orl.model.base_manifest import base_problem, read_manifest, take_base
 # minutes on 2 cores), so the ORL-stage jobs of every seed start from one base. `--config base=` (make
 # reproduce TRAIN_BASE=1) trains the base here instead; a base trained from other preset sections is not used.
 BASE = None if PAPER else (config.get("base") or None)
-BASE_PROBLEM = (base_problem(Path(BASE), {name: preset_digest(BASE_STAGES[name]) for name in BASE_CHECKPOINTS})
-                if BASE else "no base configured")
+BASE_PROBLEM = (
+    base_problem(Path(BASE), {name: preset_digest(BASE_STAGES[name]) for name in BASE_CHECKPOINTS})
+    if BASE
+    else "no base configured"
+)
 if BASE and BASE_PROBLEM:
     print(f"base: not using {BASE} ({BASE_PROBLEM}); the DAG trains the base itself", file=sys.stderr)
-BASE_FILES = ({name: sorted(entry["files"]) for name, entry in read_manifest(Path(BASE))["checkpoints"].items()}
-              if BASE and not BASE_PROBLEM else {})
+BASE_FILES = (
+    {name: sorted(entry["files"]) for name, entry in read_manifest(Path(BASE))["checkpoints"].items()}
+    if BASE and not BASE_PROBLEM
+    else {}
+)
 
 if BASE_FILES:
 
@@ -45,10 +51,6 @@ if not PAPER and not BASE_FILES:
     rule train_ar:
         output:
             f"{CKPT}/ar/config.json",
-        params:
-            **TRAIN,
-            settings=preset_digest("ar"),
-            out=lambda wc, output: os.path.dirname(output[0]),
         log:
             f"{LOGS}/train_ar.log",
         benchmark:
@@ -56,6 +58,10 @@ if not PAPER and not BASE_FILES:
         threads: THREADS
         resources:
             gpu=GPU,
+        params:
+            **TRAIN,
+            settings=preset_digest("ar"),
+            out=lambda wc, output: os.path.dirname(output[0]),
         shell:
             "{ORL} train-ar --preset {params.preset} {params.preset_file} --out {params.out} "
             "--device {params.device} --cpu-linear {params.cpu_linear} > {log} 2>&1"
@@ -65,11 +71,6 @@ if not PAPER and not BASE_FILES:
             f"{CKPT}/ar/config.json",
         output:
             f"{CKPT}/draft/config.json",
-        params:
-            **TRAIN,
-            settings=preset_digest("draft"),
-            tokenizer=lambda wc, input: os.path.dirname(input[0]),
-            out=lambda wc, output: os.path.dirname(output[0]),
         log:
             f"{LOGS}/train_draft.log",
         benchmark:
@@ -77,6 +78,11 @@ if not PAPER and not BASE_FILES:
         threads: THREADS
         resources:
             gpu=GPU,
+        params:
+            **TRAIN,
+            settings=preset_digest("draft"),
+            tokenizer=lambda wc, input: os.path.dirname(input[0]),
+            out=lambda wc, output: os.path.dirname(output[0]),
         shell:
             "{ORL} train-ar --preset {params.preset} {params.preset_file} --draft --tokenizer {params.tokenizer} "
             "--out {params.out} --device {params.device} --cpu-linear {params.cpu_linear} > {log} 2>&1"
@@ -86,11 +92,6 @@ if not PAPER and not BASE_FILES:
             f"{CKPT}/ar/config.json",
         output:
             f"{CKPT}/dlm/config.json",
-        params:
-            **TRAIN,
-            settings=preset_digest("convert"),
-            init=lambda wc, input: os.path.dirname(input[0]),
-            out=lambda wc, output: os.path.dirname(output[0]),
         log:
             f"{LOGS}/convert.log",
         benchmark:
@@ -98,6 +99,11 @@ if not PAPER and not BASE_FILES:
         threads: THREADS
         resources:
             gpu=GPU,
+        params:
+            **TRAIN,
+            settings=preset_digest("convert"),
+            init=lambda wc, input: os.path.dirname(input[0]),
+            out=lambda wc, output: os.path.dirname(output[0]),
         shell:
             "{ORL} convert --preset {params.preset} {params.preset_file} --init {params.init} --out {params.out} "
             "--device {params.device} --cpu-linear {params.cpu_linear} > {log} 2>&1"
@@ -117,17 +123,17 @@ if not PAPER:
             ckpt_done("ar"),
         output:
             f"{CKPT}/eagle3/config.json",
+        log:
+            f"{LOGS}/train_eagle3.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/train_eagle3.tsv"
+        threads: THREADS
         params:
             preset=TRAIN["preset"],
             preset_file=TRAIN["preset_file"],
             settings=preset_digest("eagle3"),
             target=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output[0]),
-        log:
-            f"{LOGS}/train_eagle3.log",
-        benchmark:
-            f"{RESULTS}/benchmarks/train_eagle3.tsv"
-        threads: THREADS
         shell:
             # A rerun replaces the previous head (config.json is written last).
             "rm -rf {params.out} && {ORL} train-eagle3 --preset {params.preset} {params.preset_file} "
@@ -144,8 +150,15 @@ if TRAINS:
         output:
             ckpt=f"{CKPT}/{ROW[rows.TRAINED].ckpt}_seed{{seed}}/config.json",
             record=f"{RESULTS}/train/{rows.TRAINED}_seed{{seed}}.jsonl",
+        log:
+            f"{LOGS}/train_orl_seed{{seed}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/train_orl_seed{{seed}}.tsv"
         wildcard_constraints:
             seed=one_of(SEEDS),
+        threads: THREADS
+        resources:
+            gpu=TRAIN_GPUS,
         params:
             **TRAIN,
             settings=preset_digest("orl"),
@@ -153,13 +166,6 @@ if TRAINS:
             init=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output.ckpt),
             system=ROW[rows.TRAINED].system,
-        log:
-            f"{LOGS}/train_orl_seed{{seed}}.log",
-        benchmark:
-            f"{RESULTS}/benchmarks/train_orl_seed{{seed}}.tsv"
-        threads: THREADS
-        resources:
-            gpu=TRAIN_GPUS,
         shell:
             "{TRAIN_ORL} train-orl --preset {params.preset} {params.preset_file} --init {params.init} "
             "--out {params.out} --seed {wildcards.seed} --record {output.record} --system '{params.system}' "
@@ -173,9 +179,16 @@ if TRAINS:
         output:
             ckpt=f"{CKPT}/orl-{{ablation}}_seed{{seed}}/config.json",
             record=f"{RESULTS}/train/{{ablation}}_seed{{seed}}.jsonl",
+        log:
+            f"{LOGS}/train_{{ablation}}_seed{{seed}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/train_{{ablation}}_seed{{seed}}.tsv"
         wildcard_constraints:
             ablation=one_of(ABLATIONS),
             seed=one_of(SEEDS),
+        threads: THREADS
+        resources:
+            gpu=TRAIN_GPUS,
         params:
             **TRAIN,
             settings=preset_digest("orl"),
@@ -183,13 +196,6 @@ if TRAINS:
             init=lambda wc, input: os.path.dirname(input[0]),
             out=lambda wc, output: os.path.dirname(output.ckpt),
             system=lambda wc: rows.ABLATIONS[wc.ablation].system,
-        log:
-            f"{LOGS}/train_{{ablation}}_seed{{seed}}.log",
-        benchmark:
-            f"{RESULTS}/benchmarks/train_{{ablation}}_seed{{seed}}.tsv"
-        threads: THREADS
-        resources:
-            gpu=TRAIN_GPUS,
         shell:
             "{TRAIN_ORL} train-orl --preset {params.preset} {params.preset_file} --init {params.init} "
             "--out {params.out} --ablation {wildcards.ablation} --seed {wildcards.seed} --record {output.record} "
@@ -202,11 +208,11 @@ rule quantize_nvfp4:
         ckpt_done(ROW[rows.TRAINED].ckpt),
     output:
         f"{CKPT}/orl-nvfp4/config.json",
+    log:
+        f"{LOGS}/quantize.log",
     params:
         src=ckpt(ROW[rows.TRAINED].ckpt),
         out=lambda wc, output: os.path.dirname(output[0]),
-    log:
-        f"{LOGS}/quantize.log",
     shell:
         "{ORL} quantize {params.src} --format nvfp4 --out {params.out} > {log} 2>&1"
 
@@ -218,10 +224,10 @@ rule export_sdar:
         lambda wc: ckpt_done("orl"),
     output:
         f"{CKPT}/orl-sdar/config.json",
+    log:
+        f"{LOGS}/export_sdar.log",
     params:
         src=lambda wc: ckpt("orl"),
         out=lambda wc, output: os.path.dirname(output[0]),
-    log:
-        f"{LOGS}/export_sdar.log",
     shell:
         "{ORL} export {params.src} --format sdar --out {params.out} > {log} 2>&1"

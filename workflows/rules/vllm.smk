@@ -24,6 +24,8 @@ _VLLM = workflow_dag.VllmPlan(plan=PLAN, exported=frozenset(EXPORTED))
 vllm_ckpt, spec_file, vllm_inputs, vllm_flags = _VLLM.ckpt, _VLLM.spec_file, _VLLM.inputs, _VLLM.flags
 
 VLLM_RUN = one_of(row.key for row in VLLM_ROWS)
+
+
 ruleorder: vllm_latency > latency
 ruleorder: vllm_quality > quality_row
 
@@ -33,13 +35,13 @@ rule export_qwen3:
         lambda wc: ckpt_done(wc.key),
     output:
         f"{CKPT}/{{key}}-qwen3/config.json",
+    log:
+        f"{LOGS}/export_qwen3_{{key}}.log",
     wildcard_constraints:
         key=one_of(EXPORTED),
     params:
         src=lambda wc: ckpt(wc.key),
         out=lambda wc, output: os.path.dirname(output[0]),
-    log:
-        f"{LOGS}/export_qwen3_{{key}}.log",
     shell:
         # `orl export` writes a new folder; a rerun replaces the previous export.
         "rm -rf {params.out} && {ORL} export {params.src} --format qwen3 --out {params.out} > {log} 2>&1"
@@ -50,9 +52,14 @@ rule spec_sweep:
         lambda wc: vllm_inputs(ROW[wc.row], wc.suite, sweep=False),
     output:
         f"{RESULTS}/oppoint/{{suite}}/spec_{{row}}.json",
+    log:
+        f"{LOGS}/spec_sweep_{{suite}}_{{row}}.log",
     wildcard_constraints:
         suite=one_of(SUITES),
         row=one_of(row.key for row in VLLM_SPEC_ROWS),
+    threads: THREADS
+    resources:
+        gpu=GPU,
     params:
         **DECODE,
         flags=lambda wc: vllm_flags(ROW[wc.row], wc.suite, sweep=False),
@@ -60,11 +67,6 @@ rule spec_sweep:
         limit=config["bench_limit"],
         latency_warmup=config["latency_warmup"],
         split=CHOOSE_SPLIT,
-    log:
-        f"{LOGS}/spec_sweep_{{suite}}_{{row}}.log",
-    threads: THREADS
-    resources:
-        gpu=GPU,
     shell:
         "{VLLM_ORL} spec-sweep {params.flags} --suite {wildcards.suite} --split {params.split} "
         "--limit {params.limit} "
@@ -77,19 +79,19 @@ rule vllm_latency:
         lambda wc: vllm_inputs(ROW[wc.run], wc.suite),
     output:
         f"{RESULTS}/latency/{{suite}}/{{run}}.jsonl",
+    log:
+        f"{LOGS}/latency_{{suite}}_{{run}}.log",
     wildcard_constraints:
         suite=one_of(SUITES),
         run=VLLM_RUN,
+    threads: THREADS
+    resources:
+        gpu=GPU,
     params:
         **DECODE,
         flags=lambda wc: vllm_flags(ROW[wc.run], wc.suite),
         limit=limit_flag(config["eval_limit"]),
         latency_warmup=config["latency_warmup"],
-    log:
-        f"{LOGS}/latency_{{suite}}_{{run}}.log",
-    threads: THREADS
-    resources:
-        gpu=GPU,
     shell:
         "{VLLM_ORL} bench-latency {params.flags} --suite {wildcards.suite} {params.limit} "
         "--warmup {params.latency_warmup} --max-new-tokens {params.max_new_tokens} --device {params.device} "
@@ -101,18 +103,18 @@ rule vllm_quality:
         lambda wc: vllm_inputs(ROW[wc.run], wc.suite),
     output:
         f"{RESULTS}/quality/{{suite}}/row_{{run}}.jsonl",
+    log:
+        f"{LOGS}/quality_row_{{suite}}_{{run}}.log",
     wildcard_constraints:
         suite=one_of(SUITES),
         run=VLLM_RUN,
+    threads: THREADS
+    resources:
+        gpu=GPU,
     params:
         **DECODE,
         flags=lambda wc: vllm_flags(ROW[wc.run], wc.suite),
         limit=limit_flag(config["eval_limit"]),
-    log:
-        f"{LOGS}/quality_row_{{suite}}_{{run}}.log",
-    threads: THREADS
-    resources:
-        gpu=GPU,
     shell:
         "{VLLM_ORL} eval-quality {params.flags} --suite {wildcards.suite} {params.limit} "
         "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} {params.chat} "
