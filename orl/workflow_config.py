@@ -12,6 +12,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from orl.decoding.policy import Policy
+
 PROFILES = ("smoke", "tiny", "paper")
 DEFAULT_PROFILE = "tiny"
 
@@ -49,3 +51,13 @@ def config_problem(config: dict, schema_path: str | Path) -> str | None:
             f"{', '.join(allowed)})"
         )
     return f"{where or '(top level)'}: {error.message}"
+
+
+def sweep_grid(config: dict, where: str) -> tuple[str, list[float]]:
+    """The policy the sweeps vary (`sweep_policy`) and its grid (`sweep_values`), every value checked
+    against the policy's parameter (InputError naming `where`, the config files, and the key)."""
+    name = config.get("sweep_policy", "threshold")
+    values = list(config["sweep_values"])
+    for value in values:
+        Policy.checked(name, value, f"{where}: sweep_values (policy {name})")
+    return name, values

@@ -245,6 +245,7 @@ def test_the_paper_profile_writes_what_it_cannot_measure_as_not_run(tmp_path):
             ["--config", "profile=smoke", "ablations=[aec-nogate]"],
             "ablations: 'aec-nogate' is not an ablation",
         ),
+        (["--config", "profile=smoke", "sweep_policy=greedy"], "unknown policy 'greedy'"),
     ],
 )
 def test_bad_config_stops_before_any_job(tmp_path, args, message):
@@ -252,6 +253,24 @@ def test_bad_config_stops_before_any_job(tmp_path, args, message):
     assert run.returncode != 0
     assert message in run.stdout + run.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_the_sweeps_vary_the_configured_policys_parameter(tmp_path):
+    """A commit policy is swept by naming it in the config (sweep_policy, sweep_values): every sweep job
+    runs `orl sweep --policy <name> --values <grid>`; a value outside the policy's range stops the run."""
+    config = tmp_path / "factor.yaml"
+    config.write_text("profile: smoke\nsweep_policy: factor\nsweep_values: [1.0, 2.0]\n")
+    run = snakemake("-n", "-p", "reproduce_table2", "--configfile", str(config), cwd=tmp_path)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    sweeps = [job["command"] for job in planned_jobs(run.stdout) if job["rule"] == "sweep"]
+    assert sweeps, "no sweep job planned"
+    for command in sweeps:
+        assert "--policy factor --values 1.0,2.0 " in command, command
+    config.write_text("profile: smoke\nsweep_values: [0.5, 1.5]\n")
+    run = snakemake("-n", "reproduce_table2", "--configfile", str(config), cwd=tmp_path)
+    assert run.returncode != 0
+    expected = "sweep_values (policy threshold): a threshold must be in (0, 1], got 1.5"
+    assert expected in run.stdout + run.stderr
 
 
 def test_the_paper_profile_trains_orl_under_torchrun_when_given_a_preset(tmp_path):

@@ -297,7 +297,7 @@ def test_an_orl_checkpoint_reloads_and_exports_without_its_adapter(smoke_orl, tm
 
 
 def test_nvfp4_keeps_the_adapter_in_high_precision(smoke_models):
-    from kernels.quantize import quantize_model
+    from orl.kernels.quantize import quantize_model
 
     ckpt = _with_adapter(smoke_models)
     report = quantize_model(ckpt.model)

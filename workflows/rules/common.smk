@@ -24,7 +24,7 @@ from orl.report.gate import write_gate
 from orl.rows import ROW
 from orl.tasks import FILE_SUITES
 from orl.train.config import load_preset
-from orl.workflow_config import config_problem
+from orl.workflow_config import config_problem, sweep_grid
 from orl.workflow_dag import limit_flag, one_of, run_id
 
 CONFIG_FILES = ", ".join(str(path) for path in workflow.configfiles)  # named in configuration errors
@@ -34,6 +34,8 @@ _problem = config_problem(config, Path(workflow.basedir) / "workflows" / "config
 if _problem:
     raise ValueError(f"{CONFIG_FILES}: {_problem}")
 validate(config, "../config/schema.yaml")
+# The sweeps' policy and grid (rule sweep): a new commit policy is swept by naming it here.
+SWEEP_POLICY, SWEEP_VALUES = sweep_grid(config, CONFIG_FILES)
 
 if config["profile"] != PROFILE:
     raise ValueError(f"{CONFIG_FILES}: profile: says {config['profile']!r} but the run asked for {PROFILE!r}")

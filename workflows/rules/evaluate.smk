@@ -29,14 +29,15 @@ rule sweep:
         **DECODE,
         ckpt=lambda wc: ckpt(*ckpt_of(*RUNS[wc.run])),
         system=lambda wc: RUNS[wc.run][0].system,
-        taus=",".join(str(t) for t in config["sweep_thresholds"]),
+        policy=SWEEP_POLICY,
+        values=",".join(str(value) for value in SWEEP_VALUES),
         limit=limit_flag(config["eval_limit"]),
         block=lambda wc: block_flag(RUNS[wc.run][0], wc.suite),
         split=CHOOSE_SPLIT,
         match_tolerance=config["match_tolerance"],
     shell:
         "{ORL} sweep --ckpt {params.ckpt} --suite {wildcards.suite} --split {params.split} "
-        "--thresholds {params.taus} {params.limit} --reference {input.reference} "
+        "--policy {params.policy} --values {params.values} {params.limit} --reference {input.reference} "
         "--tolerance {params.match_tolerance} "
         "{params.block} --max-new-tokens {params.max_new_tokens} --system '{params.system}' "
         "--device {params.device} --dtype {params.dtype} {params.chat} --out {output} --no-progress "
