@@ -10,10 +10,11 @@ import torch
 
 from orl.cli import main
 from orl.commands.checks import sweep_values
+from orl.errors import InputError
 from orl.records import make_record
 from orl.records.rules import tpf_problem
 from orl.records.submit import record_problems
-from orl.workflow_config import config_problem, profile_of
+from orl.workflow_config import config_problem, profile_of, sweep_grid
 
 from .test_dag import REPO, snakemake
 
@@ -501,3 +502,16 @@ def test_the_report_page_shows_every_table():
     shown = [line.split("/")[-1] for line in page.splitlines() if line.strip().startswith(":file:")]
     assert shown[0] == "table2.html" and sorted(shown) == sorted(f"table{t}.html" for t in TABLE_IDS)
     assert all((REPO / "reports" / "tiny" / name).is_file() for name in shown)  # committed with the records
+
+
+def test_the_sweep_grid_is_checked_against_its_policy():
+    """Every value of config sweep_values is a valid value of sweep_policy's parameter, or the run stops
+    before planning with the config files, the key and the policy's requirement."""
+    assert sweep_grid({"sweep_values": [0.3, 0.9]}, "tiny.yaml") == ("threshold", [0.3, 0.9])
+    assert sweep_grid({"sweep_policy": "fixed", "sweep_values": [1, 2]}, "f.yaml") == ("fixed", [1, 2])
+    expected = r"tiny.yaml: sweep_values \(policy threshold\): .*\(0, 1\], got 1.5"
+    with pytest.raises(InputError, match=expected):
+        sweep_grid({"sweep_values": [0.5, 1.5]}, "tiny.yaml")
+    with pytest.raises(InputError, match="unknown policy 'greedy'"):
+        sweep_grid({"sweep_policy": "greedy", "sweep_values": [0.5]}, "tiny.yaml")
+
