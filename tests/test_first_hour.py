@@ -514,4 +514,3 @@ def test_the_sweep_grid_is_checked_against_its_policy():
         sweep_grid({"sweep_values": [0.5, 1.5]}, "tiny.yaml")
     with pytest.raises(InputError, match="unknown policy 'greedy'"):
         sweep_grid({"sweep_policy": "greedy", "sweep_values": [0.5]}, "tiny.yaml")
-

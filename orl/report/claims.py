@@ -29,7 +29,7 @@ PAGE_PREFIX = "page:"
 QUALIFIERS = ("up to", "peak", "about")
 # Unit -> factor that turns the quoted value into the unit of the table column it
 # is compared with (pass@1 columns hold fractions, the seeds quote percentages).
-UNITS = {"x": 1.0, "%": 0.01, "tokens/s": 1.0, "tokens": 1.0, "GPU-hours": 1.0}
+UNITS = {"x": 1.0, "%": 0.01, "tokens/s": 1.0, "tokens/forward": 1.0, "tokens": 1.0, "GPU-hours": 1.0}
 TABLES = (1, 2, 3, 4, 5)
 MAX_QUOTE_CHARS = 160  # a phrase, not a paragraph
 
