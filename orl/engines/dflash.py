@@ -197,3 +197,26 @@ class DFlashEngine:
             draft_forwards=draft_forwards,
             extra={"block_size": B, "drafted_tokens": drafted, "accepted_tokens": accepted},
         )
+
+
+def build(
+    ckpt_dir: str | Path,
+    *,
+    draft_dir: str | Path | None,
+    device: str,
+    dtype: torch.dtype | None,
+    ignore_eos: bool,
+    verification: Verification,
+    num_speculative_tokens: int | None,
+) -> DFlashEngine:
+    """The dflash engine: the AR target at `ckpt_dir`, our dLLM drafter at `draft_dir`
+    (orl/engines/registry.py DirectoryBuild; the drafter proposes a whole block, so
+    `num_speculative_tokens` does not apply)."""
+    return DFlashEngine(
+        target_dir=ckpt_dir,
+        drafter_dir=draft_dir,
+        device=device,
+        dtype=dtype,
+        ignore_eos=ignore_eos,
+        verification=verification,
+    )

@@ -356,3 +356,27 @@ class HFEngine:
             draft_forwards=self.draft_forwards.count,
             extra={"drafted_tokens": drafted, "accepted_tokens": accepted},
         )
+
+
+def build_hf(
+    ckpt_dir: str | Path,
+    *,
+    draft_dir: str | Path | None,
+    device: str,
+    dtype: torch.dtype | None,
+    ignore_eos: bool,
+    verification: Verification,
+    num_speculative_tokens: int | None,
+) -> HFEngine:
+    """hf, or hf-assisted with a draft (orl/engines/registry.py DirectoryBuild); float32 unless `dtype`
+    says otherwise; `num_speculative_tokens` pins the draft's tokens per verification."""
+    assist = AssistConfig(num_assistant_tokens=num_speculative_tokens) if num_speculative_tokens else None
+    return load_hf_engine(
+        ckpt_dir,
+        draft_dir=draft_dir,
+        device=device,
+        dtype=dtype or torch.float32,
+        ignore_eos=ignore_eos,
+        assist=assist,
+        verification=verification,
+    )

@@ -17,16 +17,29 @@ class EngineKind:
     speculative: bool = False  # verifies drafted tokens against its target
     diffusion: bool = False  # an in-process block-diffusion decoder (it commits by a policy)
     cpu_linear: bool = False  # its CPU matmul path is a setting (orl/kernels/onednn.py): the bundled dlmrt
+    drafted_tokens: bool = False  # takes --num-speculative-tokens (drafted tokens per verification)
+    # "module:function" building it from checkpoint directories (orl/engines/registry.py DirectoryBuild
+    # names its arguments); None: built by the registry itself (our model code, the serving engines).
+    builder: str | None = None
 
 
+_HF, _DFLASH = "orl.engines.hf:build_hf", "orl.engines.dflash:build"
 ENGINES: dict[str, EngineKind] = {
     "dlmrt": EngineKind(diffusion=True, cpu_linear=True),
     "dlmrt-eager": EngineKind(diffusion=True, cpu_linear=True),
     "reference": EngineKind(diffusion=True),  # for an AR checkpoint: greedy AR decoding
     "ar-compiled": EngineKind(ar_only=True),
-    "hf": EngineKind(ar_only=True),
-    "hf-assisted": EngineKind(draft="required", ar_only=True, speculative=True),
-    "dflash": EngineKind(draft="required", ar_only=True, speculative=True),
+    "hf": EngineKind(ar_only=True, builder="orl.engines.hf:build_hf"),
+    "hf-assisted": EngineKind(
+        draft="required",
+        ar_only=True,
+        speculative=True,
+        drafted_tokens=True,
+        builder="orl.engines.hf:build_hf",
+    ),
+    "dflash": EngineKind(
+        draft="required", ar_only=True, speculative=True, builder="orl.engines.dflash:build"
+    ),
     "vllm": EngineKind(draft="accepted"),
     "sglang": EngineKind(draft="accepted"),
 }

@@ -8,9 +8,11 @@ server: `orl serving-args` prints it and `build_serving_engine` runs it.
 
 from __future__ import annotations
 
+import importlib
 import os
 import tempfile
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
@@ -30,6 +32,24 @@ from orl.engines.sglang import SGLangEngine, sglang_call
 from orl.engines.vllm import VLLMEngine, vllm_call
 from orl.errors import InputError
 from orl.tokenizer import load_tokenizer
+
+
+class DirectoryBuild(Protocol):
+    """An engine built from checkpoint directories (EngineKind.builder): the target's, and the draft's for
+    an engine that takes one (None otherwise). Adding such an engine: its module with this function, its
+    EngineKind in orl/engines/kinds.py, its rows in orl/rows.py; nothing here."""
+
+    def __call__(
+        self,
+        ckpt_dir: str | Path,
+        *,
+        draft_dir: str | Path | None,
+        device: str,
+        dtype: torch.dtype | None,
+        ignore_eos: bool,
+        verification: Verification,
+        num_speculative_tokens: int | None,
+    ) -> Engine: ...
 
 
 def build_engine(
@@ -66,7 +86,8 @@ def build_engine(
     if verification.relaxed and not ENGINES[name].speculative and name not in SERVING_ENGINES:
         raise InputError(
             f"--verification {verification}: engine {name} drafts nothing to verify (relaxed "
-            "verification applies to hf-assisted, dflash and sglang's speculative methods)"
+            f"verification applies to {', '.join(n for n, k in ENGINES.items() if k.speculative)} and "
+            "sglang's speculative methods)"
         )
     if name in SERVING_ENGINES:
         return build_serving_engine(
@@ -91,34 +112,24 @@ def build_engine(
             f"--block-size applies to the block-diffusion decoders "
             f"({', '.join(DIFFUSION_ENGINES)}), not to {name}"
         )
-    if num_speculative_tokens is not None and name != "hf-assisted":
+    kind = ENGINES[name]
+    if num_speculative_tokens is not None and not kind.drafted_tokens:
+        takes = ", ".join(n for n, k in ENGINES.items() if k.drafted_tokens)
         raise InputError(
-            f"--num-speculative-tokens applies to hf-assisted and the serving engines' draft "
-            f"methods, not to {name}"
+            f"--num-speculative-tokens applies to {takes} and the serving engines' draft methods, "
+            f"not to {name}"
         )
-    if name in ("hf", "hf-assisted"):
-        from orl.engines.hf import AssistConfig, load_hf_engine
-
-        assist = AssistConfig(num_assistant_tokens=num_speculative_tokens) if num_speculative_tokens else None
-        return load_hf_engine(
+    if kind.builder is not None:
+        module, function = kind.builder.split(":")
+        build: DirectoryBuild = getattr(importlib.import_module(module), function)
+        return build(
             ckpt_dir,
-            draft_dir=draft_dir if name == "hf-assisted" else None,
-            device=device,
-            dtype=dtype or torch.float32,
-            ignore_eos=ignore_eos,
-            assist=assist,
-            verification=verification,
-        )
-    if name == "dflash":
-        from orl.engines.dflash import DFlashEngine
-
-        return DFlashEngine(
-            target_dir=ckpt_dir,
-            drafter_dir=draft_dir,
+            draft_dir=draft_dir if kind.draft else None,
             device=device,
             dtype=dtype,
             ignore_eos=ignore_eos,
             verification=verification,
+            num_speculative_tokens=num_speculative_tokens,
         )
     return engine_for_checkpoint(
         name,
