@@ -259,7 +259,7 @@ def test_train_orl_warns_when_nothing_was_retained(capsys, tmp_path, monkeypatch
     }
     monkeypatch.setattr("orl.train.orl.check_init", lambda *a, **k: None)
     monkeypatch.setattr("orl.train.orl.train_orl", lambda *a, **k: summary)
-    monkeypatch.setattr("orl.train.orl_rollouts.rollout_decoder", lambda *a, **k: None)
+    monkeypatch.setattr("orl.engines.registry.rollout_decoder", lambda *a, **k: None)
     assert (
         main(["train-orl", "--preset", "smoke", "--init", str(tmp_path), "--out", str(tmp_path / "o")]) == 0
     )

@@ -60,6 +60,12 @@ def test_only_the_registry_reaches_into_dlmrt():
     assert outside == []
 
 
+def test_training_imports_neither_engines_nor_evaluation():
+    """orl.train uses the decoding math and the sandbox below it; the rollout decoder an engine provides is
+    built by the registry and handed in (orl/engines/registry.py rollout_decoder)."""
+    assert violations(ROOT / "orl" / "train", ("orl.engines", "orl.eval")) == []
+
+
 def test_decoding_imports_neither_training_nor_engines():
     """orl.decoding (rollout capture included) is below both of its users."""
     assert violations(ROOT / "orl" / "decoding", ("orl.train", "orl.engines", *ABOVE_ENGINES)) == []

@@ -51,7 +51,7 @@ def _add_run_flags(p) -> None:
 
 def _add_record_flags(p) -> None:
     """The record, the sandbox of the rewards and the rollout decoder."""
-    from orl.train.orl_rollouts import ROLLOUT_ENGINES
+    from orl.engines.kinds import ROLLOUT_ENGINES
 
     p.add_argument("--record", default=None, help="also write a 'train' record (.jsonl) with cost figures")
     p.add_argument("--system", default=None, help="table row name for the record")
@@ -102,9 +102,9 @@ def run_train_orl(args) -> int:
 
 def _train(args, preset, device: str) -> dict | None:
     """Train in the training world (torchrun's ranks, or this process); the summary on rank 0, else None."""
+    from orl.engines.registry import rollout_decoder
     from orl.train.distributed import training_world
     from orl.train.orl import check_init, train_orl
-    from orl.train.orl_rollouts import rollout_decoder
 
     with training_world(device) as world:
         init = check_init(args.init, preset, world.device)  # loaded once, on this rank's device

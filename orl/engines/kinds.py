@@ -45,3 +45,6 @@ ENGINES: dict[str, EngineKind] = {
 }
 ENGINE_NAMES = tuple(ENGINES)
 DIFFUSION_ENGINES = tuple(name for name, kind in ENGINES.items() if kind.diffusion)
+# What `orl train-orl --rollout-engine` may name (orl/engines/registry.py rollout_decoder): the
+# full-recompute decoder of orl.decoding, or dlmrt's rollout (compiled or eager).
+ROLLOUT_ENGINES = ("recompute", "dlmrt", "dlmrt-eager")

@@ -17,6 +17,7 @@ from typing import Protocol
 import torch
 
 from orl.decoding import Policy
+from orl.decoding.rollout import RecomputeRollout, Rollout
 from orl.decoding.verify import STRICT, Verification
 from orl.engines import serving
 from orl.engines.base import Engine, EngineUnavailable
@@ -344,3 +345,15 @@ def build_serving_engine(
     if name == "vllm":
         return VLLMEngine(call, config, tokenizer, device="cpu" if cpu else str(device))
     return SGLangEngine(call, config, tokenizer, policy=policy, workdir=workdir)
+
+
+def rollout_decoder(engine: str, init) -> Rollout:
+    """The ORL rollout decoder `--rollout-engine` names (ROLLOUT_ENGINES): the full-recompute default
+    (orl.decoding.rollout), or dlmrt's (orl/engines/dlmrt/rollout.py) on the loaded init checkpoint."""
+    if engine == "recompute":
+        return RecomputeRollout()
+    from orl.engines.dlmrt.rollout import DlmrtRollout
+
+    return DlmrtRollout(
+        init.tokenizer, mode="eager" if engine == "dlmrt-eager" else None, where=init.path / "config.json"
+    )

@@ -25,9 +25,6 @@ from orl.tasks.files import training_problems
 from orl.train.config import TrainPreset
 from orl.train.distributed import World, gather_objects, rank_rows
 
-# What `orl train-orl --rollout-engine` may name (rollout_decoder).
-ROLLOUT_ENGINES = ("recompute", "dlmrt", "dlmrt-eager")
-
 
 @dataclass
 class OrlStats:
@@ -187,15 +184,3 @@ def collect_states(
             flush=True,
         )
     return (states if len(states) else None), fraction
-
-
-def rollout_decoder(engine: str, init) -> Rollout:
-    """The rollout decoder `--rollout-engine` names (orl.decoding.rollout.Rollout): the full-recompute
-    default, or dlmrt (orl/engines/dlmrt/rollout.py) on the loaded init checkpoint."""
-    if engine == "recompute":
-        return RecomputeRollout()
-    from orl.engines.dlmrt.rollout import DlmrtRollout
-
-    return DlmrtRollout(
-        init.tokenizer, mode="eager" if engine == "dlmrt-eager" else None, where=init.path / "config.json"
-    )
