@@ -78,3 +78,36 @@ def training_mask(
     mask = mask_from_limits(limits, idx, key_valid)
     # Padding queries must still see one key, or softmax over an empty row gives NaN.
     return mask | torch.eye(seq_len, dtype=torch.bool, device=lengths.device)[None]
+
+
+def copy_training_mask(
+    width: int,
+    clean_lengths: torch.Tensor,
+    copy_start: torch.Tensor,
+    copy_end: torch.Tensor,
+    origin: torch.Tensor,
+    block_size: int,
+) -> torch.Tensor:
+    """Block-causal mask for training rows that carry a noisy copy of some of their blocks.
+
+    Row r is a clean prefix (indices < clean_lengths[r]), then a copy of positions copy_start[r] ..
+    copy_end[r] - 1 (orl/train/objectives.py `noise_blocks`). Clean queries see what the block-causal
+    mask gives them; a copy query in block j sees the clean keys before block j and the copy of
+    block j itself: the view of a block being decoded over an exact cache of the blocks before it.
+    `origin` is where blocks are counted from: the prompt's end, or 0 for the absolute layout.
+    """
+    index = torch.arange(width, device=clean_lengths.device)[None, :]
+    clean_end, start = clean_lengths[:, None], copy_start[:, None]
+    clean = index < clean_end
+    in_copy = (index >= clean_end) & (index < clean_end + copy_end[:, None] - start)
+    positions = torch.where(in_copy, start + index - clean_end, index)
+    block_end = block_causal_limits(positions, origin, block_size)
+    block_start = block_end - block_size
+    clean_limit = torch.where(in_copy, block_start, block_end)  # [b, n]
+    sees_clean = clean[:, None, :] & (index[:, None, :] < clean_limit[:, :, None])
+    same_block = (positions[:, None, :] >= block_start[:, :, None]) & (
+        positions[:, None, :] < block_end[:, :, None]
+    )
+    sees_copy = in_copy[:, :, None] & in_copy[:, None, :] & same_block
+    # Padding queries must still see one key, or softmax over an empty row gives NaN.
+    return sees_clean | sees_copy | torch.eye(width, dtype=torch.bool, device=clean_lengths.device)[None]

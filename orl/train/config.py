@@ -61,6 +61,10 @@ class DiffusionConfig:
     # Where blocks sit in the converted model: "after-prompt" (ours) or "absolute" (SDAR's layout, saved as
     # an SDARForCausalLM checkpoint), docs/method.md §5.
     block_layout: str = "after-prompt"
+    # The blocks of each training row the conversion noises (docs/method.md §1): "one", drawn at random
+    # (the page's objective as written; the committed tiny base), or "every" block at once (SDAR's
+    # noisy copy: the same objective summed over blocks, every block of a long solution trained).
+    noised_blocks: str = "one"
 
 
 @dataclass
@@ -148,7 +152,12 @@ class Eagle3TrainConfig:
 # Fields added after the committed tiny base was trained: left out of the digest at these values, so
 # that the stage digests of a preset that does not set them (the base's config_digest, the DAG's
 # reruns) stay as they were.
-ADDED_AT_DEFAULT = {"math_fraction": 0.0, "hold_out_dev": False, "diffusion.math_max_new_tokens": 192}
+ADDED_AT_DEFAULT = {
+    "math_fraction": 0.0,
+    "hold_out_dev": False,
+    "diffusion.math_max_new_tokens": 192,
+    "diffusion.noised_blocks": "one",
+}
 
 
 @dataclass

@@ -26,7 +26,7 @@ from orl.train.config import OptimConfig, TrainPreset
 from orl.train.data import TokenBatch, pair_batch
 from orl.train.distributed import World, micro_batches, shard_model
 from orl.train.loop import Micro, Step, train
-from orl.train.objectives import Noise, ar_count, ar_sum, masked_block_sum, noise_one_block
+from orl.train.objectives import NOISED_BLOCKS, Noise, ar_count, ar_sum, masked_blocks_sum, noise_blocks
 from orl.train.state import STATE_DIR, resumed_settings
 
 
@@ -79,13 +79,13 @@ def ar_step(model: Transformer, batch: TokenBatch, world: World, micro_size: int
 def diffusion_step(
     model: Transformer, batch: TokenBatch, noise: Noise, world: World, micro_size: int
 ) -> Step:
-    """One optimizer step of the masked-block objective: this rank's share of the global batch."""
+    """One optimizer step of the masked-blocks objective: this rank's share of the global batch."""
     micros = []
     for rows in micro_batches(len(batch.ids), world, micro_size):
         part, part_noise = batch.select(rows), noise.select(rows)
         micros.append(
             Micro(
-                run=lambda part=part, n=part_noise: ([masked_block_sum(model, part, n)], [n.count]),
+                run=lambda n=part_noise: ([masked_blocks_sum(model, n)], [n.count]),
                 counts=[part_noise.count],
                 tokens=int(part.lengths.sum()),
             )
@@ -216,6 +216,11 @@ def convert_to_diffusion(
         raise ConfigError(
             f"diffusion.block_size: expected 1..{preset.model.max_position_embeddings}, got {block}"
         )
+    if preset.diffusion.noised_blocks not in NOISED_BLOCKS:
+        raise ConfigError(
+            f"diffusion.noised_blocks: expected one of {', '.join(NOISED_BLOCKS)}, "
+            f"got {preset.diffusion.noised_blocks!r}"
+        )
     model = init.model
     model.config.attention_mode = "block-causal"
     model.config.block_size = block
@@ -233,8 +238,9 @@ def convert_to_diffusion(
         batch = pair_batch(
             tokenizer, optim.seed, i, optim.batch_size, mix, max_len, block_size=block, layout=layout
         )
-        noise = noise_one_block(
-            batch, block, tokenizer.mask_id, torch.Generator().manual_seed(optim.seed * 7919 + i), layout
+        generator = torch.Generator().manual_seed(optim.seed * 7919 + i)
+        noise = noise_blocks(
+            batch, block, tokenizer.mask_id, generator, layout, preset.diffusion.noised_blocks
         )
         return diffusion_step(model, batch, noise, world, optim.micro_batch_size)
 
