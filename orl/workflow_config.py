@@ -13,6 +13,7 @@ import jsonschema
 import yaml
 
 from orl.decoding.policy import Policy
+from orl.errors import ConfigError
 
 PROFILES = ("smoke", "tiny", "paper")
 DEFAULT_PROFILE = "tiny"
@@ -61,3 +62,25 @@ def sweep_grid(config: dict, where: str) -> tuple[str, list[float]]:
     for value in values:
         Policy.checked(name, value, f"{where}: sweep_values (policy {name})")
     return name, values
+
+
+def table5_suites(config: dict, where: str) -> list[str]:
+    """The suites Table 5 (ORL and every ablation, every seed) runs on: config `table5_suites`, each one of
+    the profile's `suites` (a suite there has its own sweeps and operating points; an extra suite only
+    borrows the main suite's), in the order given; default the main suite (the first of `suites`).
+    ConfigError naming `where` (the config files), the key and what was expected."""
+    suites = list(config["suites"])
+    chosen = config.get("table5_suites")
+    if chosen is None:
+        return suites[:1]
+    if not isinstance(chosen, list) or not chosen:
+        raise ConfigError(f"{where}: table5_suites: expected a non-empty list of suites, got {chosen!r}")
+    for suite in chosen:
+        if suite not in suites:
+            raise ConfigError(
+                f"{where}: table5_suites: {suite!r} is not one of this profile's suites (expected some of "
+                f"{', '.join(suites)}: Table 5 runs where its rows are swept, config `suites`)"
+            )
+    if len(set(chosen)) != len(chosen):
+        raise ConfigError(f"{where}: table5_suites: each suite once, got {', '.join(chosen)}")
+    return list(chosen)

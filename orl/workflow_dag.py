@@ -159,6 +159,9 @@ class Plan:
     # The split operating points are chosen on (config `choose_split`): "dev", then measured on test; or
     # "test", the sweep's own point is the row's test pass@1 (records made before the dev splits).
     choose_split: str = "test"
+    # The suites Table 5 (ORL and its ablations, every seed) runs on (config `table5_suites`, each one of
+    # `suites`); empty: the main suite.
+    table5_suites: Sequence[str] = ()
 
     # ---- checkpoints
 
@@ -332,16 +335,24 @@ class Plan:
             return ""
         return f"--block-size {size}"
 
+    @property
+    def table5(self) -> list[str]:
+        """The suites Table 5's rows are measured on (config `table5_suites`; default the main suite)."""
+        return list(self.table5_suites) or [self.suites[0]]
+
     def sweep_suites(self, row: Row) -> list[str]:
-        """Rows of Tables 1 and 2 are swept on every suite; the others (Table 5) on the main one."""
-        return list(self.suites) if row.tables & {1, 2} else [self.suites[0]]
+        """Rows of Tables 1 and 2 are swept on every suite (ORL among them, so Table 5 finds its sweeps
+        there too); the ablations (Table 5 only) on Table 5's suites; any other on the main one."""
+        if row.tables & {1, 2}:
+            return list(self.suites)
+        return self.table5 if 5 in row.tables else [self.suites[0]]
 
     # ---- what a table reads
 
     def table_inputs(self, table: int, jobs: Jobs) -> list[str]:
         """The record files the DAG writes for a table's rows (the renderer reads the whole folder)."""
         run = [row for row in jobs.run.values() if table in row.tables]
-        suites, main = list(self.suites), self.suites[0]
+        suites = list(self.suites)
         runs_of = self.seeds.runs_of
         if table in (1, 2):
             # Table 2 shows each system on its primary seed only (so `make reproduce` trains ORL once).
@@ -359,9 +370,10 @@ class Plan:
             return [self.engine_file(suite) for suite in suites] + [
                 self.serving_bench_file(r, x) for r in jobs.serving_bench_rows for x in suites
             ]
-        if table == 5:
-            files = [self.quality_file(r, s, main) for r, s in runs_of(run)]
-            files += [self.sweep_file(r, s, main) for r, s in runs_of(run) if r in jobs.sweep_rows]
+        if table == 5:  # every run on each of Table 5's suites; training is one run per seed
+            files = [self.quality_file(r, s, x) for r, s in runs_of(run) for x in self.table5]
+            files += [self.sweep_file(r, s, x) for r, s in runs_of(run) if r in jobs.sweep_rows
+                      for x in self.table5]  # fmt: skip
             return files + [self.train_file(r, s) for r, s in runs_of(run)] + [jobs.packing_file]
         # Table 4: contributed hardware results (results/hardware/); Table 3b: records already there
         return []

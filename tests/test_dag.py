@@ -62,9 +62,11 @@ def planned_jobs(stdout: str) -> list[dict]:
             resources = re.search(r"resources: (.*)", block)
             command = re.search(r"Shell command: (.*)", block)
             output = re.search(r"output: (.*)", block)
+            inputs = re.search(r"\n\s*input: (.*)", block)
             jobs.append({"rule": match.group(1), "resources": resources.group(1) if resources else "",
                          "command": command.group(1) if command else "",
-                         "output": output.group(1).split(", ") if output else []})  # fmt: skip
+                         "output": output.group(1).split(", ") if output else [],
+                         "input": inputs.group(1).split(", ") if inputs else []})  # fmt: skip
     return jobs
 
 
@@ -219,6 +221,34 @@ def test_a_configfile_overrides_its_profile(tmp_path):
     # A commit policy is swept by naming it (sweep_policy, sweep_values): every sweep varies its parameter.
     sweeps = [job["command"] for job in planned_jobs(run.stdout) if job["rule"] == "sweep"]
     assert sweeps and all("--policy factor --values 1.0,2.0 " in command for command in sweeps), sweeps
+    # Table 5 runs on the main suite unless table5_suites says more: the ablation is swept there only.
+    ablation_sweeps = [command for command in sweeps if "'ORL: no AEC'" in command]
+    assert ablation_sweeps and all("--suite tinycode " in command for command in ablation_sweeps)
+
+
+def test_table5_runs_every_ablation_on_each_of_its_suites(tmp_path):
+    """config table5_suites: ORL and every ablation, every seed, swept, given an operating point and measured
+    on each suite named (ORL's sweeps there are its Table 1-2 ones, not planned twice), and Table 5's
+    render reads every one of those records."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("profile: smoke\nablations: [no-aec]\nsuites: [tinycode, tinycode-long]\n"
+                    "table5_suites: [tinycode, tinycode-long]\n")  # fmt: skip
+    run = snakemake("-n", "-p", "reproduce_table5", "--configfile", str(mine), cwd=tmp_path)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    jobs = planned_jobs(run.stdout)
+    seeds = profile_config("smoke")["seeds"]
+    runs = [f"{key}_seed{seed}" for key in ("orl", "orl-no-aec") for seed in seeds]
+    expected = {f"{suite}/{run}" for suite in ("tinycode", "tinycode-long") for run in runs}
+    for rule, folder in (("sweep", "sweep"), ("point_quality", "quality")):
+        outputs = [out for job in jobs if job["rule"] == rule for out in job["output"]]
+        assert len(outputs) == len(expected), (rule, outputs)  # each once
+        found = {re.sub(r"results/smoke/\w+/(\S+)/(?:op_)?(\S+)\.jsonl", r"\1/\2", out) for out in outputs}
+        assert found == expected, (rule, folder)
+    (render,) = [job for job in jobs if job["rule"] == "render_table"]
+    for suite in ("tinycode", "tinycode-long"):
+        for run_ in runs:
+            assert f"results/smoke/quality/{suite}/op_{run_}.jsonl" in render["input"]
+            assert f"results/smoke/sweep/{suite}/{run_}.jsonl" in render["input"]
 
 
 def test_the_paper_profile_writes_what_it_cannot_measure_as_not_run(tmp_path):
@@ -250,6 +280,10 @@ def test_the_paper_profile_writes_what_it_cannot_measure_as_not_run(tmp_path):
             "ablations: 'aec-nogate' is not an ablation",
         ),
         (["--config", "profile=smoke", "sweep_policy=greedy"], "unknown policy 'greedy'"),
+        (
+            ["--config", "profile=smoke", "table5_suites=[tinycode-long]"],
+            "smoke.yaml: table5_suites: 'tinycode-long' is not one of this profile's suites",
+        ),
     ],
 )
 def test_bad_config_stops_before_any_job(tmp_path, args, message):

@@ -7,14 +7,15 @@ import json
 
 import pytest
 import torch
+import yaml
 
 from orl.cli import main
 from orl.commands.checks import sweep_values
-from orl.errors import InputError
+from orl.errors import ConfigError, InputError
 from orl.records import make_record
 from orl.records.rules import tpf_problem
 from orl.records.submit import record_problems
-from orl.workflow_config import config_problem, profile_of, sweep_grid
+from orl.workflow_config import config_problem, profile_of, sweep_grid, table5_suites
 
 from .test_dag import REPO, snakemake
 
@@ -514,3 +515,21 @@ def test_the_sweep_grid_is_checked_against_its_policy():
         sweep_grid({"sweep_values": [0.5, 1.5]}, "tiny.yaml")
     with pytest.raises(InputError, match="unknown policy 'greedy'"):
         sweep_grid({"sweep_policy": "greedy", "sweep_values": [0.5]}, "tiny.yaml")
+
+
+def test_table5_suites_are_suites_of_the_profile():
+    """config table5_suites: default the main suite; each named suite one of `suites` (an extra suite has no
+    sweeps of its own), or the run stops naming the config files, the key and what was expected."""
+    config = {"suites": ["tinycode", "tinymath"]}
+    assert table5_suites(config, "tiny.yaml") == ["tinycode"]
+    both = ["tinymath", "tinycode"]
+    assert table5_suites({**config, "table5_suites": both}, "t.yaml") == both
+    expected = r"tiny.yaml, mine.yaml: table5_suites: 'humaneval' is not one of this profile's suites \(exp"
+    with pytest.raises(ConfigError, match=expected):
+        table5_suites({**config, "table5_suites": ["tinycode", "humaneval"]}, "tiny.yaml, mine.yaml")
+    with pytest.raises(ConfigError, match="table5_suites: expected a non-empty list"):
+        table5_suites({**config, "table5_suites": []}, "tiny.yaml")
+    folder = REPO / "workflows" / "config"
+    smoke = yaml.safe_load((folder / "smoke.yaml").read_text())
+    problem = config_problem({**smoke, "table5_suites": "tinycode"}, folder / "schema.yaml")
+    assert problem.startswith("table5_suites: ") and "\n" not in problem

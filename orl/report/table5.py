@@ -1,9 +1,14 @@
 """Table 5: training (ablations and cost), over the training seeds found in the records.
 
-Lines: orl.rows.lines(5), one per trained system, on one suite (the one with most measured
-records). Each line is a mean over its seeds (`seeds`: how many; sd, per-seed values and the
-crossed bootstrap interval beside it): TPF and pass@1 of each seed's chosen operating point
-(its `quality` record), AUP of each seed's sweep (d3LLM's, at the table's y_max). Every
+Lines: orl.rows.lines(5), one per trained system, per suite: the suites on which an ablation
+line has a record, measured or "not run" (the DAG's config `table5_suites`), else the one suite
+with most measured records (table5_suites below). Everything is computed within a suite: AUP's
+y_max, the AR target a point is matched to, and ORL's line the ablations are compared with; the
+cost columns are the training runs' (one per seed, the same on every suite), and the paper's
+claims sit on the first suite's lines only. Each line is a mean over its seeds (`seeds`: how
+many; sd, per-seed values and the crossed bootstrap interval beside it): TPF and pass@1 of each
+seed's chosen operating point (its `quality` record), AUP of each seed's sweep (d3LLM's, at the
+suite's y_max). Every
 ablation is compared with ORL itself (orl.rows.TRAINED), paired over the same problems:
 `tpf_diff`, `pass_at_1_diff` and `aup_diff` are ablation − ORL, labelled "resolved" where the
 interval excludes 0 and "unresolved" otherwise. Cost comes from the `train` records of each
@@ -32,6 +37,7 @@ from orl.report.claims import Claim
 from orl.report.matching import matched_columns, operating_point_text, reference_runs, tolerance_of
 from orl.report.measure import (
     LEGACY_TPF_NOTE,
+    Measured,
     aup_columns,
     forward_columns,
     legacy_tpf_notes,
@@ -42,7 +48,17 @@ from orl.report.measure import (
     y_max_of,
 )
 from orl.report.notes import choice_split_note, prompt_sets, uncertainty_note
-from orl.report.select import latest_train_record, ratio, record_seed, seed_index, table_lines
+from orl.report.select import (
+    Want,
+    latest_train_record,
+    matches,
+    ordered_suites,
+    pick_suite,
+    ratio,
+    record_seed,
+    seed_index,
+)
+from orl.rows import Line
 
 ORL = rows.ROW[rows.TRAINED].system
 
@@ -142,14 +158,30 @@ def _cost(
     return values, notes
 
 
-def build_table5(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
-    by_id = {claim.id: claim for claim in claims}
-    index = seed_index(records)
-    pairs, suite = table_lines(records, 5)
+def table5_suites(records: list[dict], pairs: list[tuple[Line, Want]]) -> list[str | None]:
+    """The suites Table 5 shows: every suite on which a line other than ORL's (an ablation) has a record of
+    its first kind, measured or "not run" (the DAG writes one per run on each of config `table5_suites`),
+    in table order; without any, the one suite with most measured records of its lines. ORL's own
+    records on other suites (Tables 1-2) do not make a block of lines with nothing to compare."""
+    found = {
+        record["suite"]
+        for _, want in pairs
+        if want.system != ORL
+        for record in records
+        if record["suite"] and matches(record, want, want.kinds[0], None)
+    }
+    return ordered_suites(found) or [pick_suite(records, [want for _, want in pairs])]
+
+
+def _suite_lines(
+    records: list[dict], pairs: list[tuple[Line, Want]], suite: str | None, index: dict[str, int]
+) -> tuple[list[tuple[Line, Measured, dict]], float | None]:
+    """The lines of one suite, measured, with their values (ablation − ORL within the suite), and the
+    suite's AUP y_max (every sweep point of every seed of the table's lines there)."""
     y_max = y_max_of(records, [want for _, want in pairs], suite)
     reference, tolerance = reference_runs(records, suite), tolerance_of(records)
     built = []
-    for _, want in pairs:
+    for line, want in pairs:
         m = measure(records, want, suite, index, all_seeds=True)
         value = {
             **base_row(m.resolved),
@@ -178,24 +210,51 @@ def build_table5(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
             value.get("step_tokens_per_s_packed"), value.get("step_tokens_per_s_unpacked")
         )
         value["note"] = "; ".join(filter(None, notes)) or None
-        built.append((want, m, value))
-    orl = next(((m, v) for want, m, v in built if want.system == ORL), None)
-    out = []
-    for (line, _), (want, m, value) in zip(pairs, built, strict=True):
-        if want.system != ORL and orl is not None and m.measured:
-            value.update(_against_orl(m, orl[0], y_max))
-        out.extend(with_claims(value, line.claims, by_id))
-    lines = [m for _, m, _ in built]
+        built.append((line, m, value))
+    orl = next((m for _, m, _ in built if m.resolved.want.system == ORL), None)
+    for _, m, value in built:
+        if m.resolved.want.system != ORL and orl is not None and m.measured:
+            value.update(_against_orl(m, orl, y_max))
+    return built, y_max
+
+
+def build_table5(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
+    by_id = {claim.id: claim for claim in claims}
+    index = seed_index(records)
+    pairs = [(line, Want.of(row, line)) for row, line in rows.lines(5)]
+    suites = table5_suites(records, pairs)
+    out, lines, y_maxes = [], [], {}
+    for number, suite in enumerate(suites):
+        built, y_maxes[suite] = _suite_lines(records, pairs, suite, index)
+        for line, m, value in built:
+            # The claims are about the training runs, the same on every suite: compared once.
+            out.extend(with_claims(value, line.claims if number == 0 else (), by_id))
+            lines.append(m)
     notes = [
         *prompt_sets(lines, ("quality",)),
         *legacy_tpf_notes(lines, "quality"),
         choice_split_note(records),
         uncertainty_note(),
     ]
-    if y_max is not None:
+    if len(suites) > 1:
         notes.append(
-            f"AUP: d3LLM's definition (orl/eval/aup.py) with y_max = {y_max:.4g}%, the highest pass@1 "
-            "among this table's sweep points."
+            f"Lines per suite ({', '.join(str(suite) for suite in suites)}): each suite's TPF, pass@1, AUP "
+            "and ablation − ORL differences (with their intervals and p-values) are computed within it, "
+            "over its own problems; the cost columns are the same training runs on every suite, and the "
+            "paper's claims are compared on the first suite's lines only."
+        )
+    measured = {suite: y_max for suite, y_max in y_maxes.items() if y_max is not None}
+    if len(suites) == 1 and measured:
+        notes.append(
+            f"AUP: d3LLM's definition (orl/eval/aup.py) with y_max = {measured[suites[0]]:.4g}%, the highest "
+            "pass@1 among this table's sweep points."
+        )
+    elif measured:
+        notes.append(
+            "AUP: d3LLM's definition (orl/eval/aup.py) with y_max per suite, the highest pass@1 among this "
+            "table's sweep points on that suite (every point of every seed): "
+            + "; ".join(f"{suite} {y_max:.4g}%" for suite, y_max in measured.items())
+            + "."
         )
     return frame(5, out, claims, notes)
 

@@ -9,6 +9,7 @@
 # per-row file is named by its run and lies in a folder of its suite (config `suites`: Tables 1-3
 # show each suite; the first is the main one, that of Tables 4-5, the entropy figure and the
 # speed-vs-length runs), so one prompt set (`eval_limit` problems) serves every job of a suite.
+# Table 5 (ORL and every ablation, every seed) runs on config `table5_suites` (default: the main suite).
 import os
 import shlex
 import sys
@@ -24,7 +25,7 @@ from orl.report.gate import write_gate
 from orl.rows import ROW
 from orl.tasks import FILE_SUITES
 from orl.train.config import load_preset
-from orl.workflow_config import config_problem, sweep_grid
+from orl.workflow_config import config_problem, sweep_grid, table5_suites
 from orl.workflow_dag import limit_flag, one_of, run_id
 
 CONFIG_FILES = ", ".join(str(path) for path in workflow.configfiles)  # named in configuration errors
@@ -96,6 +97,9 @@ SUITES = list(config["suites"])
 # (dev); or on the test problems themselves (test: how records written before the dev splits were made).
 CHOOSE_SPLIT = config["choose_split"]
 MAIN = SUITES[0]
+# Table 5's suites: the ablations are swept, given operating points and measured on each (orl/workflow_dag.py
+# Plan.sweep_suites); ORL is swept on every suite already.
+TABLE5_SUITES = table5_suites(config, CONFIG_FILES)
 EXTRA_SUITES = list(config["extra_suites"])
 for _suite in EXTRA_SUITES:
     if _suite in SUITES:
@@ -209,7 +213,8 @@ PLAN = workflow_dag.Plan(profile=PROFILE, results=RESULTS, ckpt_dir=CKPT, device
                          vllm_python=VLLM_PYTHON, seeds=_SEEDS, suites=SUITES, given=GIVEN,
                          trained_keys=frozenset(TRAINED_KEYS), derived=frozenset(DERIVED),
                          built_here=frozenset(BUILT_HERE), block_size=BLOCK_SIZE, preset_block=PRESET_BLOCK,
-                         dllm_family=frozenset(DLLM_FAMILY), choose_split=CHOOSE_SPLIT)  # fmt: skip
+                         dllm_family=frozenset(DLLM_FAMILY), choose_split=CHOOSE_SPLIT,
+                         table5_suites=TABLE5_SUITES)  # fmt: skip
 ckpt, ckpt_done, ckpt_of, missing = PLAN.ckpt, PLAN.ckpt_done, PLAN.ckpt_of, PLAN.missing
 block_flag = PLAN.block_flag
 
@@ -283,7 +288,8 @@ for _row in SERVING_BENCH_ROWS:
             NOT_RUN[serving_bench_file(_row, _suite)] = ("engine_bench", _row, missing(_row), _suite)
 for _row, _seed in runs_of(TABLE5_ROWS):
     if missing(_row):  # e.g. the paper profile's ORL training without its base dLLM
-        NOT_RUN[quality_file(_row, _seed, MAIN)] = ("quality", _row, missing(_row), MAIN)
+        for _suite in TABLE5_SUITES:
+            NOT_RUN[quality_file(_row, _seed, _suite)] = ("quality", _row, missing(_row), _suite)
         if trained(_row):
             NOT_RUN[train_file(_row, _seed)] = ("train", _row, missing(_row), None)
 if not TRAINS:
