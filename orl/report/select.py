@@ -25,6 +25,7 @@ from orl import rows
 from orl.records import record_split
 from orl.report.compare import model_matches
 from orl.rows import TABLE_KINDS, Line, Row
+from orl.tasks import SUITES as TASK_SUITES
 
 # Kinds whose records carry no decoding suite / no inference engine.
 SUITE_FREE_KINDS = {"train"}
@@ -209,8 +210,9 @@ def first_seed(records: list[dict], want: Want, suite: str | None, index: dict[s
     return resolve(records, want, suite, seed=ANY_SEED if seed is None else seed, index=index)
 
 
-# Suites in the order tables show them; others follow alphabetically.
-SUITE_ORDER = ("tinycode", "tinycode-long", "humaneval")
+# Suites in the order tables show them (orl/tasks: the tiny suites, then the public benchmarks); others
+# follow alphabetically.
+SUITE_ORDER = TASK_SUITES
 
 
 def ordered_suites(suites) -> list[str]:
