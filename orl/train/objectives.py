@@ -126,21 +126,53 @@ def noise_blocks(
     in_copy = (index >= clean) & (index < clean + copy_end - copy_start)
     positions = torch.where(in_copy, copy_start + index - clean, index).clamp(max=width - 1)
     targets = batch.ids.gather(1, positions)
+    maskable = in_copy & (positions >= P)
+    if noised == "every":
+        t, masked = _every_block_mask(positions, maskable, origin, B, generator)
+    else:
+        t, masked = _one_block_mask(positions, maskable, width, clean, copy_start, copy_end, P, generator)
+    ids = torch.where(masked, mask_id, targets)
+    weight = torch.where(masked, 1.0 / t, 0.0)
+    row = (clean, copy_start, copy_end, origin)
+    return Noise(ids, targets, positions, masked, weight, *(x[:, 0] for x in row))
+
+
+def _every_block_mask(
+    positions: torch.Tensor, maskable: torch.Tensor, origin: torch.Tensor, B: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each block's t, and its masked positions: at rate t, plus the maskable one with the top score."""
+    b, n = positions.shape
     block = torch.div(positions - origin, B, rounding_mode="floor").clamp_min(0)
     n_blocks = int(block.max()) + 1
     t = torch.rand(b, n_blocks, generator=generator).clamp_min(1e-3).gather(1, block)
-    maskable = in_copy & (positions >= P)
     masked = maskable & (torch.rand(b, n, generator=generator) < t)
-    # At least one masked position per block: the maskable one with the highest random score.
     score = torch.rand(b, n, generator=generator)
     for j in range(n_blocks):
         candidates = maskable & (block == j)
         forced = torch.where(candidates, score, -1.0).argmax(dim=1)
         masked[torch.arange(b), forced] |= candidates.any(dim=1)
-    ids = torch.where(masked, mask_id, targets)
-    weight = torch.where(masked, 1.0 / t, 0.0)
-    row = (clean, copy_start, copy_end, origin)
-    return Noise(ids, targets, positions, masked, weight, *(x[:, 0] for x in row))
+    return t, masked
+
+
+def _one_block_mask(
+    positions: torch.Tensor,
+    maskable: torch.Tensor,
+    width: int,
+    clean: torch.Tensor,
+    copy_start: torch.Tensor,
+    copy_end: torch.Tensor,
+    P: torch.Tensor,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The row's t and the copied block's masked positions, drawn in the order the committed tiny base
+    was trained with (a rate per row, a number per row position, then the forced position)."""
+    b, n = positions.shape
+    t = torch.rand(b, 1, generator=generator).clamp_min(1e-3)
+    masked = maskable & (torch.rand(b, width, generator=generator).gather(1, positions) < t)
+    start = torch.maximum(copy_start, P)  # the block's first maskable position
+    forced = start + (torch.rand(b, 1, generator=generator) * (copy_end - start)).long()
+    masked[torch.arange(b), (clean + forced - copy_start)[:, 0]] = True
+    return t.expand(b, n), masked
 
 
 def masked_blocks_sum(model: Transformer, noise: Noise, groups: int = LENGTH_GROUPS) -> torch.Tensor:
