@@ -5,7 +5,8 @@ import re
 from orl.engines.serving import VLLM_ENV_MISSING
 from orl.records import load_records
 from orl.rows import ROW
-from orl.workflow_dag import Jobs, Plan, Seeds, VllmPlan, one_of, run_id, runnable, write_not_run
+from orl.workflow_dag import Jobs, Plan, Seeds, one_of, run_id, runnable, write_not_run
+from orl.workflow_vllm import VllmPlan
 
 DERIVED = frozenset({"orl-nvfp4", "orl-sdar"})
 

@@ -8,8 +8,8 @@ cost columns are the training runs' (one per seed, the same on every suite), and
 claims sit on the first suite's lines only. Each line is a mean over its seeds (`seeds`: how
 many; sd, per-seed values and the crossed bootstrap interval beside it): TPF and pass@1 of each
 seed's chosen operating point (its `quality` record), AUP of each seed's sweep (d3LLM's, at the
-suite's y_max). Every
-ablation is compared with ORL itself (orl.rows.TRAINED), paired over the same problems:
+suite's y_max). Every ablation is compared with ORL itself (orl.rows.TRAINED), paired over the
+same problems:
 `tpf_diff`, `pass_at_1_diff` and `aup_diff` are ablation − ORL, labelled "resolved" where the
 interval excludes 0 and "unresolved" otherwise. Cost comes from the `train` records of each
 seed (extra.packing absent or true): self-generated tokens, training wall time, the world size

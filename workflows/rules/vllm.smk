@@ -8,6 +8,8 @@
 # are "not run: vLLM CPU: <its error>" records (orl/engines/vllm.py). On CUDA the generic rules run them as
 # before.
 
+from orl.workflow_vllm import VllmPlan
+
 VLLM_ORL = f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5 {VLLM_PYTHON} -m orl.cli"
 VLLM_CPU = not config["device"].startswith("cuda")
 VLLM_ROWS = [row for row in dict.fromkeys(LATENCY_ROWS + QUALITY_ROWS)
@@ -19,8 +21,8 @@ EXPORTED = sorted({key for row in VLLM_ROWS for key in (row.ckpt, row.draft) if 
                    and key in BUILT_HERE})  # fmt: skip
 
 
-# The checkpoints vLLM serves, its sweep's choice and the flags of its runs (orl/workflow_dag.py VllmPlan).
-_VLLM = workflow_dag.VllmPlan(plan=PLAN, exported=frozenset(EXPORTED))
+# The checkpoints vLLM serves, its sweep's choice and the flags of its runs (orl/workflow_vllm.py VllmPlan).
+_VLLM = VllmPlan(plan=PLAN, exported=frozenset(EXPORTED))
 vllm_ckpt, spec_file, vllm_inputs, vllm_flags = _VLLM.ckpt, _VLLM.spec_file, _VLLM.inputs, _VLLM.flags
 
 VLLM_RUN = one_of(row.key for row in VLLM_ROWS)
