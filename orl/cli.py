@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "orl.commands.convert",
     "orl.commands.train_orl",
     "orl.commands.train_eagle3",
+    "orl.commands.train_dflash",
     "orl.commands.quantize",
     "orl.commands.export",
     "orl.commands.generate",

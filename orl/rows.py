@@ -62,10 +62,11 @@ ROLES: dict[int, tuple[str, ...]] = {
     5: (),
 }
 
-# Checkpoints a row may decode. The smoke and tiny profiles train every one of them except dflash and
-# trado (the public DFlash drafter and TraDo-Instruct are never trained here: local paths,
-# checkpoints.dflash / .trado); their eagle3 is an EAGLE-3 head trained for their AR target (rule
-# train_eagle3). The paper profile reads ar, draft, eagle3, dflash, dlm, trado and orl from its config.
+# Checkpoints a row may decode. The smoke and tiny profiles train every one of them except trado
+# (TraDo-Instruct is never trained here: a local path, checkpoints.trado); their eagle3 is an EAGLE-3
+# head and their dflash a DFlash drafter, both trained for their AR target in vLLM's layouts (rules
+# train_eagle3, train_dflash). The paper profile reads ar, draft, eagle3, dflash (the public drafter),
+# dlm, trado and orl from its config.
 # Every profile builds orl-nvfp4 (quantized) and orl-sdar (exported in SDAR's layout, what SGLang's dLLM
 # backend loads) from orl itself. Ablation rows decode orl-<ablation>.
 CHECKPOINTS = ("ar", "draft", "dlm", "orl", "orl-nvfp4", "orl-sdar", "eagle3", "dflash", "trado")
@@ -241,8 +242,8 @@ ROWS: tuple[Row, ...] = (
         needs=NEEDS_SGLANG, lines=(Line(2),)),
     Row("ar_sglang_eagle3_relaxed", "AR + EAGLE3 (SGLang, relaxed)", "sglang", ckpt="ar", draft="eagle3",
         method="eagle3", needs=NEEDS_SGLANG, verification="relaxed", lines=(Line(2),)),
-    # The public DFlash drafter (conditioned on the target's hidden states) on the servers: the paper's
-    # figure.
+    # A DFlash drafter (conditioned on the target's hidden states) on the servers: the public one on the
+    # paper profile (the paper's figure), one trained for the AR target on smoke and tiny.
     Row("ar_vllm_dflash", "AR + DFlash (vLLM)", "vllm", ckpt="ar", draft="dflash", method="dflash",
         needs=NEEDS_VLLM, lines=(Line(2, claims=("t2-dflash-vllm-strict-tokens-per-s",), anchor=1),)),
     Row("ar_vllm_dflash_relaxed", "AR + DFlash (vLLM, relaxed)", "vllm", ckpt="ar", draft="dflash",

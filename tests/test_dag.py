@@ -356,35 +356,37 @@ def test_an_edited_preset_section_reruns_only_the_stages_that_read_it():
     changed = {stage for stage, sections in STAGE_SECTIONS.items()
                if base.digest(*sections) != edited.digest(*sections)}  # fmt: skip
     assert changed == {"orl"}
-    head = load_preset("smoke", overrides={"eagle3": {"steps": 9}})
-    assert {stage for stage, sections in STAGE_SECTIONS.items()
-            if base.digest(*sections) != head.digest(*sections)} == {"eagle3"}  # fmt: skip
+    for draft in ("eagle3", "dflash"):
+        head = load_preset("smoke", overrides={draft: {"steps": 9}})
+        assert {stage for stage, sections in STAGE_SECTIONS.items()
+                if base.digest(*sections) != head.digest(*sections)} == {draft}  # fmt: skip
     mixed = load_preset("smoke", overrides={"long_fraction": 0.5})
     assert all(base.digest(*sections) != mixed.digest(*sections) for sections in STAGE_SECTIONS.values())
 
 
-def test_the_eagle3_row_trains_its_head_only_where_vllm_runs(tmp_path):
-    """With vLLM's environment (any executable stands in for it in a dry run) the EAGLE-3 row's chain is
-    planned: the AR target's head trained here (the preset's eagle3 section, with its digest), the k sweep,
-    then the row served from the target's Qwen3 export and the head as written. Without it nothing of
-    that chain is planned: the row is a "not run" record."""
-    target = "results/smoke/latency/tinycode/ar_vllm_eagle3.jsonl"
+@pytest.mark.parametrize("method", ["eagle3", "dflash"])
+def test_the_eagle3_and_dflash_rows_train_their_drafts_only_where_vllm_runs(tmp_path, method):
+    """With vLLM's environment (any executable stands in for it in a dry run) the EAGLE-3 / DFlash row's
+    chain is planned: the AR target's head or drafter trained here (the preset's eagle3 / dflash section,
+    with its digest), the k sweep, then the row served from the target's Qwen3 export and the draft as
+    written. Without it nothing of that chain is planned: the row is a "not run" record."""
+    target = f"results/smoke/latency/tinycode/ar_vllm_{method}.jsonl"
     vllm = f"vllm_python={sys.executable}"
     run = snakemake("-n", "-p", target, "--config", "profile=smoke", vllm, cwd=tmp_path)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     jobs = {job["rule"]: job for job in planned_jobs(run.stdout)}
-    assert {"train_ar", "train_eagle3", "export_qwen3", "spec_sweep", "vllm_latency"} <= set(jobs)
+    assert {"train_ar", f"train_{method}", "export_qwen3", "spec_sweep", "vllm_latency"} <= set(jobs)
     assert "train_draft" not in jobs and "not_run" not in jobs
     assert (
-        "train-eagle3 --preset smoke  --target results/smoke/ckpt/ar --out results/smoke/ckpt/eagle3 "
-        in (jobs["train_eagle3"]["command"])
+        f"train-{method} --preset smoke  --target results/smoke/ckpt/ar --out results/smoke/ckpt/{method} "
+        in (jobs[f"train_{method}"]["command"])
     )
     for rule in ("spec_sweep", "vllm_latency"):
         assert f"{sys.executable} -m orl.cli" in jobs[rule]["command"]
-        assert "--method eagle3 --ckpt results/smoke/ckpt/ar-qwen3 " in jobs[rule]["command"]
-        assert "--draft results/smoke/ckpt/eagle3 " in jobs[rule]["command"]
+        assert f"--method {method} --ckpt results/smoke/ckpt/ar-qwen3 " in jobs[rule]["command"]
+        assert f"--draft results/smoke/ckpt/{method} " in jobs[rule]["command"]
     assert (
-        "--num-speculative-tokens @results/smoke/oppoint/tinycode/spec_ar_vllm_eagle3.json"
+        f"--num-speculative-tokens @results/smoke/oppoint/tinycode/spec_ar_vllm_{method}.json"
         in (jobs["vllm_latency"]["command"])
     )
     run = snakemake("-n", "-p", target, "--config", "profile=smoke", "vllm_python=", cwd=tmp_path)

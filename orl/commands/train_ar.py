@@ -17,7 +17,7 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
         "--config",
         default=None,
         help="YAML file overriding preset fields (sections: "
-        "tokenizer, model, draft_model, ar, draft, convert, diffusion, orl, eagle3)",
+        "tokenizer, model, draft_model, ar, draft, convert, diffusion, orl, eagle3, dflash)",
     )
     parser.add_argument(
         "--out",

@@ -1,7 +1,7 @@
 """Training configurations: dataclasses, loadable from YAML, with `smoke` and `tiny` presets.
 
 A preset is one YAML file under orl/train/presets/ with a section per stage
-(tokenizer, model, ar, draft, convert, orl, eagle3). A user YAML overrides any field;
+(tokenizer, model, ar, draft, convert, orl, eagle3, dflash). A user YAML overrides any field;
 an unknown key or a value of the wrong type stops with an error that names the
 file and the key, before any compute.
 """
@@ -149,6 +149,43 @@ class Eagle3TrainConfig:
         self.aux_layer_ids = ids
 
 
+@dataclass
+class DFlashTrainConfig:
+    """The DFlash drafter of the AR target (orl/train/dflash_vllm.py, `orl train-dflash`, the DAG's
+    train_dflash), for vLLM's dflash method: the target's greedy continuations of `prompts` training prompts
+    (the preset's task mix), then `steps` optimizer steps of the block objective, `anchors` blocks per
+    sequence of up to block_size - 1 mask slots (docs/engines.md, "A DFlash drafter in vLLM's layout")."""
+
+    prompts: int = 192  # training prompts whose greedy continuation the target writes
+    eval_prompts: int = 16  # further training-distribution prompts for the acceptance estimate
+    max_new_tokens: int = 64
+    steps: int = 300
+    batch_size: int = 16
+    anchors: int = 24  # blocks per sequence and step
+    layers: int = 1  # the drafter's decoder layers
+    block_size: int = 7  # bonus + the most mask slots (vLLM's num_speculative_tokens up to block_size - 1)
+    lr: float = 2e-3
+    decay: float = 0.8  # weight of mask slot j's loss: decay ** (j - 1)
+    eval_k: int = 3  # mask slots of the acceptance estimate
+    seed: int = 0
+    target_layer_ids: list[int] = field(default_factory=list)  # empty: default_target_layer_ids
+
+    def __post_init__(self):
+        if not 0 < self.decay <= 1 or not self.lr > 0:
+            raise ConfigError(
+                f"dflash.decay in (0, 1] and dflash.lr > 0 expected, got {self.decay}, {self.lr}"
+            )
+        if not 2 <= self.block_size or not 1 <= self.eval_k < self.block_size:
+            raise ConfigError(
+                f"dflash.block_size >= 2 and 1 <= dflash.eval_k < block_size expected, got "
+                f"{self.block_size}, {self.eval_k}"
+            )
+        ids = list(self.target_layer_ids)
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise ConfigError(f"dflash.target_layer_ids: expected a list of layer ids (integers), got {ids}")
+        self.target_layer_ids = ids
+
+
 # Fields added after the committed tiny base was trained: left out of the digest at these values, so
 # that the stage digests of a preset that does not set them (the base's config_digest, the DAG's
 # reruns) stay as they were.
@@ -180,6 +217,7 @@ class TrainPreset:
     diffusion: DiffusionConfig = field(default_factory=DiffusionConfig)
     orl: OrlConfig = field(default_factory=OrlConfig)
     eagle3: Eagle3TrainConfig = field(default_factory=Eagle3TrainConfig)
+    dflash: DFlashTrainConfig = field(default_factory=DFlashTrainConfig)
 
     def task_mix(self) -> TaskMix:
         """The training problems every stage draws from."""
@@ -302,6 +340,7 @@ TRAINING_COUNTS = {
     "convert": ("steps", "batch_size"),
     "orl": ("iterations_steps", "rollout_prompts", "rollouts_per_prompt", "states_per_block"),
     "eagle3": ("prompts", "max_new_tokens", "steps", "batch_size", "ttt_steps"),
+    "dflash": ("prompts", "max_new_tokens", "steps", "batch_size", "anchors", "layers"),
 }
 
 

@@ -54,6 +54,7 @@ STAGE_SECTIONS = {
     "convert": (*MIX, "convert", "diffusion"),
     "orl": (*MIX, "diffusion", "orl"),  # ORL and its ablations (orl/train/orl.py)
     "eagle3": (*MIX, "eagle3"),  # the AR target's EAGLE-3 head (orl/train/eagle3.py); its target is an input
+    "dflash": (*MIX, "dflash"),  # the AR target's DFlash drafter (orl/train/dflash_vllm.py), likewise
 }
 
 

@@ -165,8 +165,9 @@ GIVEN = config.get("checkpoints") or {}
 TRAINED_KEYS = {ROW[rows.TRAINED].ckpt, *(f"orl-{a}" for a in ABLATIONS)} if TRAINS else set()
 # orl-nvfp4 (quantized) and orl-sdar (SDAR's layout, for SGLang's dLLM backend) come from orl on every profile.
 DERIVED = {"orl-nvfp4", "orl-sdar"}
-# Off the paper profile the DAG trains the AR target's EAGLE-3 head too (train.smk train_eagle3).
-BUILT_HERE = DERIVED | TRAINED_KEYS | (set() if PAPER else {"ar", "draft", "dlm", "eagle3"})
+# Off the paper profile the DAG trains the AR target's EAGLE-3 head and DFlash drafter too (train.smk
+# train_eagle3, train_dflash).
+BUILT_HERE = DERIVED | TRAINED_KEYS | (set() if PAPER else {"ar", "draft", "dlm", "eagle3", "dflash"})
 
 # The dLLM's block size per suite (config `block_size`, docs/metrics.md "TPF"): the canvas against the
 # completion length sets the TPF ceiling, tokens / blocks. A suite it does not name decodes at the

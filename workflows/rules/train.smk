@@ -139,6 +139,32 @@ if not PAPER:
             "rm -rf {params.out} && {ORL} train-eagle3 --preset {params.preset} {params.preset_file} "
             "--target {params.target} --out {params.out} --no-progress > {log} 2>&1"
 
+    rule train_dflash:
+        # The AR target's DFlash drafter, in the layout vLLM's dflash method loads (orl/train/dflash_vllm.py):
+        # the draft of the "AR + DFlash" rows, planned like train_eagle3 (only where such a row runs: a CPU
+        # profile with vLLM's environment, or CUDA). Its size is the preset's dflash section: minutes on
+        # the tiny profile, a few steps on smoke. It runs on the CPU whatever the device; the paper profile
+        # reads checkpoints.dflash (the public drafter).
+        input:
+            ckpt_done("ar"),
+        output:
+            f"{CKPT}/dflash/config.json",
+        log:
+            f"{LOGS}/train_dflash.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/train_dflash.tsv"
+        threads: THREADS
+        params:
+            preset=TRAIN["preset"],
+            preset_file=TRAIN["preset_file"],
+            settings=preset_digest("dflash"),
+            target=lambda wc, input: os.path.dirname(input[0]),
+            out=lambda wc, output: os.path.dirname(output[0]),
+        shell:
+            # A rerun replaces the previous drafter (config.json is written last).
+            "rm -rf {params.out} && {ORL} train-dflash --preset {params.preset} {params.preset_file} "
+            "--target {params.target} --out {params.out} --no-progress > {log} 2>&1"
+
 
 if TRAINS:
 

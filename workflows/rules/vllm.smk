@@ -1,12 +1,12 @@
 # On a CPU profile the vLLM rows of Tables 1 and 2 run through vLLM's CPU build in its own environment
 # (`make vllm-env`, .venv-vllm; config `vllm_python`); without it they are "not run" records (common.smk
 # missing). A checkpoint this DAG trains in our layout is served from its Qwen3 export (`orl export --format
-# qwen3`), as vLLM loads any Qwen3ForCausalLM folder; the EAGLE-3 head (train.smk train_eagle3) is written in
-# vLLM's own layout and served as it is. Speculative rows run at the num_speculative_tokens
-# `orl spec-sweep` measured fastest on the first bench_limit prompts of the suite's choosing split
-# (config `choose_split`: dev, then measured on test). Where vLLM's CPU build fails a method, the rows
-# are "not run: vLLM CPU: <its error>" records (orl/engines/vllm.py). On CUDA the generic rules run them as
-# before.
+# qwen3`), as vLLM loads any Qwen3ForCausalLM folder; the EAGLE-3 head and the DFlash drafter (train.smk
+# train_eagle3, train_dflash) are written in vLLM's own layouts and served as they are. Speculative rows
+# run at the num_speculative_tokens `orl spec-sweep` measured fastest on the first bench_limit prompts of
+# the suite's choosing split (config `choose_split`: dev, then measured on test). Where vLLM's CPU build
+# fails a method, the rows are "not run: vLLM CPU: <its error>" records (orl/engines/vllm.py). On CUDA the
+# generic rules run them as before.
 
 from orl.workflow_vllm import VllmPlan
 

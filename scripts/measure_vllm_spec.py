@@ -1,14 +1,16 @@
-"""vLLM (CPU build) with our EAGLE-3 head against plain vLLM decoding of the same target, on TinyCode prompts.
+"""vLLM (CPU build) with our EAGLE-3 head or DFlash drafter against the target's greedy decoding, on TinyCode.
 
-    .venv/bin/python scripts/measure_vllm_eagle3.py --target results/tiny/work/ar-qwen3 \
+    .venv/bin/python scripts/measure_vllm_spec.py --method eagle3 --target results/tiny/work/ar-qwen3 \
         --head results/tiny/work/eagle3-ar --prompts 16 --k 3 --out results/tiny/work/vllm_eagle3.json
 
-Runs scripts/vllm_greedy.py in vLLM's environment with speculative_config {"method": "eagle3"}, greedy and
+Runs scripts/vllm_greedy.py in vLLM's environment with speculative_config {"method": METHOD}, greedy and
 stopping at <eos>, and compares its token ids with the target's greedy tokens from our reference decoder
 (tests/test_vllm_cpu.py shows plain vLLM decodes our export to exactly those; --plain-vllm runs plain vLLM
 too, one more vLLM start-up); it reports whether they are equal (greedy verification is lossless)
 and vLLM's mean acceptance length: 1 + accepted drafts / verify steps over all requests (vLLM's own
-definition, its per-request spec-decode summary). Where vLLM fails, the one-line error is the result.
+definition, its per-request spec-decode summary). For a DFlash drafter it also replays vLLM's verify steps
+with our own drafting (orl.model.dflash_vllm.propose) on the same tokens: the same acceptance length means
+the drafter computes in vLLM what it computes here. Where vLLM fails, the one-line error is the result.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ from pathlib import Path
 from orl.engines.reference import ReferenceAR
 from orl.io import atomic_write_json
 from orl.model.checkpoint import load_checkpoint
+from orl.model.dflash_vllm import load_drafter
 from orl.tasks import tinycode
+from orl.train.dflash_vllm import acceptance_estimate
+from orl.train.eagle3 import make_samples
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,10 +48,18 @@ def run_vllm(python: str, request: dict) -> dict:
     return {"error": (errors or lines or ["no output"])[-1].strip()[:300], "returncode": run.returncode}
 
 
+def ours_dflash(ckpt, head: str, prompts: list[list[int]], tokens: list[list[int]], k: int) -> float:
+    """Mean acceptance length of our own drafting (orl.model.dflash_vllm.propose) over vLLM's outputs."""
+    drafter = load_drafter(head)
+    samples = make_samples(ckpt, list(zip(prompts, tokens, strict=True)), drafter.cfg.aux_ids)
+    return acceptance_estimate(drafter, ckpt.model.model.embed_tokens, ckpt.model.lm_head, samples, k)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", required=True, help="the AR target's Qwen3 export")
-    p.add_argument("--head", required=True, help="the EAGLE-3 head (orl train-eagle3)")
+    p.add_argument("--method", default="eagle3", choices=("eagle3", "dflash"), help="vLLM's method")
+    p.add_argument("--head", required=True, help="the head (orl train-eagle3) or drafter (orl train-dflash)")
     p.add_argument("--prompts", type=int, default=16, help="first N TinyCode test prompts (medium)")
     p.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
     p.add_argument("--max-tokens", type=int, default=64)
@@ -70,17 +83,22 @@ def main() -> None:
         args.vllm_python,
         {
             **base,
-            "speculative_config": {"method": "eagle3", "model": args.head, "num_speculative_tokens": args.k},
+            "speculative_config": {
+                "method": args.method,
+                "model": args.head,
+                "num_speculative_tokens": args.k,
+            },
         },
     )
     result = {
         "target": args.target,
+        "method": args.method,
         "head": args.head,
         "prompts": len(prompts),
         "k": args.k,
         "max_tokens": args.max_tokens,
         "plain_wall_s": plain.get("wall_s"),
-        "eagle3_wall_s": spec.get("wall_s"),
+        "spec_wall_s": spec.get("wall_s"),
     }
     if "error" in plain or "error" in spec:
         result["status"] = "not run: vLLM CPU: " + (spec.get("error") or plain.get("error"))
@@ -100,9 +118,13 @@ def main() -> None:
                 {"tokens": len(t), "steps": m["num_spec_steps"], "accepted": m["num_accepted_draft_tokens"]}
                 for t, m in zip(spec["tokens"], spec["spec"], strict=True)
             ],
-            eagle3_tokens=spec["tokens"],
+            spec_tokens=spec["tokens"],
             reference_tokens=ours,
         )
+        if args.method == "dflash":
+            result["ours_acceptance_length"] = round(
+                ours_dflash(ckpt, args.head, prompts, spec["tokens"], args.k), 4
+            )
     atomic_write_json(args.out, result)
     print(json.dumps(result, indent=1))
 
