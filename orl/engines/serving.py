@@ -34,8 +34,9 @@ from orl.io import atomic_write_text
 
 SERVING_ENGINES = ("vllm", "sglang")
 # The rows each server runs (Tables 2 and 3). draft_model / standalone: a separate small AR draft
-# model; eagle3: an EAGLE-3 head on the target's hidden states; dflash: the public DFlash
-# block-diffusion drafter (DFlashDraftModel, conditioned on the target's hidden states);
+# model; eagle3: an EAGLE-3 head on the target's hidden states; dflash: a DFlash block-diffusion
+# drafter (DFlashDraftModel, conditioned on the target's hidden states: the public one, or one trained
+# here by `orl train-dflash`);
 # dllm: SGLang's diffusion-LLM backend serving a block-diffusion model itself.
 METHODS = {
     "vllm": ("ar", "draft_model", "eagle3", "dflash"),
