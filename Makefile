@@ -24,10 +24,12 @@ venv: $(VENV)/.installed
 # The workflow's Python (Snakefile, workflows/rules/*.smk) is formatted by snakefmt (pyproject [tool.snakefmt]).
 SMK_FILES = Snakefile workflows/rules/*.smk
 
+# One pytest worker per core (pytest-xdist); a module's tests stay on one worker (--dist loadfile), so its
+# fixtures are built once.
 test: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/snakefmt --check $(SMK_FILES)
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(CORES) --dist loadfile
 
 # The Slurm profile against a real Slurm: a throwaway single-node cluster (needs slurm-wlm and munge
 # installed, run as root) runs the smoke DAG through workflows/profiles/slurm (tests/test_slurm.py).

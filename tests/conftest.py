@@ -7,8 +7,10 @@ import os
 import pytest
 import torch
 
-# Deterministic, single-process CPU math in tests (the machine has 2 cores shared by pytest).
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# The machine's 2 cores are shared by pytest's workers (`make test` runs pytest-xdist, one worker per
+# core): each worker's intra-op threads get its share, so two workers do not oversubscribe the cores.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1) // WORKERS))
 
 
 @pytest.fixture(scope="module")
