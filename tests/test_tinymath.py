@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -12,13 +13,14 @@ import statistics
 import pytest
 
 from orl.cli import main
-from orl.errors import InputError
+from orl.errors import ConfigError, InputError
 from orl.io import REPO_ROOT
 from orl.records import load_records, make_record, record_split, validate_record
 from orl.sandbox import check_completion, check_many
 from orl.sandbox.answer import final_answer
 from orl.tasks import SUITES, load_suite, tinycode, tinymath
 from orl.tokenizer import load_tokenizer, train_bpe
+from orl.train import pretrain
 from orl.train.config import load_preset
 from orl.train.orl_rollouts import budget_kind, rollout_groups
 from orl.train.pretrain import STAGE_SECTIONS, _stage_digest
@@ -265,6 +267,34 @@ def test_the_math_share_is_off_unless_the_preset_turns_it_on():
     off = list(itertools.islice(tinycode.train_stream(2, tiny.task_mix()), 300))
     assert off == list(itertools.islice(tinycode.train_stream(2, tinycode.TaskMix("medium", 0.3)), 300))
     assert not any(p.startswith("Question:") for p, _ in off)
+
+
+def test_the_conversion_may_take_its_own_math_share(ar_ckpt_dir, tmp_path, monkeypatch):
+    """diffusion.convert_math_fraction changes the conversion's rows and digest only (AR's data stays)."""
+    tiny = load_preset("tiny", overrides={"math_fraction": 0.3, "hold_out_dev": True})
+    own = load_preset("tiny", overrides={"math_fraction": 0.3, "hold_out_dev": True,
+                                         "diffusion": {"convert_math_fraction": 0.6}})  # fmt: skip
+    assert _stage_digest(own, "ar") == _stage_digest(tiny, "ar")
+    assert _stage_digest(own, "draft") == _stage_digest(tiny, "draft")
+    assert _stage_digest(own, "convert") != _stage_digest(tiny, "convert")
+    with pytest.raises(ConfigError, match=r"diffusion.convert_math_fraction: expected a share between 0"):
+        load_preset("tiny", overrides={"diffusion": {"convert_math_fraction": 1.5}})
+
+    drawn = []
+
+    class Drawn(Exception):
+        pass
+
+    def first_batch(tokenizer, seed, step, batch_size, mix, *args, **kwargs):
+        drawn.append(mix)
+        raise Drawn
+
+    monkeypatch.setattr(pretrain, "pair_batch", first_batch)
+    for preset in (tiny, own):
+        preset.convert.steps = 1
+        with pytest.raises(Drawn):
+            pretrain.convert_to_diffusion(preset, ar_ckpt_dir, tmp_path / f"dlm{len(drawn)}", progress=False)
+    assert drawn == [tiny.task_mix(), dataclasses.replace(tiny.task_mix(), math_fraction=0.6)]
 
 
 def test_the_math_share_trains_on_neither_split():

@@ -65,6 +65,18 @@ class DiffusionConfig:
     # (the page's objective as written; the committed tiny base), or "every" block at once (SDAR's
     # noisy copy: the same objective summed over blocks, every block of a long solution trained).
     noised_blocks: str = "one"
+    # The TinyMath share of the conversion's rows, where it differs from the preset's math_fraction (None:
+    # the same stream as every stage). Ours: conversion relearns arithmetic at the masked position much more
+    # slowly than the AR model learned it (docs/method.md §1), so a profile may give it more worked
+    # solutions without changing the AR target's data.
+    convert_math_fraction: float | None = None
+
+    def __post_init__(self):
+        share = self.convert_math_fraction
+        if share is not None and not 0.0 <= share <= 1.0:
+            raise ConfigError(
+                f"diffusion.convert_math_fraction: expected a share between 0 and 1, got {share}"
+            )
 
 
 @dataclass
@@ -194,6 +206,7 @@ ADDED_AT_DEFAULT = {
     "hold_out_dev": False,
     "diffusion.math_max_new_tokens": 192,
     "diffusion.noised_blocks": "one",
+    "diffusion.convert_math_fraction": None,
 }
 
 

@@ -231,6 +231,8 @@ def convert_to_diffusion(
     tokenizer = init.tokenizer
     optim = preset.convert
     mix = preset.task_mix()
+    if preset.diffusion.convert_math_fraction is not None:  # the conversion's own TinyMath share
+        mix = dataclasses.replace(mix, math_fraction=preset.diffusion.convert_math_fraction)
     max_len = model.config.max_position_embeddings
 
     model, linear = prepare(model, optim, world, out_dir, cpu_linear)
