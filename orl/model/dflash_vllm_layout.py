@@ -37,6 +37,7 @@ import torch
 from orl.errors import InputError
 from orl.model.config import hf_config
 from orl.model.transformer import ModelConfig
+from orl.model.weights import check_named_shapes
 
 DRAFT_ARCH = "DFlashDraftModel"
 
@@ -153,11 +154,4 @@ def expected_tensors(cfg: DFlashConfig) -> dict[str, tuple[int, ...]]:
 
 def check_tensors(cfg: DFlashConfig, state: dict[str, torch.Tensor], where: str) -> None:
     """The written names and shapes against `expected_tensors` (a clear error otherwise)."""
-    expected = expected_tensors(cfg)
-    if set(state) != set(expected):
-        raise InputError(
-            f"{where}: tensors {sorted(set(state) ^ set(expected))} differ from the DFlash layout"
-        )
-    for name, shape in expected.items():
-        if tuple(state[name].shape) != shape:
-            raise InputError(f"{where}: {name}: expected shape {shape}, got {tuple(state[name].shape)}")
+    check_named_shapes(state, expected_tensors(cfg), where, "DFlash")

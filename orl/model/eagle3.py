@@ -57,6 +57,7 @@ from torch import nn
 from orl.errors import InputError
 from orl.model.config import hf_config
 from orl.model.transformer import MLP, ModelConfig, RMSNorm, apply_rope, rope_tables
+from orl.model.weights import check_named_shapes
 
 HEAD_ARCH = "Eagle3Qwen3ForCausalLM"
 # The checkpoint's tensor names, each with its shape as a function of the config (vLLM's loader's names).
@@ -333,14 +334,7 @@ def head_state(head: Eagle3Head) -> dict[str, torch.Tensor]:
 
 def check_head_tensors(cfg: Eagle3Config, state: dict[str, torch.Tensor], where: str) -> None:
     """The written names and shapes against `expected_tensors` (a clear error otherwise)."""
-    expected = expected_tensors(cfg)
-    if set(state) != set(expected):
-        raise InputError(
-            f"{where}: tensors {sorted(set(state) ^ set(expected))} differ from the EAGLE-3 layout"
-        )
-    for name, shape in expected.items():
-        if tuple(state[name].shape) != shape:
-            raise InputError(f"{where}: {name}: expected shape {shape}, got {tuple(state[name].shape)}")
+    check_named_shapes(state, expected_tensors(cfg), where, "EAGLE-3")
 
 
 def cross_entropy_steps(

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from orl.errors import CheckpointError
+from orl.errors import CheckpointError, InputError
 from orl.io import atomic_write_json
 
 WEIGHTS = "model.safetensors"
@@ -241,3 +241,15 @@ def weights_digest(ckpt_dir: str | Path) -> str | None:
     for shard in sorted({p.name for p in read_index(index).values()}):
         digest.update(f"{shard} {file_sha256(ckpt_dir / shard)}\n".encode())
     return digest.hexdigest()
+
+
+def check_named_shapes(
+    state: Mapping[str, torch.Tensor], expected: Mapping[str, tuple[int, ...]], where: str, layout: str
+) -> None:
+    """Tensors about to be written against a layout's names and shapes (a clear error otherwise)."""
+    if set(state) != set(expected):
+        differ = sorted(set(state) ^ set(expected))
+        raise InputError(f"{where}: tensors {differ} differ from the {layout} layout")
+    for name, shape in expected.items():
+        if tuple(state[name].shape) != shape:
+            raise InputError(f"{where}: {name}: expected shape {shape}, got {tuple(state[name].shape)}")
