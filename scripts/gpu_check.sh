@@ -9,10 +9,12 @@
 #   scripts/gpu_check.sh --run N OUT_DIR [CKPT_ROOT] [SCALE]
 #
 # Run 1: preflight (seconds: the carried wheels, the project installed without a registry, imports, the
-#        GPU seen), then Qwen3-4B shapes in bf16 at block 16, 512 tokens: dlmrt's CUDA-graph row against
-#        the HBM floor, with its eager and reference rows in the same sitting.
-# Run 2: preflight again (a device machine may start bare), block 32 the same way, the tiny checkpoints
-#        (ORL fp32 and NVFP4), the W4A16 kernel at Qwen3-4B's shapes, the CUDA-only tests.
+#        GPU seen), then Qwen3-4B shapes in bf16 at block 16, 512 tokens, ORL's residual context on:
+#        dlmrt's CUDA-graph row against the HBM floor, with its eager and reference rows in the same
+#        sitting, kernels per step counted; then dlmrt unfused (7 GEMMs a layer: the kernels before).
+# Run 2: preflight again (a device machine may start bare), block 32 (graph and eager), the tiny ORL
+#        checkpoint at S = 1, 2, 4 steps per chunk (fp32) and in NVFP4, the W4A16 kernel at Qwen3-4B's
+#        shapes, the CUDA-only tests.
 # CKPT_ROOT (default results/tiny/ckpt) holds the tiny profile's orl, dlm and orl-nvfp4 checkpoints; a
 # missing one skips its step. Each step runs under its limit (times SCALE, default 1) and writes into
 # OUT_DIR: gpu_check.log (everything printed, each step's exit status and wall time) and the records
@@ -31,11 +33,14 @@ WHEEL_SPECS="setuptools==80.9.0 jsonschema==4.25.1 jsonschema-specifications==20
 plan() {  # run limit name command...   (one line per step; `run_steps` and `--plan` both read it)
   cat <<'PLAN'
 1 45 preflight preflight
-1 400 scale_qwen3_4b_b16 scale 16
+1 300 scale_qwen3_4b_b16 scale 16 dlmrt,dlmrt-eager,reference 2
+1 120 scale_qwen3_4b_b16_unfused scale 16 dlmrt 1 --no-fuse
 2 45 preflight preflight
-2 180 scale_qwen3_4b_b32 scale 32
-2 60 tiny_orl_fp32 tiny orl threshold:0.5
-2 45 tiny_orl_nvfp4 tiny orl-nvfp4 threshold:0.5
+2 150 scale_qwen3_4b_b32 scale 32 dlmrt,dlmrt-eager 1
+2 40 tiny_orl_fp32 tiny orl threshold:0.5 2 --dtype float32
+2 30 tiny_orl_fp32_s1 tiny orl threshold:0.5 1 --dtype float32
+2 30 tiny_orl_fp32_s4 tiny orl threshold:0.5 4 --dtype float32
+2 35 tiny_orl_nvfp4 tiny orl-nvfp4 threshold:0.5 2
 2 60 kernel_bench_4b kernel_bench
 2 90 pytest_cuda pytest_cuda
 PLAN
@@ -62,20 +67,23 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
 EOF
 }
 
-scale() {  # scale BLOCK: Qwen3-4B shapes, bf16, 512 tokens; graph, eager and reference in one sitting
-  "$PY" -m orl.cli bench-scale --arch qwen3-4b --block "$1" --device cuda --dtype bfloat16 --max-new-tokens 512 \
-    --engines dlmrt,dlmrt-eager,reference --requests 2 --warmup 1 --profile --no-progress \
-    --out "$OUT_DIR/scale_qwen3-4b_b$1.jsonl"
+scale() {  # scale BLOCK ENGINES REQUESTS [FLAGS...]: Qwen3-4B shapes, bf16, 512 tokens, ORL's residual on
+  local block=$1 engines=$2 requests=$3; shift 3
+  local name="scale_qwen3-4b_b${block}${1:+_unfused}"
+  "$PY" -m orl.cli bench-scale --arch qwen3-4b --block "$block" --device cuda --dtype bfloat16 \
+    --max-new-tokens 512 --engines "$engines" --requests "$requests" --warmup 1 --profile --no-progress \
+    --out "$OUT_DIR/$name.jsonl" "$@"
 }
 
-tiny() {  # tiny CKPT POLICY: the tiny profile's checkpoint in dlmrt, graph against eager and reference
-  if [ ! -f "$CKPT_ROOT/$1/config.json" ]; then echo "no checkpoint at $CKPT_ROOT/$1: skipped"; return 0; fi
-  "$PY" -m orl.cli bench-engine --device cuda --check-sync --ckpt "$CKPT_ROOT/$1" --policy "$2" --limit 16 \
-    --repeats 100 --no-progress --out "$OUT_DIR/dlmrt_$1.jsonl"
+tiny() {  # tiny CKPT POLICY S [FLAGS...]: a tiny profile checkpoint in dlmrt at S steps per chunk
+  local ckpt=$1 policy=$2 steps=$3; shift 3
+  if [ ! -f "$CKPT_ROOT/$ckpt/config.json" ]; then echo "no checkpoint at $CKPT_ROOT/$ckpt: skipped"; return 0; fi
+  "$PY" -m orl.cli bench-engine --device cuda --check-sync --ckpt "$CKPT_ROOT/$ckpt" --policy "$policy" \
+    --limit 16 --repeats 100 --sync-every "$steps" --no-progress --out "$OUT_DIR/dlmrt_${ckpt}_s${steps}.jsonl" "$@"
 }
 
 kernel_bench() {
-  "$PY" -m orl.kernels.bench_gpu --out "$OUT_DIR/nvfp4_kernel_bench.json" --iters 100
+  "$PY" -m orl.kernels.bench_gpu --shapes 4b --out "$OUT_DIR/nvfp4_kernel_bench.json" --iters 100
 }
 
 pytest_cuda() {  # from a copy of tests/, so that pytest does not put the source checkout first on sys.path

@@ -14,7 +14,9 @@ from orl.eval.scale import (
     flops_per_forward,
     gemm_rate,
     kv_bytes_read,
+    random_checkpoint,
     random_model,
+    residual_bytes_read,
     weight_bytes_read,
 )
 from orl.model.transformer import Transformer
@@ -61,6 +63,22 @@ def test_compute_floor_and_roofline_from_known_counts():
     )  # 0.13 TFLOP at 1 TFLOP/s: compute-bound
     assert Floor(8, 0, 4.0).roofline_seconds == Floor(8, 0, 4.0).seconds == 2.0  # no arithmetic counted
     assert gemm_rate("cpu", torch.float32, 64, repeats=1) > 0
+
+
+def test_the_residual_context_reads_the_embedding_table_once_more_per_step():
+    # Qwen3-4B in bf16: 151,936 x 2560 x 2 bytes = 0.78 GB beside its 8 GB of weights (docs/method.md §2).
+    orl = random_checkpoint("tiny", "cpu", torch.float32, residual="adapter").model
+    base = random_checkpoint("tiny", "cpu", torch.float32, residual="off").model
+    assert residual_bytes_read(base) == 0 and base.config.residual_alpha == 0.0
+    assert residual_bytes_read(orl) == orl.embedding.numel() * 4 == 1024 * 256 * 4
+    # z = P @ E: 2 FLOPs per token, vocabulary entry and width, on top of the adapter's own weights.
+    adapter = sum(p.numel() for p in orl.residual_adapter.parameters())
+    extra = flops_per_forward(orl, 16, 100) - flops_per_forward(base, 16, 100)
+    assert extra == 2 * 16 * 1024 * 256 + 2 * 16 * adapter
+    floor = Floor(weight_bytes=8, kv_bytes=4, bandwidth=2.0, residual_bytes=6)
+    assert floor.seconds == 9.0
+    with pytest.raises(InputError, match="--residual"):
+        random_checkpoint("tiny", "cpu", torch.float32, residual="sparse")
 
 
 def test_untied_embedding_tables_are_not_read_whole():
@@ -149,3 +167,10 @@ def test_bench_scale_writes_one_record_per_engine_and_the_floor_ratio(tmp_path, 
     linear = eager["extra"]["cpu_linear"]
     assert linear["requested"] == "auto" and linear["backend"] in ("aten", "onednn") and linear["shapes"]
     assert any(line.startswith("dlmrt-eager: linears through ") for line in lines)
+    # The default --residual adapter: the diffusion rows decode ORL's model and their floor counts the
+    # residual context's read of the embedding table (tiny: 1024 x 256 fp32); the AR row's does not.
+    table = 1024 * arch_config("tiny").hidden_size * 4
+    assert eager["metrics"]["residual_bytes_read"] == ref["metrics"]["residual_bytes_read"] == table
+    assert hf["metrics"]["residual_bytes_read"] == 0
+    assert eager["metrics"]["floor_s"] > hf["metrics"]["floor_s"]
+    assert eager["extra"]["residual_alpha"] == 1.0 and eager["extra"]["residual_form"] == "adapter"

@@ -58,6 +58,7 @@ def _add_run_flags(p) -> None:
 
 def _add_engine_flags(p) -> None:
     """Which engines run, how dlmrt's step and the machine's floor are measured."""
+    from orl.eval.scale import RESIDUALS
     from orl.eval.scale_bench_run import SCALE_ENGINES
     from orl.kernels.onednn import CPU_LINEARS
 
@@ -87,6 +88,14 @@ def _add_engine_flags(p) -> None:
     )
     p.add_argument(
         "--profile", action="store_true", help="count the kernels (CUDA) / operators (CPU) per dlmrt step"
+    )
+    p.add_argument(
+        "--residual",
+        choices=RESIDUALS,
+        default="adapter",
+        help="the diffusion rows decode ORL's model: its residual context z = P @ E with the adapter "
+        "(default; docs/method.md §2), v1's entropy-weighted form, or off (a base dLLM). With it on, each "
+        "step reads the embedding table once more and the floor counts that read",
     )
     p.add_argument(
         "--no-fuse",
@@ -129,6 +138,7 @@ def run_bench_scale(args) -> int:
         cpu_linear=args.cpu_linear,
         fuse=False if args.no_fuse else None,
         threads=args.threads,
+        residual=args.residual,
     )
     timing = (args.arch, args.prompt_len, args.max_new_tokens, args.warmup, args.repeats)
     run = ScaleRun(*timing, profile=args.profile, progress=not args.no_progress)

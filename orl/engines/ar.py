@@ -25,7 +25,7 @@ import torch
 
 from orl.decoding import cut_at_eos, plan_request
 from orl.engines.base import EngineInfo, Generation, checkpoint_info
-from orl.engines.capture import cache_bucket, default_mode, make_prefill_runner, make_runner
+from orl.engines.capture import cache_bucket, default_mode, make_prefill_runner, make_runner, model_for_mode
 from orl.engines.forwards import decode_forwards
 from orl.errors import CheckpointError, InputError
 from orl.model.checkpoint import Checkpoint
@@ -123,6 +123,7 @@ class CompiledAR:
             self.model, self.fusion = fuse_projections(self.model)
         avoid_per_length_attention_plans(self.device)
         self.mode = mode or default_mode(self.device, compiled=True)
+        self.model = model_for_mode(self.model, self.mode, compile_backend)
         # S decode steps between host reads: on the CPU nothing runs ahead of the host, so 1; on
         # CUDA a read stalls the launch queue, and up to S - 1 steps after <eos> are the price.
         self.steps = sync_every or (4 if self.device.type == "cuda" else 1)

@@ -3,18 +3,24 @@
 Shared by the engines that decode from static buffers (dlmrt, orl/engines/ar.py), so that
 neither reaches into the other. A chunk is a function `fn(state)` that only mutates the
 static buffers of a decoding state (dlmrt's DecodeState, orl/engines/dlmrt/chunk.py; the AR
-engine's own). The four modes run the same function:
+engine's own). The five modes run the same function:
 - "eager": call it (the comparison baseline of the benchmarks);
-- "compile": torch.compile with fullgraph=True, so a graph break (a host sync or
-  Python branch on a tensor value slipping into the step code) is an error, not a
-  silent fallback; dynamic=False, so one compilation per shape (the CPU default);
+- "compile" (the CPU default): the whole chunk through torch.compile with fullgraph=True, so a
+  graph break (a host sync or Python branch on a tensor value slipping into the step code) is
+  an error, not a silent fallback; dynamic=False, so one compilation per shape. On the CPU no
+  graph replay removes the Python between kernels, so the whole chunk is worth compiling;
+- "compile-layers": regional compilation. The engine's copy of the model has each decoder
+  layer compiled (`compile_layers`), and the chunk's own code runs eagerly around them. Every
+  layer runs the same code on its own weights and KV buffers, so one compilation serves all
+  of them: compiling a 36-layer model costs one layer's trace and inductor run per input
+  shape, not 36 layers' three times over (chunk, block start, prefill) per cache length;
 - "cudagraph": on CUDA, warm up on a side stream, capture one eager call into a
   torch.cuda.CUDAGraph and replay it: the whole S-step chunk is one launch, but every
   RMSNorm, rotary, softmax and policy op stays its own kernel;
-- "compile-graph" (the CUDA default, as gpt-fast does it): the chunk compiled by inductor
-  with fullgraph=True, so its elementwise work is fused into few kernels, then that
-  compiled call captured as one CUDA graph. The first (warm-up) call compiles, outside
-  the capture.
+- "compile-graph" (the CUDA default): "compile-layers" captured as one CUDA graph. Inductor
+  fuses each layer's elementwise work (norms, rotary, residual adds, SiLU·up) into few
+  kernels, and the replay removes every launch, the layers' and the policy's alike. The
+  warm-up calls compile, outside the capture.
 In both graph modes the state's buffers are the graph's static inputs and outputs.
 
 The buffers' length is a bucket (`cache_bucket`), not the request's exact length: the
@@ -31,13 +37,16 @@ Slots past the request's end are never visible: the mask hides them.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from functools import partial
 
 import torch
+from torch import nn
 
-MODES = ("eager", "compile", "cudagraph", "compile-graph")
+MODES = ("eager", "compile", "compile-layers", "cudagraph", "compile-graph")
 GRAPH_MODES = ("cudagraph", "compile-graph")
+LAYER_MODES = ("compile-layers", "compile-graph")  # the model's decoder layers compiled (compile_layers)
 
 # Rungs per doubling of the cache-length ladder (cache_bucket): at most 1/4 of a step's attention
 # reads are past the request's end, for at most 4 shapes (compilations) per doubling of request length.
@@ -72,6 +81,15 @@ def default_mode(device: torch.device, compiled: bool) -> str:
     return "compile-graph" if device.type == "cuda" else "compile"
 
 
+def _raise_recompile_limits() -> None:
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, _RECOMPILE_LIMIT)
+    dynamo_config.accumulated_recompile_limit = max(
+        dynamo_config.accumulated_recompile_limit, 4 * _RECOMPILE_LIMIT
+    )
+
+
 def compile_fullgraph(
     fn: Callable, backend: str | Callable = "inductor", *, cpu: bool = True, dynamic: bool = False
 ) -> Callable:
@@ -80,18 +98,41 @@ def compile_fullgraph(
     `backend` is torch.compile's: "inductor" generates fused C++/Triton code; "eager" and
     "aot_eager" only capture the graph (quick, for tests that check capturability).
     """
-    import torch._dynamo.config as dynamo_config
-
-    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, _RECOMPILE_LIMIT)
-    dynamo_config.accumulated_recompile_limit = max(
-        dynamo_config.accumulated_recompile_limit, 4 * _RECOMPILE_LIMIT
-    )
+    _raise_recompile_limits()
     # On the CPU, inductor's C++ wrapper calls the generated kernels without a Python line per
     # buffer and kernel; at batch 1 that per-call overhead is a sizeable part of a step.
     options = {"cpp_wrapper": True} if backend == "inductor" and cpu else None
     return torch.compile(
         fn, fullgraph=True, dynamic=None if dynamic else False, backend=backend, options=options
     )
+
+
+def compile_layers(model: nn.Module, backend: str | Callable = "inductor") -> nn.Module:
+    """A copy of `model` whose decoder layers (`model.model.layers`) run through torch.compile.
+
+    The copy shares every parameter and buffer with `model` (in-place weight updates reach it;
+    no weight is held twice) and `model` itself stays uncompiled, so other users of the
+    checkpoint (the reference decoder in the same benchmark) run what they ran before.
+
+    Each layer is compiled with fullgraph=True and automatic dynamic shapes: the first call
+    specialises on its shapes, and a call with another length (the block start's 2B tokens
+    after the steps' B, a prompt of any length) recompiles once with that length symbolic.
+    The layers are the same code with the same guards (their KV buffers and weights are
+    inputs), so the compilations are per shape, never per layer.
+    """
+    shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    compiled = copy.deepcopy(model, memo=shared)
+    cpu = next(compiled.parameters()).device.type == "cpu"
+    options = {"cpp_wrapper": True} if backend == "inductor" and cpu else None
+    _raise_recompile_limits()
+    for layer in compiled.model.layers:
+        layer.compile(fullgraph=True, dynamic=None, backend=backend, options=options)
+    return compiled
+
+
+def model_for_mode(model: nn.Module, mode: str, backend: str | Callable = "inductor") -> nn.Module:
+    """The model an engine runs in `mode`: its layers compiled in the regional modes, else itself."""
+    return compile_layers(model, backend) if mode in LAYER_MODES else model
 
 
 class CudaGraphRunner:
@@ -120,20 +161,21 @@ def make_runner(
 ) -> Callable[[], None]:
     """A zero-argument callable that runs fn on `state` in the given mode.
 
+    In the regional modes ("compile-layers", "compile-graph") fn must run the model of
+    `model_for_mode`, whose layers are already compiled: fn itself runs (or is captured) as it is.
     Always without autograd: the chunk writes its inputs in place, which autograd forbids
     (and a grad-mode call would make torch.compile build a second, training graph).
     """
     cpu = state.seq.device.type == "cpu"
-    if mode == "eager":
+    if mode in ("eager", "compile-layers"):
         run = partial(fn, state)
     elif mode == "compile":
         run = partial(compile_fullgraph(fn, backend, cpu=cpu), state)
     elif mode in GRAPH_MODES:
         if cpu:
             raise ValueError(f"{mode} mode needs the decoding state on a CUDA device")
-        graphed = fn if mode == "cudagraph" else compile_fullgraph(fn, backend, cpu=False)
         with torch.inference_mode():
-            run = CudaGraphRunner(graphed, state)
+            run = CudaGraphRunner(fn, state)
     else:
         raise ValueError(f"unknown chunk mode {mode!r}; expected one of {MODES}")
     return torch.inference_mode()(run)
@@ -144,11 +186,12 @@ def make_prefill_runner(
 ) -> Callable[[torch.Tensor], None]:
     """A callable(prompt_ids) running the prompt prefill fn(state, prompt_ids).
 
-    The prompt length varies per request, so the compiled modes compile it once with a
-    symbolic length (not once per length) and run it without a graph, which would replay
-    one fixed shape; "cudagraph" and "eager" run it eagerly.
+    The prompt length varies per request, so "compile" compiles it once with a symbolic length
+    (not once per length), and no mode runs it as a graph, which would replay one fixed shape.
+    The regional modes call fn as it is (their compiled layers take any length after one
+    recompilation); "cudagraph" and "eager" run it eagerly.
     """
-    if mode not in ("compile", "compile-graph"):
+    if mode != "compile":
         return torch.inference_mode()(partial(fn, state))
     compiled = compile_fullgraph(fn, backend, cpu=state.seq.device.type == "cpu", dynamic=True)
 

@@ -12,6 +12,13 @@ large tensor copy, per second), the weight bytes are every weight the forward mu
 (the embedding table only where the LM head is tied to it), and the KV bytes are the keys and
 values of the context the forward attends to. `floor_ratio` is measured against this floor.
 
+ORL's residual context (docs/method.md §2) adds one read a step must make: z = P @ E multiplies
+the previous step's distributions over the whole vocabulary by the embedding table, so a step
+with the residual on reads E once more (V·d elements: 0.78 GB at Qwen3-4B in bf16, beside 8 GB
+of weights). The diffusion rows of a run with `--residual` other than off run ORL's model (α = 1,
+with its adapter in the `adapter` form) and their floor counts that read (`residual_bytes`); the
+AR row's floor does not.
+
 A forward of T tokens also does arithmetic no engine can skip, so the records carry its compute
 floor beside it, and the roofline (the larger of the two) that says which one binds:
 
@@ -159,10 +166,23 @@ class IdTokenizer:
     decode_completion = decode
 
 
-def random_checkpoint(arch: str, device, dtype: torch.dtype, block: int | None = None) -> Checkpoint:
-    """A Checkpoint (no files behind it) wrapping a random model of `arch`."""
+RESIDUALS = ("adapter", "entropy-weighted", "off")  # bench-scale --residual: ORL v2's form, v1's, none
+RESIDUAL_ALPHA = 1.0  # α of ORL's residual context in a random model (speed only: any α > 0 costs the same)
+
+
+def random_checkpoint(
+    arch: str, device, dtype: torch.dtype, block: int | None = None, residual: str = "off"
+) -> Checkpoint:
+    """A Checkpoint (no files behind it) wrapping a random model of `arch`; with `residual` (one of
+    RESIDUALS) other than off, ORL's model: the residual context on, and its adapter in that form."""
+    if residual not in RESIDUALS:
+        raise InputError(f"--residual: unknown form {residual!r}; expected one of {', '.join(RESIDUALS)}")
     config = arch_config(arch, block)
     model = random_model(config, device, dtype)
+    if residual != "off":
+        model.config.residual_alpha = RESIDUAL_ALPHA
+    if residual == "adapter":
+        model.add_residual_adapter()
     return Checkpoint(
         model=model,
         tokenizer=IdTokenizer(config),
@@ -187,11 +207,12 @@ class Floor:
     bandwidth: float  # bytes per second
     flops: int = 0  # arithmetic of one forward (flops_per_forward); 0 where not counted
     flops_per_s: float = math.inf  # the measured GEMM rate
+    residual_bytes: int = 0  # the residual context's read of the embedding table (residual_bytes_read)
 
     @property
     def seconds(self) -> float:
-        """The bandwidth floor: reading the weights and the KV context once."""
-        return (self.weight_bytes + self.kv_bytes) / self.bandwidth
+        """The bandwidth floor: reading the weights, the KV context and (residual on) E once."""
+        return (self.weight_bytes + self.kv_bytes + self.residual_bytes) / self.bandwidth
 
     @property
     def compute_seconds(self) -> float:
@@ -220,6 +241,15 @@ def weight_bytes_read(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in _weights_read(model))
 
 
+def residual_bytes_read(model: torch.nn.Module) -> int:
+    """Bytes a step's residual context reads beyond the weights: the whole embedding table, for
+    z = P @ E (0 when the model decodes without it, α = 0)."""
+    if not getattr(model.config, "residual_alpha", 0.0):
+        return 0
+    table = model.embedding
+    return table.numel() * table.element_size()
+
+
 def flops_per_forward(model: torch.nn.Module, tokens: int, context: int) -> int:
     """Multiply-adds (x2) of one forward of `tokens` positions attending to `context` positions:
     every weight once per token, plus attention's scores and weighted values (QK^T and PV, each
@@ -227,7 +257,8 @@ def flops_per_forward(model: torch.nn.Module, tokens: int, context: int) -> int:
     config = model.config
     weights = sum(p.numel() for p in _weights_read(model))
     attention = 4 * config.num_hidden_layers * config.num_attention_heads * config.head_dim * tokens * context
-    return 2 * tokens * weights + attention
+    residual = 2 * tokens * model.embedding.numel() if getattr(config, "residual_alpha", 0.0) else 0
+    return 2 * tokens * weights + attention + residual
 
 
 def gemm_rate(device, dtype: torch.dtype, size: int, repeats: int = 3) -> float:

@@ -38,6 +38,7 @@ class ScaleSetup:
     cpu_linear: str = "auto"
     fuse: bool | None = None  # None: the engine's default (orl/model/fusion.py)
     threads: int = 0  # torch CPU threads (0: torch's default)
+    residual: str = "adapter"  # ORL's residual context in the diffusion rows (orl.eval.scale.RESIDUALS)
 
 
 def scale_engine_names(spec: str) -> list[str]:
@@ -73,7 +74,7 @@ def scale_bench_run(
     `report` receives the machine's line, then one line per engine as it finishes."""
     if setup.threads:
         torch.set_num_threads(setup.threads)
-    ckpt = random_checkpoint(run.arch, setup.device, setup.dtype, setup.block)
+    ckpt = random_checkpoint(run.arch, setup.device, setup.dtype, setup.block, setup.residual)
     if run.profile:
         prepare_graph_profiling(setup.device)  # before any engine captures a CUDA graph
     prompts = random_prompts(ckpt.model.config, setup.requests, run.prompt_len)

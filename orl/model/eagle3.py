@@ -252,7 +252,7 @@ def aux_hidden_states(target: nn.Module, ids: torch.Tensor, layer_ids: list[int]
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     states = [x] if 0 in layer_ids else []
     for i, layer in enumerate(target.model.layers):
-        x = layer(x, cos, sin, None, None, i, None)
+        x = layer(x, cos, sin, None, None, None, None)
         if i + 1 in layer_ids:
             states.append(x)
     return torch.cat(states, dim=-1)

@@ -140,19 +140,24 @@ class Attention(nn.Module):
         kv = self.n_kv * self.head_dim
         return self.qkv_proj(x).split([self.n_heads * self.head_dim, kv, kv], dim=-1)
 
-    def forward(self, x, cos, sin, mask, cache: KVCache | None, layer: int, slots: torch.Tensor | None):
+    def forward(self, x, cos, sin, mask, k_cache: torch.Tensor | None, v_cache, slots: torch.Tensor | None):
+        """Attention of x [b, t, d]; with a cache, this layer's own key/value buffers (KVCache.k[i], .v[i]).
+
+        The buffers come in as tensors, not as the cache and a layer index, so that every layer runs
+        the same code with the same guards: a compiled layer serves them all (orl/engines/capture.py).
+        """
         b, t, _ = x.shape
         q, k, v = self.project(x)
         q = self.q_norm(q.view(b, t, self.n_heads, self.head_dim)).transpose(1, 2)
         k = self.k_norm(k.view(b, t, self.n_kv, self.head_dim)).transpose(1, 2)
         v = v.view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if cache is not None:
+        if k_cache is not None:
             # Write this step's keys/values at their slots, then attend over the whole buffer;
             # the mask hides slots that are not (yet) valid for each query.
-            cache.k[layer].index_copy_(2, slots, k.to(cache.k[layer].dtype))
-            cache.v[layer].index_copy_(2, slots, v.to(cache.v[layer].dtype))
-            k, v = cache.k[layer].to(q.dtype), cache.v[layer].to(q.dtype)
+            k_cache.index_copy_(2, slots, k.to(k_cache.dtype))
+            v_cache.index_copy_(2, slots, v.to(v_cache.dtype))
+            k, v = k_cache.to(q.dtype), v_cache.to(q.dtype)
         out = grouped_attention(q, k, v, mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
@@ -206,8 +211,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x, cos, sin, mask, cache, layer, slots):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer, slots)
+    def forward(self, x, cos, sin, mask, k_cache, v_cache, slots):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, k_cache, v_cache, slots)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -341,10 +346,11 @@ class Transformer(nn.Module):
         cos, sin = rope_tables(positions, self.config.head_dim, self.config.rope_theta)
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         for i, layer in enumerate(self.model.layers):
+            k_cache, v_cache = (cache.k[i], cache.v[i]) if cache is not None else (None, None)
             if self.activation_checkpointing and torch.is_grad_enabled():
-                x = checkpoint(layer, x, cos, sin, mask, cache, i, slots, use_reentrant=False)
+                x = checkpoint(layer, x, cos, sin, mask, k_cache, v_cache, slots, use_reentrant=False)
             else:
-                x = layer(x, cos, sin, mask, cache, i, slots)
+                x = layer(x, cos, sin, mask, k_cache, v_cache, slots)
         return self.lm_head(self.model.norm(x))
 
 

@@ -28,7 +28,7 @@ import torch
 
 from orl.decoding import Policy, cut_at_eos, decode_rule, plan_blocks
 from orl.engines.base import EngineInfo, Generation, StepLog, checkpoint_info, within_budget
-from orl.engines.capture import cache_bucket, default_mode, make_prefill_runner, make_runner
+from orl.engines.capture import cache_bucket, default_mode, make_prefill_runner, make_runner, model_for_mode
 from orl.engines.dlmrt.chunk import ChunkSpec, StepObserver, denoise_chunk, prefill, start_block_chunk
 from orl.engines.dlmrt.state import DecodeState
 from orl.errors import CheckpointError, InputError
@@ -123,6 +123,7 @@ class DlmrtEngine:
             self.model = with_onednn_linears(self.model)  # shares the checkpoint's parameters
         avoid_per_length_attention_plans(self.device)
         self.mode = self.config.mode or default_mode(self.device, compiled)
+        self.model = model_for_mode(self.model, self.mode, self.config.compile_backend)
         if self.config.observer is not None and self.mode != "eager":
             raise InputError(
                 "dlmrt: a step observer runs Python inside the chunk; it needs mode "
@@ -170,7 +171,7 @@ class DlmrtEngine:
                 "layout": rule.layout,
                 "cpu_linear": self.linear.backend,
                 "fused_projections": self.fusion.to_record() if self.fusion is not None else None,
-                "compile_backend": str(self.config.compile_backend) if self.mode == "compile" else None,
+                "compile_backend": str(self.config.compile_backend) if "compile" in self.mode else None,
             },
         )
 

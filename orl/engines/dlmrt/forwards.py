@@ -47,16 +47,13 @@ class BareForwards:
 
             mode, backend = self.engine.mode, self.engine.config.compile_backend
             cpu = state.seq.device.type == "cpu"
-            if mode == "eager":
+            # In the regional modes the engine's model already runs its layers compiled.
+            if mode in ("eager", "compile-layers"):
                 self._fns[key] = forward
             elif mode == "compile":
                 self._fns[key] = compile_fullgraph(forward, backend, cpu=cpu)
-            elif mode == "cudagraph":
+            else:  # cudagraph, compile-graph: captured
                 self._fns[key] = _captured(forward, width, state.seq.device)
-            else:  # compile-graph: the engine's fused kernels, captured
-                self._fns[key] = _captured(
-                    compile_fullgraph(forward, backend, cpu=cpu), width, state.seq.device
-                )
         return self._fns[key]
 
     @torch.inference_mode()
