@@ -3,6 +3,8 @@
 # (each at most 8 minutes, most valuable first), for whoever has a CUDA GPU for a few minutes.
 #
 #   scripts/gpu_check.sh --plan              one line per step: run=<1|2> limit_s=<seconds> <step>; no GPU
+#   scripts/gpu_check.sh --stage [CKPT_ROOT] copy the tiny checkpoints a run reads (weights, config,
+#                                            tokenizer; no training state) into .gpuck/, which travels
 #   scripts/gpu_check.sh --carry             the paths a remote run needs besides the source tree
 #   scripts/gpu_check.sh --wheels            download into .whl/ the Python wheels the device image lacks
 #   scripts/gpu_check.sh --preflight-cpu     the preflight without the GPU checks (a dry run here)
@@ -15,7 +17,7 @@
 # Run 2: preflight again (a device machine may start bare), block 32 (graph and eager), the tiny ORL
 #        checkpoint at S = 1, 2, 4 steps per chunk (fp32) and in NVFP4, the W4A16 kernel at Qwen3-4B's
 #        shapes, the CUDA-only tests.
-# CKPT_ROOT (default results/tiny/ckpt) holds the tiny profile's orl, dlm and orl-nvfp4 checkpoints; a
+# CKPT_ROOT (default .gpuck when staged, else results/tiny/ckpt) holds the tiny profile's orl, dlm and orl-nvfp4 checkpoints; a
 # missing one skips its step. Each step runs under its limit (times SCALE, default 1) and writes into
 # OUT_DIR: gpu_check.log (everything printed, each step's exit status and wall time) and the records
 # (scale_qwen3-4b_b*.jsonl, dlmrt_*.jsonl, nvfp4_kernel_bench.json). A failing step is logged and the next
@@ -25,6 +27,8 @@ set -u
 REPO=$(realpath "$(dirname "$0")/..")
 PY=${PYTHON:-python3}
 WHEELS=.whl   # carried wheels, ignored by git (.gitignore)
+STAGED=.gpuck  # the tiny checkpoints without their training state (--stage), ignored by git
+TINY_CKPTS="orl orl-nvfp4"
 # What the device image lacks (its package list: torch, triton, safetensors, tokenizers, transformers,
 # numpy, pandas, pyyaml, tqdm, attrs are there): the record schema's validator, HumanEval, and a setuptools
 # that reads pyproject's license string (the image's may be older than 77).
@@ -122,8 +126,18 @@ case "${1:-}" in
   --preflight-cpu)
     export REPO PY WHEELS PREFLIGHT_CPU=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     preflight ;;
+  --stage)
+    # A checkpoint's resumable training state is several times its weights: it stays here.
+    src=$(realpath -m "${2:-$REPO/results/tiny/ckpt}")
+    for ckpt in $TINY_CKPTS; do
+      [ -f "$src/$ckpt/config.json" ] || { echo "no checkpoint at $src/$ckpt" >&2; exit 1; }
+      rm -rf "${REPO:?}/$STAGED/$ckpt" && mkdir -p "$REPO/$STAGED/$ckpt"
+      cp "$src/$ckpt"/*.json "$src/$ckpt"/*.safetensors "$REPO/$STAGED/$ckpt/"
+      rm -f "$REPO/$STAGED/$ckpt"/train_*.json
+    done
+    du -sh "$REPO/$STAGED" ;;
   --carry)
-    echo "$WHEELS"; echo "results/tiny/ckpt/orl"; echo "results/tiny/ckpt/orl-nvfp4" ;;
+    echo "$WHEELS"; echo "$STAGED" ;;
   --wheels)
     cd "$REPO" && mkdir -p "$WHEELS" && for spec in $WHEEL_SPECS; do
       "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -133,7 +147,9 @@ case "${1:-}" in
   --run)
     RUN=${2:?usage: scripts/gpu_check.sh --run 1|2 OUT_DIR [CKPT_ROOT] [SCALE]}
     OUT_DIR=$(realpath -m "${3:?usage: scripts/gpu_check.sh --run 1|2 OUT_DIR [CKPT_ROOT] [SCALE]}")
-    CKPT_ROOT=$(realpath -m "${4:-$REPO/results/tiny/ckpt}")
+    default_ckpts=$REPO/results/tiny/ckpt
+    [ -d "$REPO/$STAGED" ] && default_ckpts=$REPO/$STAGED
+    CKPT_ROOT=$(realpath -m "${4:-$default_ckpts}")
     SCALE=${5:-1}
     export REPO PY OUT_DIR CKPT_ROOT WHEELS PYTHONUNBUFFERED=1
     unset TRITON_INTERPRET
