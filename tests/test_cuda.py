@@ -75,7 +75,7 @@ def test_compiled_kernel_bf16_within_bf16_rounding(compiled_kernel):
     assert ((y.float() - ref).abs() <= ref.abs() * 2.0**-8 + 1e-4).all()
 
 
-@pytest.mark.parametrize("decode", ["bits", "lut"])
+@pytest.mark.parametrize("decode", ["bits", "lut", "asm"])
 def test_compiled_kernel_decodes_every_byte_and_scale_exactly(compiled_kernel, decode):
     # All 256 byte values and all 127 finite non-negative E4M3 scales, times the identity.
     n, k = 64, 256
@@ -100,6 +100,8 @@ def test_compiled_split_k_in_a_cuda_graph_replays_exactly(compiled_kernel, m):
         return compiled_kernel.w4a16_matmul(x, q.packed, q.block_scale, q.tensor_scale, **settings)
 
     eager = call()
+    asm = compiled_kernel.w4a16_matmul(x, q.packed, q.block_scale, q.tensor_scale, **settings, decode="asm")
+    assert torch.equal(asm, eager)  # the inline-PTX decode gives the same bits
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

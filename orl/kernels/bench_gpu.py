@@ -69,7 +69,8 @@ SWEEP = (  # block_n, block_k, split_k, num_warps, num_stages, decode
     (32, 256, 8, 4, 3, "bits"),
     (64, 256, 4, 8, 4, "bits"),
     (64, 256, 2, 4, 3, "lut"),
-    (64, 256, 4, 4, 3, "lut"),
+    (64, 256, 1, 4, 3, "asm"),
+    (64, 256, 4, 4, 3, "asm"),
 )
 SWEEP_KEYS = ("block_n", "block_k", "split_k", "num_warps", "num_stages", "decode")
 GRAPH_CALLS = 20  # calls captured per graph at least (more when more weight copies are needed)

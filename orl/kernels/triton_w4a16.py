@@ -6,19 +6,29 @@ keep enough bytes in flight and to spend as few instructions as possible per
 weight turning them into tensor-core operands. The packed weights never exist
 in high precision in memory. Each program, for each K tile:
 
-* loads a [BLOCK_K/16, 8, BLOCK_N] tile of packed bytes (one row of 8 bytes per
-  16-value scale block) and the [BLOCK_K/16, BLOCK_N] tile of its E4M3 block
-  scales: one scale load and one scale decode per 16 weights, broadcast over
-  the block's 8 bytes;
-* decodes each 4-bit E2M1 code straight into the bits of an fp16 number, either
-  by shifting the code's sign, exponent and mantissa bits into place or through
-  a 16-entry lookup table (`decode="bits"` or `"lut"`, same values). Shifting
-  the three magnitude bits to fp16's bits 11..9 yields E2M1 * 2**-14 exactly,
-  subnormal code 1 included, because E2M1's subnormal (0.5) and fp16's line up
-  at that offset: the fp16 value is the E2M1 value times 2**-14, and the kernel
-  puts 2**14 back in the epilogue together with the per-tensor scale;
-* multiplies by the block scale in fp16 and casts to the activation dtype for
-  `tl.dot`, which accumulates in fp32.
+* loads a [BLOCK_K/2, BLOCK_N] tile of packed bytes (16-byte vector loads: the
+  pointers advance by whole tiles from an offset Triton can prove aligned) and
+  the [BLOCK_K/16, BLOCK_N] tile of their E4M3 block scales: one scale load and
+  one scale decode per 16 weights, broadcast over the block's 8 bytes by viewing
+  the decoded tile as [BLOCK_K/16, 8, BLOCK_N];
+* decodes each 4-bit E2M1 code straight into the bits of an fp16 number
+  (`decode=`): "bits" shifts the code's sign to bit 15 and its exponent and
+  mantissa to bits 11..9, both nibbles of a byte in one 32-bit word; "asm" does
+  the same in inline PTX on four bytes per register (GPU only); "lut" loads the
+  value from a 16-entry table. All three give the same values: E2M1 * 2**-14
+  exactly, subnormal code 1 included, because E2M1's subnormal (0.5) and fp16's
+  line up at that offset; the kernel puts 2**14 back in the epilogue together
+  with the per-tensor scale;
+* multiplies by the block scale in fp16 (packed HMUL2) and converts to the
+  activation dtype for `tl.dot`, which accumulates in fp32. fp16 -> bf16 goes
+  through fp32 on purpose: a direct cast compiles to one quarter-rate F2F per
+  value, the detour to a full-rate HADD2.F32 plus one F2FP per two values.
+
+Instruction cost, from compiling for sm_90 here (ptxas from Triton's wheel; the
+inner loop at BLOCK 16 x 64 x 256, 4 warps): "bits" about 11.5 SASS instructions
+per weight, "asm" about 9.8, "lut" about 16.9 (each table read is a load); the
+kernel before issue 32 spent roughly twice that on its per-value decode alone.
+Which is fastest on a GPU is for the benchmark's sweep to say (bench_gpu.py).
 
 Exactness: an E2M1 value has at most 2 significant bits (1.x) and an E4M3 scale
 at most 4 (1.xxx), so their product has at most 6; its magnitude lies between
@@ -60,11 +70,13 @@ import triton.language as tl
 from orl.errors import InputError
 from orl.kernels.nvfp4 import BLOCK_SIZE, E2M1_VALUES, check_layout
 
-# Packed bytes per block scale (16 values, 2 per byte); a constexpr so the kernel may read it.
+# Values and packed bytes per block scale (16 values, 2 per byte). Compiled Triton kernels
+# may read module globals only when they are constexprs (the interpreter does not check).
+SCALE_BLOCK: tl.constexpr = tl.constexpr(BLOCK_SIZE)
 BYTES_PER_SCALE: tl.constexpr = tl.constexpr(BLOCK_SIZE // 2)
 # The decoded fp16 weights are the true E2M1 * E4M3 products times 2**-14 (module docstring).
 DECODE_SHIFT = 2.0**14
-DECODES = ("bits", "lut")
+DECODES = ("bits", "lut", "asm")
 
 
 def kernel_is_interpreted() -> bool:
@@ -74,16 +86,54 @@ def kernel_is_interpreted() -> bool:
 
 @triton.jit
 def _e2m1_pair_bits(packed):
-    """Packed bytes (int32, low 8 bits) -> (low, high) nibbles as fp16 values E2M1 * 2**-14.
+    """Packed bytes (uint8) -> (low, high) nibbles as fp16 values E2M1 * 2**-14.
 
     fp16 is sign | 5 exponent bits | 10 mantissa bits. The code's sign (bit 3) goes
     to bit 15 and its exponent and mantissa (bits 2..0) to bits 11..9: exponent
     field e, top mantissa bit m, i.e. 2**(e - 15) * (1 + m/2) for e > 0 and the
     subnormal m * 2**-15 for e = 0, which is E2M1's value times 2**-14 in both cases.
     """
-    low = ((packed << 12) & 0x8000) | ((packed << 9) & 0x0E00)
-    high = ((packed << 8) & 0x8000) | ((packed << 5) & 0x0E00)
-    return low.to(tl.uint16).to(tl.float16, bitcast=True), high.to(tl.uint16).to(tl.float16, bitcast=True)
+    # Both nibbles at once: the low one to bits 3..0, the high one to bits 19..16, so
+    # that one set of shifts and masks builds both fp16 halves of a 32-bit word.
+    packed = packed.to(tl.uint32)
+    pair = (packed & 0x0F) | ((packed & 0xF0) << 12)
+    bits = ((pair << 12) & 0x80008000) | ((pair << 9) & 0x0E000E00)
+    low = (bits & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True)
+    high = (bits >> 16).to(tl.uint16).to(tl.float16, bitcast=True)
+    return low, high
+
+
+# `_e2m1_pair_bits` in PTX, four bytes per 32-bit register: PRMT spreads bytes 0,1
+# (then 2,3) to the low byte of each 16-bit half, and one shift-and-mask pair per
+# output word builds two fp16 values at a time (ptxas fuses the masks into LOP3).
+# Outputs: $0, $1 the low nibbles of bytes (0, 1), (2, 3); $2, $3 the high nibbles.
+_E2M1_PTX = tl.constexpr(
+    """
+{
+.reg .b32 z, t01, t23, a, b;
+mov.b32 z, 0;
+prmt.b32 t01, $4, z, 0x4140;
+prmt.b32 t23, $4, z, 0x4342;
+shl.b32 a, t01, 12; and.b32 a, a, 0x80008000; shl.b32 b, t01, 9; and.b32 b, b, 0x0E000E00; or.b32 $0, a, b;
+shl.b32 a, t23, 12; and.b32 a, a, 0x80008000; shl.b32 b, t23, 9; and.b32 b, b, 0x0E000E00; or.b32 $1, a, b;
+shl.b32 a, t01, 8; and.b32 a, a, 0x80008000; shl.b32 b, t01, 5; and.b32 b, b, 0x0E000E00; or.b32 $2, a, b;
+shl.b32 a, t23, 8; and.b32 a, a, 0x80008000; shl.b32 b, t23, 5; and.b32 b, b, 0x0E000E00; or.b32 $3, a, b;
+}
+"""
+)
+
+
+@triton.jit
+def _e2m1_pair_asm(packed):
+    """As `_e2m1_pair_bits`, in inline PTX on packed uint8 (GPU only: the interpreter runs no PTX)."""
+    return tl.inline_asm_elementwise(
+        _E2M1_PTX,
+        "=r,=r,=r,=r,r",
+        [packed],
+        dtype=(tl.float16, tl.float16),
+        is_pure=True,
+        pack=4,
+    )
 
 
 @triton.jit
@@ -108,16 +158,16 @@ def _decode_e4m3(bits):
 @triton.jit
 def _w4a16_kernel(
     x_ptr, w_ptr, s_ptr, ts_ptr, lut_ptr, y_ptr, part_ptr, count_ptr,
-    M, N, K, K_PER_SPLIT, SPLIT_K,
+    M, N, K, K_PER_SPLIT, BYTES_PER_SPLIT, GROUPS_PER_SPLIT, SPLIT_K,
     stride_xm, stride_xk,
     stride_wn, stride_wb,
     stride_sn, stride_sb,
     stride_ym, stride_yn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr, USE_LUT: tl.constexpr, SPLIT: tl.constexpr,
+    EVEN_K: tl.constexpr, DECODE: tl.constexpr, SPLIT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_IN_FP32: tl.constexpr,
 ):  # fmt: skip
-    GROUPS: tl.constexpr = BLOCK_K // 16  # scale blocks per K tile
+    GROUPS: tl.constexpr = BLOCK_K // SCALE_BLOCK  # scale blocks per K tile
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)  # split-K slice; 0 when SPLIT is False
@@ -131,42 +181,54 @@ def _w4a16_kernel(
     n_in = offs_n % N
     offs_g = tl.arange(0, GROUPS)
     offs_b = tl.arange(0, BLOCK_K // 2)  # byte within the K tile: columns 2b and 2b+1
-    # Byte (g, j) of the tile is byte 8g + j: it belongs to scale block g.
-    tile_byte = offs_g[:, None] * BYTES_PER_SCALE + tl.arange(0, BYTES_PER_SCALE)[None, :]
-    w_tile = w_ptr + n_in[None, None, :] * stride_wn + tile_byte[:, :, None] * stride_wb
-    s_tile = s_ptr + n_in[None, :] * stride_sn + offs_g[:, None] * stride_sb
+    k_start = pid_k * K_PER_SPLIT
+    k_end = tl.minimum(k_start + K_PER_SPLIT, K)
+    # The weight and scale pointers start at the slice's first byte and scale block
+    # (passed precomputed: BYTES_PER_SPLIT is a multiple of 16, which Triton specializes
+    # on) and advance by whole tiles, so the compiler can prove each row's bytes
+    # contiguous and 16-byte aligned and load them with wide vector loads.
+    w_ptrs = w_ptr + n_in[None, :] * stride_wn + (pid_k * BYTES_PER_SPLIT + offs_b)[:, None] * stride_wb
+    s_ptrs = s_ptr + n_in[None, :] * stride_sn + (pid_k * GROUPS_PER_SPLIT + offs_g)[:, None] * stride_sb
     x_rows = x_ptr + offs_m[:, None] * stride_xm
 
     acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)  # not tl.zeros: see the module docstring
-    k_start = pid_k * K_PER_SPLIT
-    k_end = tl.minimum(k_start + K_PER_SPLIT, K)
     for k0 in range(k_start, k_end, BLOCK_K):
+        # [BLOCK_K/2, BLOCK_N] packed bytes and the [BLOCK_K/16, BLOCK_N] scales of their blocks.
         if EVEN_K:  # every tile is whole: no K masks in the loop
-            packed = tl.load(w_tile + (k0 // 2) * stride_wb)
-            scale_bits = tl.load(s_tile + (k0 // BLOCK_SIZE) * stride_sb)
+            packed = tl.load(w_ptrs)
+            scale_bits = tl.load(s_ptrs)
             x_mask = m_ok[:, None]
         else:  # K is a multiple of 16, so a scale block is either wholly in or wholly out
-            g_ok = k0 // BLOCK_SIZE + offs_g < k_end // BLOCK_SIZE
-            packed = tl.load(w_tile + (k0 // 2) * stride_wb, mask=g_ok[:, None, None], other=0)
-            scale_bits = tl.load(s_tile + (k0 // BLOCK_SIZE) * stride_sb, mask=g_ok[:, None], other=0)
+            packed = tl.load(w_ptrs, mask=(k0 // 2 + offs_b < k_end // 2)[:, None], other=0)
+            g_ok = k0 // SCALE_BLOCK + offs_g < k_end // SCALE_BLOCK
+            scale_bits = tl.load(s_ptrs, mask=g_ok[:, None], other=0)
             x_mask = m_ok[:, None] & (k0 + 2 * offs_b < k_end)[None, :]
+        w_ptrs += (BLOCK_K // 2) * stride_wb
+        s_ptrs += GROUPS * stride_sb
 
-        packed = packed.to(tl.int32)
-        if USE_LUT:
-            w_low, w_high = _e2m1_pair_lut(packed, lut_ptr)
+        if DECODE == "asm":
+            w_low, w_high = _e2m1_pair_asm(packed)
+        elif DECODE == "lut":
+            w_low, w_high = _e2m1_pair_lut(packed.to(tl.int32), lut_ptr)
         else:
             w_low, w_high = _e2m1_pair_bits(packed)
-        # One scale per 16 values, decoded once and broadcast over the block's 8 bytes;
-        # E4M3 values are exact in fp16, and so is the product (module docstring).
+        # One scale per 16 values, decoded once and broadcast over its block's 8 bytes
+        # (bytes 8g..8g+7 of the tile are block g); E4M3 values are exact in fp16, and
+        # so are the products (module docstring).
         scale = _decode_e4m3(scale_bits.to(tl.int32)).to(tl.float16)[:, None, :]
-        w_even = tl.reshape(w_low * scale, (BLOCK_K // 2, BLOCK_N))
-        w_odd = tl.reshape(w_high * scale, (BLOCK_K // 2, BLOCK_N))
+        w_low = tl.reshape(w_low, (GROUPS, BYTES_PER_SCALE, BLOCK_N)) * scale
+        w_high = tl.reshape(w_high, (GROUPS, BYTES_PER_SCALE, BLOCK_N)) * scale
+        w_even = tl.reshape(w_low, (BLOCK_K // 2, BLOCK_N))
+        w_odd = tl.reshape(w_high, (BLOCK_K // 2, BLOCK_N))
 
         x_even = tl.load(x_rows + (k0 + 2 * offs_b)[None, :] * stride_xk, mask=x_mask, other=0.0)
         x_odd = tl.load(x_rows + (k0 + 2 * offs_b + 1)[None, :] * stride_xk, mask=x_mask, other=0.0)
         if DOT_IN_FP32:
             x_even = x_even.to(tl.float32)
             x_odd = x_odd.to(tl.float32)
+        if x_even.dtype == tl.bfloat16:
+            w_even = w_even.to(tl.float32)
+            w_odd = w_odd.to(tl.float32)
         acc = tl.dot(x_even, w_even.to(x_even.dtype), acc, input_precision=DOT_PRECISION)
         acc = tl.dot(x_odd, w_odd.to(x_odd.dtype), acc, input_precision=DOT_PRECISION)
 
@@ -208,8 +270,17 @@ def _sm_count(device: torch.device) -> int:
 
 
 def _lut(device: torch.device) -> torch.Tensor:
-    """The 16 E2M1 values times 2**-14 as fp16 (exact), one table per device."""
+    """The 16 E2M1 values times 2**-14 as fp16 (exact), one table per device.
+
+    Made by a host-to-device copy on the first call, which must not be inside a CUDA
+    graph capture (warm up first, as torch's graph recipe does anyway).
+    """
     if device not in _LUTS:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise InputError(
+                "w4a16_matmul: decode='lut' makes its table on the first call, which cannot be "
+                "inside a CUDA graph capture; run the call once outside the capture first"
+            )
         values = torch.tensor(E2M1_VALUES, dtype=torch.float32) / DECODE_SHIFT
         _LUTS[device] = values.to(torch.float16).to(device)
     return _LUTS[device]
@@ -319,6 +390,8 @@ def w4a16_matmul(
         )
     if decode not in DECODES:
         raise InputError(f"w4a16_matmul: decode must be one of {DECODES}, got {decode!r}")
+    if decode == "asm" and kernel_is_interpreted():
+        raise InputError("w4a16_matmul: decode='asm' is inline PTX, which Triton's interpreter cannot run")
 
     split_k, k_per_split = split_k_slices(k, block_k, split_k)
 
@@ -338,16 +411,18 @@ def w4a16_matmul(
         counters = _counters(x.device, grid[0] * grid[1])
     else:  # never read: any tensor will do
         partials, counters = out, out
+    # The table is only read by decode="lut"; the "bits" path needs no per-device state.
+    lut = _lut(x.device) if decode == "lut" else weight
     _w4a16_kernel[grid](
-        x2, weight, weight_scale.view(torch.uint8), weight_scale_2.reshape(1), _lut(x.device),
+        x2, weight, weight_scale.view(torch.uint8), weight_scale_2.reshape(1), lut,
         out, partials, counters,
-        m, n, k, k_per_split, split_k,
+        m, n, k, k_per_split, k_per_split // 2, k_per_split // BLOCK_SIZE, split_k,
         x2.stride(0), x2.stride(1),
         weight.stride(0), weight.stride(1),
         weight_scale.stride(0), weight_scale.stride(1),
         out.stride(0), out.stride(1),
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-        EVEN_K=k % block_k == 0, USE_LUT=decode == "lut", SPLIT=split_k > 1,
+        EVEN_K=k % block_k == 0, DECODE=decode, SPLIT=split_k > 1,
         DOT_PRECISION=precision, DOT_IN_FP32=dot_in_fp32,
         num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
