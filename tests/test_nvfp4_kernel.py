@@ -265,6 +265,19 @@ def test_bench_gpu_copy_count_keeps_weights_out_of_l2():
         bench_gpu.copies_to_flush(0, l2)
 
 
+def test_bench_gpu_l2_size_from_the_device_or_h200s(monkeypatch):
+    from types import SimpleNamespace
+
+    from orl.kernels import bench_gpu
+
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda _: SimpleNamespace(L2_cache_size=50 << 20)
+    )
+    assert bench_gpu.device_l2_bytes() == 50 << 20
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _: SimpleNamespace())
+    assert bench_gpu.device_l2_bytes() == bench_gpu.L2_FALLBACK_BYTES == 60 << 20
+
+
 def test_bench_gpu_qwen3_4b_rows():
     from orl.kernels import bench_gpu
 

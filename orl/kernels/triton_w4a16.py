@@ -226,7 +226,7 @@ def _w4a16_kernel(
         if DOT_IN_FP32:
             x_even = x_even.to(tl.float32)
             x_odd = x_odd.to(tl.float32)
-        if x_even.dtype == tl.bfloat16:
+        if x_even.dtype == tl.bfloat16:  # fp16 -> fp32 -> bf16, not F2F: module docstring
             w_even = w_even.to(tl.float32)
             w_odd = w_odd.to(tl.float32)
         acc = tl.dot(x_even, w_even.to(x_even.dtype), acc, input_precision=DOT_PRECISION)
