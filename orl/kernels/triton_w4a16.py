@@ -356,7 +356,8 @@ def w4a16_matmul(
     Settings left as None come from `default_tiles`. BLOCK_K must be a multiple
     of 32 so that a tile holds whole scale blocks and each dot is at least 16
     deep; BLOCK_M, BLOCK_N and BLOCK_K must be powers of two. `decode` picks the
-    E2M1 decode ("bits" or "lut"); both give the same values.
+    E2M1 decode ("bits", "lut", or "asm": inline PTX, GPU only, with at least 4
+    packed bytes per thread in a weight tile); all give the same values.
     """
     n, k = check_layout(weight, weight_scale, weight_scale_2)
     if x.shape[-1] != k:
@@ -392,6 +393,12 @@ def w4a16_matmul(
         raise InputError(f"w4a16_matmul: decode must be one of {DECODES}, got {decode!r}")
     if decode == "asm" and kernel_is_interpreted():
         raise InputError("w4a16_matmul: decode='asm' is inline PTX, which Triton's interpreter cannot run")
+    if decode == "asm" and (block_k // 2) * block_n < 4 * 32 * num_warps:
+        # The PTX takes four bytes per register: each thread must hold a multiple of four.
+        raise InputError(
+            f"w4a16_matmul: decode='asm' needs (block_k/2) * block_n >= 128 * num_warps, got "
+            f"block_k={block_k} block_n={block_n} num_warps={num_warps}"
+        )
 
     split_k, k_per_split = split_k_slices(k, block_k, split_k)
 
