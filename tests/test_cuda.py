@@ -20,6 +20,7 @@ import torch
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 from orl.kernels.nvfp4 import dequantize_nvfp4, quantize_nvfp4  # noqa: E402
+from orl.kernels.nvfp4 import dequantize_parts as dequantize_nvfp4_parts  # noqa: E402
 from orl.kernels.reference import dequantize_matmul  # noqa: E402
 
 
@@ -72,6 +73,49 @@ def test_compiled_kernel_bf16_within_bf16_rounding(compiled_kernel):
     assert y.dtype == torch.bfloat16
     # bf16 products are exact in fp32; what is left is the bf16 output rounding and summation order.
     assert ((y.float() - ref).abs() <= ref.abs() * 2.0**-8 + 1e-4).all()
+
+
+@pytest.mark.parametrize("decode", ["bits", "lut", "asm"])
+def test_compiled_kernel_decodes_every_byte_and_scale_exactly(compiled_kernel, decode):
+    # All 256 byte values and all 127 finite non-negative E4M3 scales, times the identity.
+    n, k = 64, 256
+    packed = (torch.arange(n * k // 2) % 256).to(torch.uint8).reshape(n, k // 2).cuda()
+    scale_bits = (torch.arange(n * k // 16) % 127).to(torch.uint8).reshape(n, k // 16).cuda()
+    scales = scale_bits.view(torch.float8_e4m3fn)
+    one = torch.tensor(1.0, device="cuda")
+    y = compiled_kernel.w4a16_matmul(torch.eye(k, device="cuda"), packed, scales, one, decode=decode)
+    assert torch.equal(y, dequantize_nvfp4_parts(packed, scales, one).T)
+
+
+@pytest.mark.parametrize("m", [1, 16, 33])
+def test_compiled_split_k_in_a_cuda_graph_replays_exactly(compiled_kernel, m):
+    # The one-launch split-K reduction (tile counters, last slice adds) replayed many
+    # times from a graph gives the eager result bit for bit: deterministic, counters reset.
+    gen = torch.Generator().manual_seed(m)
+    q = quantize_nvfp4(torch.randn(2560, 2560 + 256, generator=gen).cuda())
+    x = torch.randn(m, 2560 + 256, generator=gen).to(device="cuda", dtype=torch.bfloat16)
+    settings = {"block_n": 64, "block_k": 256, "split_k": 5}
+
+    def call():
+        return compiled_kernel.w4a16_matmul(x, q.packed, q.block_scale, q.tensor_scale, **settings)
+
+    eager = call()
+    asm = compiled_kernel.w4a16_matmul(x, q.packed, q.block_scale, q.tensor_scale, **settings, decode="asm")
+    assert torch.equal(asm, eager)  # the inline-PTX decode gives the same bits
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = [call() for _ in range(4)]
+    for _ in range(25):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert all(torch.equal(out, eager) for out in outs)
+    ref = x.float() @ dequantize_nvfp4(q).T
+    assert ((eager.float() - ref).abs() <= ref.abs() * 2.0**-8 + 1e-4).all()
 
 
 def test_nvfp4_model_graph_replay_matches_eager(smoke_models):

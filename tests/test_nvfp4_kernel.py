@@ -96,6 +96,87 @@ def test_kernel_decodes_every_byte_and_every_e4m3_scale_exactly():
     assert torch.equal(y, dequantize_parts(packed, scales, one).T)
 
 
+@pytest.mark.parametrize("decode", ["bits", "lut"])
+def test_both_decodes_give_every_byte_and_scale_exactly(decode):
+    # As above with a 256-deep K tile (16 scale blocks broadcast over their 8 bytes each).
+    n, k = 64, 256
+    packed = (torch.arange(n * k // 2) % 256).to(torch.uint8).reshape(n, k // 2)
+    scale_bits = (torch.arange(n * k // 16) % 127).to(torch.uint8).reshape(n, k // 16)
+    scales = scale_bits.view(torch.float8_e4m3fn)
+    one = torch.tensor(1.0)
+    y = tk.w4a16_matmul(torch.eye(k), packed, scales, one, block_k=256, decode=decode)
+    assert torch.equal(y, dequantize_parts(packed, scales, one).T)
+
+
+# Batch-1 block-decoding rows, K not a multiple of the default 256-deep tile (so the
+# masked scale-block path runs), split-K of 1 and > 1, both decodes.
+DECODING = [
+    (1, 48, 16 * 37, {}),
+    (16, 40, 16 * 37, {"split_k": 2}),
+    (33, 24, 16 * 37, {"split_k": 3, "block_k": 64, "decode": "lut"}),
+    (16, 72, 512 + 128, {"split_k": 2, "block_k": 256, "block_n": 32, "num_warps": 8, "num_stages": 2}),
+]
+
+
+@pytest.mark.parametrize("m,n,k,settings", DECODING)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decoding_rows_match_reference(m, n, k, settings, dtype):
+    gen = torch.Generator().manual_seed(m + n + k)
+    q = quantize_nvfp4(torch.randn(n, k, generator=gen))
+    x = torch.randn(m, k, generator=gen).to(dtype)
+    y = tk.w4a16_matmul(x, q.packed, q.block_scale, q.tensor_scale, **settings)
+    ref = x.float() @ dequantize_nvfp4(q).T
+    assert y.shape == (m, n) and y.dtype == dtype
+    if dtype == torch.float32:
+        assert _rel_err(y, ref) <= 1e-5  # fp32 accumulation, order aside
+    else:
+        # bf16 output rounding (2**-8 relative) plus the fp32 summation-order error, which
+        # is absolute: where the sum cancels to near zero it dominates (|ref| ~ 1e-3 here).
+        assert ((y.float() - ref).abs() <= ref.abs() * 2.0**-8 + 1e-4).all()
+
+
+def test_decodes_agree_bit_for_bit():
+    gen = torch.Generator().manual_seed(5)
+    q = quantize_nvfp4(torch.randn(50, 16 * 21, generator=gen))
+    x = torch.randn(7, 16 * 21, generator=gen)
+    args = (x, q.packed, q.block_scale, q.tensor_scale)
+    assert torch.equal(tk.w4a16_matmul(*args, decode="bits"), tk.w4a16_matmul(*args, decode="lut"))
+
+
+def test_split_k_counters_are_left_zero():
+    gen = torch.Generator().manual_seed(9)
+    q = quantize_nvfp4(torch.randn(70, 512, generator=gen))
+    x = torch.randn(4, 512, generator=gen)
+    args = (x, q.packed, q.block_scale, q.tensor_scale)
+    first = tk.w4a16_matmul(*args, block_n=32, block_k=64, split_k=4)
+    assert int(tk._COUNTERS[x.device].abs().sum()) == 0
+    assert torch.equal(tk.w4a16_matmul(*args, block_n=32, block_k=64, split_k=4), first)
+
+
+def test_split_k_slices_cover_whole_tiles():
+    assert tk.split_k_slices(2560, 256, 1) == (1, 2560)
+    assert tk.split_k_slices(2560, 256, 4) == (4, 768)  # 10 tiles: 3 + 3 + 3 + 1
+    assert tk.split_k_slices(2560, 256, 8) == (5, 512)  # 8 slices of 10 tiles would leave some empty
+    assert tk.split_k_slices(592, 256, 8) == (3, 256)  # K = 2.3 tiles: at most 3 slices
+
+
+def test_default_tiles_for_batch1_decoding():
+    tiles = tk.default_tiles(16, 9728, 2560, torch.device("cpu"))
+    assert tiles["block_m"] == 16 and tiles["block_k"] == 256 and tiles["split_k"] == 1
+    assert tk.default_tiles(33, 2560, 9728, torch.device("cpu"))["block_m"] == 64
+
+
+def test_kernel_rejects_bad_settings():
+    q = quantize_nvfp4(torch.randn(16, 64))
+    args = (torch.randn(2, 64), q.packed, q.block_scale, q.tensor_scale)
+    with pytest.raises(InputError, match="decode"):
+        tk.w4a16_matmul(*args, decode="table")
+    with pytest.raises(InputError, match="powers of two"):
+        tk.w4a16_matmul(*args, block_k=96)
+    with pytest.raises(InputError, match="interpreter cannot run"):
+        tk.w4a16_matmul(*args, decode="asm")
+
+
 def test_split_k_agrees_with_one_slice():
     gen = torch.Generator().manual_seed(7)
     q = quantize_nvfp4(torch.randn(40, 256, generator=gen))
@@ -140,16 +221,84 @@ def test_nvfp4_linear_forced_triton_matches_reference(mode, monkeypatch):
 
 
 def test_bench_gpu_dry_run_on_the_cpu(tmp_path):
-    # The GPU benchmark's bookkeeping (every timed call, the sweep, the error check)
-    # run once through the interpreter with a host clock; numbers here mean nothing.
+    # The GPU benchmark's bookkeeping (every timed call over its weight copies, the
+    # sweep, the error checks, bytes and ratios) run through the interpreter with host
+    # clocks standing in for the graph and launch timers; numbers here mean nothing.
     from orl.kernels import bench_gpu
 
-    row = bench_gpu.bench_shape(3, 64, 40, 1, device="cpu", timer=bench_gpu.time_wall)
+    row = bench_gpu.bench_shape(
+        3, 64, 40, 1, device="cpu", timer=bench_gpu.time_wall, launch_timer=bench_gpu.time_host,
+        l2_bytes=4096, graph_calls=2,
+    )  # fmt: skip
     assert row["triton_default_rel_err"] <= 1e-2  # bf16 activations and output
+    assert row["dequant_matmul_rel_err"] <= 1e-2 and row["bf16_linear_rel_err"] <= 1e-2
     assert len(row["triton_sweep"]) == len(bench_gpu.SWEEP)
-    assert all("ms" in entry for entry in row["triton_sweep"])
+    for entry in row["triton_sweep"]:
+        if entry["decode"] == "asm":  # inline PTX: recorded as an error under the interpreter
+            assert "interpreter cannot run" in entry["error"]
+        else:
+            assert entry["rel_err"] <= 1e-2 and entry["ms"] > 0
     assert row["triton_best"] is not None and row["speedup_vs_dequant"] > 0
+    # 4096-byte "L2": bf16 weight 40 x 64 x 2 = 5120 B -> 2 copies; NVFP4 1280 + 160 + 4 B -> 6.
+    assert (row["bf16_weight_copies"], row["nvfp4_weight_copies"]) == (2, 6)
+    assert row["w4a16_bytes"] == 1444 + (3 * 64 + 3 * 40) * 2
+    assert row["bf16_bytes"] == 5120 + (3 * 64 + 3 * 40) * 2
+    assert row["w4a16_vs_bf16"] == pytest.approx(row["triton_best_ms"] / row["bf16_linear_ms"])
+    assert row["w4a16_gbps"] > 0 and row["bf16_gbps"] > 0 and "triton_best_launch_ms" in row
+    json.dumps(row)  # the record is plain JSON
     bench_gpu.print_table([row])
+
+
+def test_bench_gpu_copy_count_keeps_weights_out_of_l2():
+    from orl.kernels import bench_gpu
+
+    l2 = 60 * 1024 * 1024
+    bf16 = 2560 * 9728 * 2  # 49.8 MB
+    nvfp4 = 2560 * 9728 // 2 + 2560 * 9728 // 16 + 4  # 14.0 MB
+    for size in (bf16, nvfp4, 1024, 200 * 1024 * 1024):
+        copies = bench_gpu.copies_to_flush(size, l2)
+        assert copies >= 2 and copies * size >= 2 * l2
+        assert copies == 2 or (copies - 1) * size < 2 * l2  # no more than needed
+    assert bench_gpu.copies_to_flush(bf16, l2) == 3 and bench_gpu.copies_to_flush(nvfp4, l2) == 9
+    assert bench_gpu.calls_per_graph(3) == bench_gpu.GRAPH_CALLS and bench_gpu.calls_per_graph(82) == 82
+    with pytest.raises(ValueError):
+        bench_gpu.copies_to_flush(0, l2)
+
+
+def test_bench_gpu_l2_size_from_the_device_or_h200s(monkeypatch):
+    from types import SimpleNamespace
+
+    from orl.kernels import bench_gpu
+
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda _: SimpleNamespace(L2_cache_size=50 << 20)
+    )
+    assert bench_gpu.device_l2_bytes() == 50 << 20
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _: SimpleNamespace())
+    assert bench_gpu.device_l2_bytes() == bench_gpu.L2_FALLBACK_BYTES == 60 << 20
+
+
+def test_bench_gpu_qwen3_4b_rows():
+    from orl.kernels import bench_gpu
+
+    rows = bench_gpu.bench_rows("4b")
+    expected_kn = {
+        (2560, 4096),
+        (2560, 1024),
+        (2560, 6144),
+        (4096, 2560),
+        (2560, 9728),
+        (2560, 19456),
+        (9728, 2560),
+    }
+    assert {(k, n) for _, k, n in rows} == expected_kn
+    assert {m for m, _, _ in rows} == {16, 32} and len(rows) == 14
+    assert bench_gpu.bench_rows("4b", (1,)) == [(1, k, n) for k, n in bench_gpu.QWEN3_4B_SHAPES]
+    assert len(bench_gpu.bench_rows("all")) == len(bench_gpu.SHAPES) * len(bench_gpu.ROWS)
+    with pytest.raises(SystemExit):
+        bench_gpu.main(["--shapes", "7b"])
+    with pytest.raises(SystemExit):
+        bench_gpu.main(["--rows", "16,x"])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
@@ -157,6 +306,6 @@ def test_bench_gpu_without_cuda_says_so(tmp_path, capsys):
     from orl.kernels import bench_gpu
 
     out = tmp_path / "bench.json"
-    assert bench_gpu.main(["--out", str(out)]) == 2
+    assert bench_gpu.main(["--out", str(out), "--shapes", "4b"]) == 2
     assert "no CUDA device" in capsys.readouterr().err
     assert json.loads(out.read_text())["status"].startswith("not run: no CUDA device")

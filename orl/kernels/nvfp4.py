@@ -92,9 +92,20 @@ def encode_e2m1(x: torch.Tensor) -> torch.Tensor:
     return code | sign
 
 
+_E2M1_TABLES: dict[torch.device, torch.Tensor] = {}
+
+
 def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
-    """The float32 value of each 4-bit code (only the low 4 bits are read)."""
-    table = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=codes.device)
+    """The float32 value of each 4-bit code (only the low 4 bits are read).
+
+    The table is made once per device: a host-to-device copy on every call would
+    make the dequantize-then-matmul path impossible to capture in a CUDA graph
+    (the GPU benchmark times it that way) once a first call has run outside the capture.
+    """
+    table = _E2M1_TABLES.get(codes.device)
+    if table is None:
+        table = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=codes.device)
+        _E2M1_TABLES[codes.device] = table
     return table[(codes & 0xF).long()]
 
 

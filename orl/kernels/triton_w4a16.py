@@ -1,22 +1,57 @@
 """Triton W4A16 matmul: y = x @ W^T with W in NVFP4 and x in bf16/fp16/fp32.
 
-The packed weights never exist in high precision in memory: each program loads
-a [BLOCK_K/2, BLOCK_N] tile of bytes, splits every byte into its two E2M1 codes
-with shifts and masks, turns the codes into values with integer arithmetic and
-`tl.where` (no lookup table, no inline PTX), multiplies by the block scales
-(decoded from their E4M3 bits the same way) and feeds tensor cores through
-`tl.dot` with fp32 accumulation. The per-tensor scale is applied once, in the
-epilogue.
+Written for memory-bound batch-1 decoding (M = 1..64 rows): the time is the
+time to stream W's 4.5 bits per value from memory, so the kernel's job is to
+keep enough bytes in flight and to spend as few instructions as possible per
+weight turning them into tensor-core operands. The packed weights never exist
+in high precision in memory. Each program, for each K tile:
+
+* loads a [BLOCK_K/2, BLOCK_N] tile of packed bytes (16-byte vector loads: the
+  pointers advance by whole tiles from an offset Triton can prove aligned) and
+  the [BLOCK_K/16, BLOCK_N] tile of their E4M3 block scales: one scale load and
+  one scale decode per 16 weights, broadcast over the block's 8 bytes by viewing
+  the decoded tile as [BLOCK_K/16, 8, BLOCK_N];
+* decodes each 4-bit E2M1 code straight into the bits of an fp16 number
+  (`decode=`): "bits" shifts the code's sign to bit 15 and its exponent and
+  mantissa to bits 11..9, both nibbles of a byte in one 32-bit word; "asm" does
+  the same in inline PTX on four bytes per register (GPU only); "lut" loads the
+  value from a 16-entry table. All three give the same values: E2M1 * 2**-14
+  exactly, subnormal code 1 included, because E2M1's subnormal (0.5) and fp16's
+  line up at that offset; the kernel puts 2**14 back in the epilogue together
+  with the per-tensor scale;
+* multiplies by the block scale in fp16 (packed HMUL2) and converts to the
+  activation dtype for `tl.dot`, which accumulates in fp32. fp16 -> bf16 goes
+  through fp32 on purpose: a direct cast compiles to one quarter-rate F2F per
+  value, the detour to a full-rate HADD2.F32 plus one F2FP per two values.
+
+Instruction cost, from compiling for sm_90 here (ptxas from Triton's wheel; the
+inner loop at BLOCK 16 x 64 x 256, 4 warps): "bits" about 11.5 SASS instructions
+per weight, "asm" about 9.8, "lut" about 16.9 (each table read is a load); the
+kernel before issue 32 spent roughly twice that on its per-value decode alone.
+Which is fastest on a GPU is for the benchmark's sweep to say (bench_gpu.py).
+
+Exactness: an E2M1 value has at most 2 significant bits (1.x) and an E4M3 scale
+at most 4 (1.xxx), so their product has at most 6; its magnitude lies between
+0.5 * 2**-9 = 2**-10 and 6 * 448 = 2688, so every product is a multiple of
+2**-10 below 2**12. Times 2**-14 that is a multiple of 2**-24 (fp16's smallest
+subnormal) below 2**-2: exact in fp16. Widening to bf16 (8 significant bits,
+fp32's exponent range) or fp32 is exact as well. So the decoded weight is exact
+in every activation dtype, and all rounding is in the activations and the fp32
+accumulation, as in the dequantize-then-matmul reference.
 
 Because the low nibble holds column 2j and the high nibble column 2j+1, the
-kernel never interleaves the two halves: it multiplies the even columns of x
-by the low nibbles and the odd columns by the high nibbles, two dots of depth
+kernel never interleaves the two halves: it multiplies the even columns of x by
+the low nibbles and the odd columns by the high nibbles, two dots of depth
 BLOCK_K/2 each.
 
-An E2M1 value times an E4M3 scale has at most 2 + 4 significant bits, so the
-scaled weight is exact in bf16 and in fp32: casting it to the activation dtype
-before the dot loses nothing, and all rounding is in the activations and the
-fp32 accumulation.
+Split-K (for shapes whose output tiles alone cannot fill the GPU) runs in the
+same launch: each K slice stores an fp32 partial sum, bumps a per-tile counter,
+and the slice that arrives last adds the partials in slice order (deterministic)
+and writes y. No second kernel, which matters inside a CUDA graph where a
+matmul takes a few microseconds. The counters live in a per-device buffer that
+the last slice resets to zero; they are allocated on the first split-K call,
+which must therefore not be inside a CUDA graph capture (warm up first), and
+two split-K calls must not run concurrently on different streams.
 
 Written for Ampere and Hopper (tl.dot on bf16 or tf32x3 tensor cores). On the
 CPU it runs under Triton's interpreter: TRITON_INTERPRET=1 must be set when this
@@ -33,10 +68,15 @@ import triton
 import triton.language as tl
 
 from orl.errors import InputError
-from orl.kernels.nvfp4 import BLOCK_SIZE, check_layout
+from orl.kernels.nvfp4 import BLOCK_SIZE, E2M1_VALUES, check_layout
 
-# Packed bytes per block scale (16 values, 2 per byte); a constexpr so the kernel may read it.
+# Values and packed bytes per block scale (16 values, 2 per byte). Compiled Triton kernels
+# may read module globals only when they are constexprs (the interpreter does not check).
+SCALE_BLOCK: tl.constexpr = tl.constexpr(BLOCK_SIZE)
 BYTES_PER_SCALE: tl.constexpr = tl.constexpr(BLOCK_SIZE // 2)
+# The decoded fp16 weights are the true E2M1 * E4M3 products times 2**-14 (module docstring).
+DECODE_SHIFT = 2.0**14
+DECODES = ("bits", "lut", "asm")
 
 
 def kernel_is_interpreted() -> bool:
@@ -45,15 +85,61 @@ def kernel_is_interpreted() -> bool:
 
 
 @triton.jit
-def _decode_e2m1(code):
-    """4-bit E2M1 codes (int32, low 4 bits) -> float32 values."""
-    exponent = (code >> 1) & 3
-    mantissa = code & 1
-    # Four times the magnitude is an integer: subnormal (exponent 0) 2*m,
-    # normal (2 + m) << exponent; e.g. code 7 -> (2 + 1) << 3 = 24 -> 6.0.
-    quadruple = tl.where(exponent == 0, mantissa << 1, (2 + mantissa) << exponent)
-    value = quadruple.to(tl.float32) * 0.25
-    return tl.where((code & 8) != 0, -value, value)
+def _e2m1_pair_bits(packed):
+    """Packed bytes (uint8) -> (low, high) nibbles as fp16 values E2M1 * 2**-14.
+
+    fp16 is sign | 5 exponent bits | 10 mantissa bits. The code's sign (bit 3) goes
+    to bit 15 and its exponent and mantissa (bits 2..0) to bits 11..9: exponent
+    field e, top mantissa bit m, i.e. 2**(e - 15) * (1 + m/2) for e > 0 and the
+    subnormal m * 2**-15 for e = 0, which is E2M1's value times 2**-14 in both cases.
+    """
+    # Both nibbles at once: the low one to bits 3..0, the high one to bits 19..16, so
+    # that one set of shifts and masks builds both fp16 halves of a 32-bit word.
+    packed = packed.to(tl.uint32)
+    pair = (packed & 0x0F) | ((packed & 0xF0) << 12)
+    bits = ((pair << 12) & 0x80008000) | ((pair << 9) & 0x0E000E00)
+    low = (bits & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True)
+    high = (bits >> 16).to(tl.uint16).to(tl.float16, bitcast=True)
+    return low, high
+
+
+# `_e2m1_pair_bits` in PTX, four bytes per 32-bit register: PRMT spreads bytes 0,1
+# (then 2,3) to the low byte of each 16-bit half, and one shift-and-mask pair per
+# output word builds two fp16 values at a time (ptxas fuses the masks into LOP3).
+# Outputs: $0, $1 the low nibbles of bytes (0, 1), (2, 3); $2, $3 the high nibbles.
+_E2M1_PTX = tl.constexpr(
+    """
+{
+.reg .b32 z, t01, t23, a, b;
+mov.b32 z, 0;
+prmt.b32 t01, $4, z, 0x4140;
+prmt.b32 t23, $4, z, 0x4342;
+shl.b32 a, t01, 12; and.b32 a, a, 0x80008000; shl.b32 b, t01, 9; and.b32 b, b, 0x0E000E00; or.b32 $0, a, b;
+shl.b32 a, t23, 12; and.b32 a, a, 0x80008000; shl.b32 b, t23, 9; and.b32 b, b, 0x0E000E00; or.b32 $1, a, b;
+shl.b32 a, t01, 8; and.b32 a, a, 0x80008000; shl.b32 b, t01, 5; and.b32 b, b, 0x0E000E00; or.b32 $2, a, b;
+shl.b32 a, t23, 8; and.b32 a, a, 0x80008000; shl.b32 b, t23, 5; and.b32 b, b, 0x0E000E00; or.b32 $3, a, b;
+}
+"""
+)
+
+
+@triton.jit
+def _e2m1_pair_asm(packed):
+    """As `_e2m1_pair_bits`, in inline PTX on packed uint8 (GPU only: the interpreter runs no PTX)."""
+    return tl.inline_asm_elementwise(
+        _E2M1_PTX,
+        "=r,=r,=r,=r,r",
+        [packed],
+        dtype=(tl.float16, tl.float16),
+        is_pure=True,
+        pack=4,
+    )
+
+
+@triton.jit
+def _e2m1_pair_lut(packed, lut_ptr):
+    """As `_e2m1_pair_bits`, through a 16-entry fp16 table of E2M1 * 2**-14 (cached in L1)."""
+    return tl.load(lut_ptr + (packed & 15)), tl.load(lut_ptr + (packed >> 4))
 
 
 @triton.jit
@@ -71,65 +157,109 @@ def _decode_e4m3(bits):
 
 @triton.jit
 def _w4a16_kernel(
-    x_ptr, w_ptr, s_ptr, ts_ptr, y_ptr,
-    M, N, K, K_PER_SPLIT,
+    x_ptr, w_ptr, s_ptr, ts_ptr, lut_ptr, y_ptr, part_ptr, count_ptr,
+    M, N, K, K_PER_SPLIT, BYTES_PER_SPLIT, GROUPS_PER_SPLIT, SPLIT_K,
     stride_xm, stride_xk,
     stride_wn, stride_wb,
     stride_sn, stride_sb,
-    stride_ys, stride_ym, stride_yn,
+    stride_ym, stride_yn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr, DECODE: tl.constexpr, SPLIT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_IN_FP32: tl.constexpr,
 ):  # fmt: skip
+    GROUPS: tl.constexpr = BLOCK_K // SCALE_BLOCK  # scale blocks per K tile
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    pid_k = tl.program_id(2)  # split-K slice; 0 when the grid has one slice
+    pid_k = tl.program_id(2)  # split-K slice; 0 when SPLIT is False
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_b = tl.arange(0, BLOCK_K // 2)  # byte within the K tile: columns 2b and 2b+1
     m_ok = offs_m < M
     n_ok = offs_n < N
-
-    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)  # not tl.zeros: see the module docstring
+    # Rows of W past N are read as row n % N instead of masked: every weight load
+    # stays in bounds without a per-element mask, and the store drops those columns.
+    n_in = offs_n % N
+    offs_g = tl.arange(0, GROUPS)
+    offs_b = tl.arange(0, BLOCK_K // 2)  # byte within the K tile: columns 2b and 2b+1
     k_start = pid_k * K_PER_SPLIT
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
+    # The weight and scale pointers start at the slice's first byte and scale block
+    # (passed precomputed: BYTES_PER_SPLIT is a multiple of 16, which Triton specializes
+    # on) and advance by whole tiles, so the compiler can prove each row's bytes
+    # contiguous and 16-byte aligned and load them with wide vector loads.
+    w_ptrs = w_ptr + n_in[None, :] * stride_wn + (pid_k * BYTES_PER_SPLIT + offs_b)[:, None] * stride_wb
+    s_ptrs = s_ptr + n_in[None, :] * stride_sn + (pid_k * GROUPS_PER_SPLIT + offs_g)[:, None] * stride_sb
+    x_rows = x_ptr + offs_m[:, None] * stride_xm
+
+    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)  # not tl.zeros: see the module docstring
     for k0 in range(k_start, k_end, BLOCK_K):
-        byte = k0 // 2 + offs_b
-        byte_ok = byte < k_end // 2
-        w_mask = byte_ok[:, None] & n_ok[None, :]
+        # [BLOCK_K/2, BLOCK_N] packed bytes and the [BLOCK_K/16, BLOCK_N] scales of their blocks.
+        if EVEN_K:  # every tile is whole: no K masks in the loop
+            packed = tl.load(w_ptrs)
+            scale_bits = tl.load(s_ptrs)
+            x_mask = m_ok[:, None]
+        else:  # K is a multiple of 16, so a scale block is either wholly in or wholly out
+            packed = tl.load(w_ptrs, mask=(k0 // 2 + offs_b < k_end // 2)[:, None], other=0)
+            g_ok = k0 // SCALE_BLOCK + offs_g < k_end // SCALE_BLOCK
+            scale_bits = tl.load(s_ptrs, mask=g_ok[:, None], other=0)
+            x_mask = m_ok[:, None] & (k0 + 2 * offs_b < k_end)[None, :]
+        w_ptrs += (BLOCK_K // 2) * stride_wb
+        s_ptrs += GROUPS * stride_sb
 
-        # [BLOCK_K/2, BLOCK_N] tiles of packed bytes and of their block scales
-        # (byte b holds columns 2b, 2b+1, which belong to block 2b // 16 = b // 8).
-        packed = tl.load(
-            w_ptr + offs_n[None, :] * stride_wn + byte[:, None] * stride_wb, mask=w_mask, other=0
-        )
-        scale_bits = tl.load(
-            s_ptr + offs_n[None, :] * stride_sn + (byte // BYTES_PER_SCALE)[:, None] * stride_sb,
-            mask=w_mask,
-            other=0,
-        )
-        packed = packed.to(tl.int32)
-        scale = _decode_e4m3(scale_bits.to(tl.int32))
-        w_even = _decode_e2m1(packed & 15) * scale
-        w_odd = _decode_e2m1(packed >> 4) * scale
+        if DECODE == "asm":
+            w_low, w_high = _e2m1_pair_asm(packed)
+        elif DECODE == "lut":
+            w_low, w_high = _e2m1_pair_lut(packed.to(tl.int32), lut_ptr)
+        else:
+            w_low, w_high = _e2m1_pair_bits(packed)
+        # One scale per 16 values, decoded once and broadcast over its block's 8 bytes
+        # (bytes 8g..8g+7 of the tile are block g); E4M3 values are exact in fp16, and
+        # so are the products (module docstring).
+        scale = _decode_e4m3(scale_bits.to(tl.int32)).to(tl.float16)[:, None, :]
+        w_low = tl.reshape(w_low, (GROUPS, BYTES_PER_SCALE, BLOCK_N)) * scale
+        w_high = tl.reshape(w_high, (GROUPS, BYTES_PER_SCALE, BLOCK_N)) * scale
+        w_even = tl.reshape(w_low, (BLOCK_K // 2, BLOCK_N))
+        w_odd = tl.reshape(w_high, (BLOCK_K // 2, BLOCK_N))
 
-        x_mask = m_ok[:, None] & byte_ok[None, :]
-        x_row = x_ptr + offs_m[:, None] * stride_xm
-        x_even = tl.load(x_row + (2 * byte)[None, :] * stride_xk, mask=x_mask, other=0.0)
-        x_odd = tl.load(x_row + (2 * byte + 1)[None, :] * stride_xk, mask=x_mask, other=0.0)
-
+        x_even = tl.load(x_rows + (k0 + 2 * offs_b)[None, :] * stride_xk, mask=x_mask, other=0.0)
+        x_odd = tl.load(x_rows + (k0 + 2 * offs_b + 1)[None, :] * stride_xk, mask=x_mask, other=0.0)
         if DOT_IN_FP32:
             x_even = x_even.to(tl.float32)
             x_odd = x_odd.to(tl.float32)
+        if x_even.dtype == tl.bfloat16:  # fp16 -> fp32 -> bf16, not F2F: module docstring
+            w_even = w_even.to(tl.float32)
+            w_odd = w_odd.to(tl.float32)
         acc = tl.dot(x_even, w_even.to(x_even.dtype), acc, input_precision=DOT_PRECISION)
         acc = tl.dot(x_odd, w_odd.to(x_odd.dtype), acc, input_precision=DOT_PRECISION)
 
-    acc = acc * tl.load(ts_ptr)  # per-tensor scale, read on the device: no host sync
-    y_ptrs = y_ptr + pid_k * stride_ys + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
-    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+    # Per-tensor scale, read on the device (no host sync), times the 2**14 the decode left out.
+    scale_out = tl.load(ts_ptr) * 16384.0
+    out_mask = m_ok[:, None] & n_ok[None, :]
+    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    if SPLIT:
+        # Partials are [SPLIT_K, M, N] fp32, contiguous.
+        part = part_ptr + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(part + pid_k * M * N, acc, mask=out_mask)
+        # Every thread's partial is stored before the counter ticks; the atomic
+        # (acq_rel, GPU scope) publishes them to the slice that arrives last.
+        tl.debug_barrier()
+        counter = count_ptr + pid_m * tl.num_programs(1) + pid_n
+        arrived = tl.atomic_add(counter, 1)
+        if arrived == SPLIT_K - 1:
+            # Last slice: add the partials in slice order, reading L2 (.cg), not a stale L1.
+            total = tl.load(part, mask=out_mask, other=0.0, cache_modifier=".cg")
+            for s in range(1, SPLIT_K):
+                total += tl.load(part + s * M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
+            tl.store(y_ptrs, (total * scale_out).to(y_ptr.dtype.element_ty), mask=out_mask)
+            tl.atomic_xchg(counter, 0)  # ready for the next launch
+    else:
+        tl.store(y_ptrs, (acc * scale_out).to(y_ptr.dtype.element_ty), mask=out_mask)
 
 
 _SM_COUNTS: dict[int, int] = {}
+_LUTS: dict[torch.device, torch.Tensor] = {}
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+_MIN_COUNTERS = 1 << 16  # int32 tile counters per device (256 KiB): any layer of a 4B-class model
 
 
 def _sm_count(device: torch.device) -> int:
@@ -139,21 +269,70 @@ def _sm_count(device: torch.device) -> int:
     return _SM_COUNTS[index]
 
 
-def default_tiles(m: int, n: int, k: int, device: torch.device) -> dict:
-    """Tile sizes for batch-1 block decoding (M = 1..64 rows).
+def _lut(device: torch.device) -> torch.Tensor:
+    """The 16 E2M1 values times 2**-14 as fp16 (exact), one table per device.
 
-    BLOCK_M is the smallest tensor-core-friendly tile covering M; when the
-    output tiles alone cannot fill the GPU's SMs, K is split across programs.
+    Made by a host-to-device copy on the first call, which must not be inside a CUDA
+    graph capture (warm up first, as torch's graph recipe does anyway).
+    """
+    if device not in _LUTS:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise InputError(
+                "w4a16_matmul: decode='lut' makes its table on the first call, which cannot be "
+                "inside a CUDA graph capture; run the call once outside the capture first"
+            )
+        values = torch.tensor(E2M1_VALUES, dtype=torch.float32) / DECODE_SHIFT
+        _LUTS[device] = values.to(torch.float16).to(device)
+    return _LUTS[device]
+
+
+def _counters(device: torch.device, needed: int) -> torch.Tensor:
+    """Zeroed int32 split-K tile counters; the kernel leaves them zero after each launch."""
+    have = _COUNTERS.get(device)
+    if have is None or have.numel() < needed:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise InputError(
+                "w4a16_matmul: split-K needs its tile counters allocated before CUDA graph capture; "
+                "run the call once outside the capture first"
+            )
+        _COUNTERS[device] = torch.zeros(max(needed, _MIN_COUNTERS), dtype=torch.int32, device=device)
+    return _COUNTERS[device]
+
+
+def default_tiles(m: int, n: int, k: int, device: torch.device) -> dict:
+    """Tile settings for batch-1 block decoding (M = 1..64 rows).
+
+    BLOCK_M is the smallest tensor-core-friendly tile covering M. The kernel is
+    bound by reading W, so the settings aim at bytes in flight: 256-deep K tiles
+    (64 packed bytes per weight row per tile) and, when the output tiles alone
+    give fewer than two programs per SM, K split across programs (at most 8
+    slices, each at least two K tiles deep).
     """
     block_m = min(64, max(16, triton.next_power_of_2(m)))
-    block_n, block_k = 64, 128
+    block_n, block_k = 64, 256
     split_k = 1
     if device.type == "cuda":
         sms = _sm_count(device)
         tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-        if tiles < sms:
-            split_k = max(1, min(8, triton.cdiv(sms, tiles), k // (4 * block_k)))
-    return {"block_m": block_m, "block_n": block_n, "block_k": block_k, "split_k": split_k}
+        if tiles < 2 * sms:
+            split_k = max(1, min(8, triton.cdiv(2 * sms, tiles), k // (2 * block_k)))
+    return {
+        "block_m": block_m,
+        "block_n": block_n,
+        "block_k": block_k,
+        "split_k": split_k,
+        "num_warps": 4,
+        "num_stages": 3,
+        "decode": "bits",
+    }
+
+
+def split_k_slices(k: int, block_k: int, split_k: int) -> tuple[int, int]:
+    """(slices, K columns per slice): each slice covers whole K tiles, none is empty."""
+    k_tiles = triton.cdiv(k, block_k)
+    split_k = max(1, min(split_k, k_tiles))
+    k_per_split = triton.cdiv(k_tiles, split_k) * block_k
+    return triton.cdiv(k, k_per_split), k_per_split
 
 
 def w4a16_matmul(
@@ -167,15 +346,18 @@ def w4a16_matmul(
     block_n: int | None = None,
     block_k: int | None = None,
     split_k: int | None = None,
-    num_warps: int = 4,
-    num_stages: int = 3,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    decode: str | None = None,
 ) -> torch.Tensor:
     """y = x @ W^T (+ bias) with W given as (weight uint8 [N, K/2], weight_scale e4m3 [N, K/16],
     weight_scale_2 fp32 scalar). x is [..., K] in bf16, fp16 or fp32; y has x's dtype.
 
-    Tile arguments left as None come from `default_tiles`. BLOCK_K must be a
-    multiple of 32 so that a tile holds whole scale blocks and each dot is at
-    least 16 deep.
+    Settings left as None come from `default_tiles`. BLOCK_K must be a multiple
+    of 32 so that a tile holds whole scale blocks and each dot is at least 16
+    deep; BLOCK_M, BLOCK_N and BLOCK_K must be powers of two. `decode` picks the
+    E2M1 decode ("bits", "lut", or "asm": inline PTX, GPU only, with at least 4
+    packed bytes per thread in a weight tile); all give the same values.
     """
     n, k = check_layout(weight, weight_scale, weight_scale_2)
     if x.shape[-1] != k:
@@ -198,18 +380,27 @@ def w4a16_matmul(
     block_n = block_n or tiles["block_n"]
     block_k = block_k or tiles["block_k"]
     split_k = split_k or tiles["split_k"]
-    if block_k % (2 * BLOCK_SIZE) or min(block_m, block_n) < 16:
+    num_warps = num_warps or tiles["num_warps"]
+    num_stages = num_stages or tiles["num_stages"]
+    decode = decode or tiles["decode"]
+    powers = all(v & (v - 1) == 0 for v in (block_m, block_n, block_k))
+    if block_k % (2 * BLOCK_SIZE) or min(block_m, block_n) < 16 or not powers:
         raise InputError(
-            "w4a16_matmul: need block_k % 32 == 0 and block_m, block_n >= 16, "
+            "w4a16_matmul: need block_k % 32 == 0, block_m, block_n >= 16 and powers of two, "
             f"got block_m={block_m} block_n={block_n} block_k={block_k}"
         )
+    if decode not in DECODES:
+        raise InputError(f"w4a16_matmul: decode must be one of {DECODES}, got {decode!r}")
+    if decode == "asm" and kernel_is_interpreted():
+        raise InputError("w4a16_matmul: decode='asm' is inline PTX, which Triton's interpreter cannot run")
+    if decode == "asm" and (block_k // 2) * block_n < 4 * 32 * num_warps:
+        # The PTX takes four bytes per register: each thread must hold a multiple of four.
+        raise InputError(
+            f"w4a16_matmul: decode='asm' needs (block_k/2) * block_n >= 128 * num_warps, got "
+            f"block_k={block_k} block_n={block_n} num_warps={num_warps}"
+        )
 
-    # Each split-K slice covers whole K tiles; slices write fp32 partial sums that
-    # are added afterwards (deterministic, unlike atomics).
-    k_tiles = triton.cdiv(k, block_k)
-    split_k = max(1, min(split_k, k_tiles))
-    k_per_split = triton.cdiv(k_tiles, split_k) * block_k
-    split_k = triton.cdiv(k, k_per_split)
+    split_k, k_per_split = split_k_slices(k, block_k, split_k)
 
     # tf32x3 keeps fp32 activations at about fp32 accuracy on tensor cores; for bf16/fp16
     # the setting is moot and we pass Triton's default.
@@ -220,21 +411,29 @@ def w4a16_matmul(
     # before the dot (exact: bf16 times the bf16-exact weights fits fp32) and the
     # result is stored in fp32 and rounded by torch. On a GPU neither detour is taken.
     dot_in_fp32 = kernel_is_interpreted() and x.dtype == torch.bfloat16
-    out_dtype = torch.float32 if (split_k > 1 or dot_in_fp32) else x.dtype
-    out = torch.empty((split_k, m, n), dtype=out_dtype, device=x.device)
+    out = torch.empty((m, n), dtype=torch.float32 if dot_in_fp32 else x.dtype, device=x.device)
     grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n), split_k)
+    if split_k > 1:
+        partials = torch.empty((split_k, m, n), dtype=torch.float32, device=x.device)
+        counters = _counters(x.device, grid[0] * grid[1])
+    else:  # never read: any tensor will do
+        partials, counters = out, out
+    # The table is only read by decode="lut"; the "bits" path needs no per-device state.
+    lut = _lut(x.device) if decode == "lut" else weight
     _w4a16_kernel[grid](
-        x2, weight, weight_scale.view(torch.uint8), weight_scale_2.reshape(1), out,
-        m, n, k, k_per_split,
+        x2, weight, weight_scale.view(torch.uint8), weight_scale_2.reshape(1), lut,
+        out, partials, counters,
+        m, n, k, k_per_split, k_per_split // 2, k_per_split // BLOCK_SIZE, split_k,
         x2.stride(0), x2.stride(1),
         weight.stride(0), weight.stride(1),
         weight_scale.stride(0), weight_scale.stride(1),
-        out.stride(0), out.stride(1), out.stride(2),
+        out.stride(0), out.stride(1),
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        EVEN_K=k % block_k == 0, DECODE=decode, SPLIT=split_k > 1,
         DOT_PRECISION=precision, DOT_IN_FP32=dot_in_fp32,
         num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
-    y = (out[0] if split_k == 1 else out.sum(dim=0)).to(x.dtype)
+    y = out.to(x.dtype)
     if bias is not None:
         y = y + bias.to(y.dtype)
     return y.reshape(*x.shape[:-1], n)
