@@ -220,6 +220,26 @@ def test_nvfp4_linear_forced_triton_matches_reference(mode, monkeypatch):
         assert _rel_err(layer(x), emulated_w4a4_matmul(x, layer.quantized(), layer.bias)) <= 1e-3
 
 
+def test_a_compiled_model_calls_the_triton_linear_as_one_operator(monkeypatch):
+    # The launcher's Python (interpreter check, tiles, split-K buffers) cannot be traced by dynamo: a
+    # compiled decoder layer (orl/engines/capture.py, compile-layers) sees one opaque operator instead.
+    monkeypatch.delenv("ORL_NVFP4_BACKEND", raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch.manual_seed(0)
+    layer = NVFP4Linear.from_linear(torch.nn.Linear(64, 48, bias=False), backend="triton")
+    x = torch.randn(3, 64)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(layer, fullgraph=True, backend=backend)
+    torch.testing.assert_close(compiled(x), layer(x))
+    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert targets == ["orl.w4a16_linear.default"], targets
+
+
 def test_bench_gpu_dry_run_on_the_cpu(tmp_path):
     # The GPU benchmark's bookkeeping (every timed call over its weight copies, the
     # sweep, the error checks, bytes and ratios) run through the interpreter with host

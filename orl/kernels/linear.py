@@ -327,10 +327,10 @@ class NVFP4Linear(nn.Module):
         if self.backend == "native":
             return native_nvfp4_matmul(x, self.weight, self.weight_scale, self.weight_scale_2, self.bias)
         if self.backend == "triton":
-            from orl.kernels.triton_w4a16 import w4a16_matmul
+            from orl.kernels.triton_w4a16 import w4a16_linear
 
             x_in = fake_quantize_nvfp4(x) if self.mode == "w4a4" else x
-            return w4a16_matmul(x_in, self.weight, self.weight_scale, self.weight_scale_2, self.bias)
+            return w4a16_linear(x_in, self.weight, self.weight_scale, self.weight_scale_2, self.bias)
         if self.mode == "w4a4":
             return emulated_w4a4_matmul(x, self.quantized(), self.bias)
         return dequantize_matmul(x, self.quantized(), self.bias)

@@ -437,3 +437,26 @@ def w4a16_matmul(
     if bias is not None:
         y = y + bias.to(y.dtype)
     return y.reshape(*x.shape[:-1], n)
+
+
+@torch.library.custom_op("orl::w4a16_linear", mutates_args=())
+def w4a16_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    weight_scale_2: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """`w4a16_matmul` with its default settings as one opaque operator, for compiled models.
+
+    torch.compile cannot trace the launcher's Python (the interpreter check, the tile choice, the
+    split-K buffers made on a first call): as a custom operator, a compiled decoder layer calls it
+    like any extern kernel, and a CUDA graph captures its launch.
+    """
+    return w4a16_matmul(x, weight, weight_scale, weight_scale_2, bias)
+
+
+@w4a16_linear.register_fake
+def _w4a16_linear_shape(x, weight, weight_scale, weight_scale_2, bias):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
