@@ -43,9 +43,9 @@ plan() {  # run limit name command...   (one line per step; `run_steps` and `--p
 2 45 preflight preflight
 2 75 kernel_bench_4b kernel_bench
 2 90 scale_qwen3_4b_b32 scale 32 dlmrt 1
-2 30 tiny_orl_fp32 tiny orl threshold:0.5 2 --dtype float32
+2 45 tiny_orl_fp32 tiny orl threshold:0.5 2 --dtype float32
 2 25 tiny_orl_fp32_s1 tiny orl threshold:0.5 1 --dtype float32
-2 25 tiny_orl_fp32_s4 tiny orl threshold:0.5 4 --dtype float32
+2 30 tiny_orl_fp32_s4 tiny orl threshold:0.5 4 --dtype float32
 2 30 tiny_orl_nvfp4 tiny orl-nvfp4 threshold:0.5 2
 2 90 pytest_cuda pytest_cuda
 PLAN
