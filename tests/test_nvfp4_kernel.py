@@ -166,6 +166,19 @@ def test_default_tiles_for_batch1_decoding():
     assert tk.default_tiles(33, 2560, 9728, torch.device("cpu"))["block_m"] == 64
 
 
+def test_default_tiles_on_an_h200_follow_its_measured_best(monkeypatch):
+    # 132 SMs. Wide layers (9728 / 64 = 152 tiles fill the SMs): 128-wide tiles, 8 warps, no split, the
+    # best bits setting measured at 2560 -> 9728 and -> 19456 (results/gpu-check/nvidia-h200-2026-12-04).
+    monkeypatch.setattr(tk, "_sm_count", lambda device: 132)
+    cuda = torch.device("cuda", 0)
+    for m, n in ((16, 9728), (32, 9728), (16, 19456)):
+        tiles = tk.default_tiles(m, n, 2560, cuda)
+        assert (tiles["block_n"], tiles["num_warps"], tiles["split_k"]) == (128, 8, 1), (m, n)
+    # Narrow ones (64 tiles of 2560 -> 4096): 64-wide, K split until two programs per SM.
+    tiles = tk.default_tiles(16, 4096, 2560, cuda)
+    assert (tiles["block_n"], tiles["num_warps"], tiles["split_k"]) == (64, 4, 5)
+
+
 def test_kernel_rejects_bad_settings():
     q = quantize_nvfp4(torch.randn(16, 64))
     args = (torch.randn(2, 64), q.packed, q.block_scale, q.tensor_scale)
