@@ -37,12 +37,13 @@ Slots past the request's end are never visible: the mask hides them.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from functools import partial
 
 import torch
 from torch import nn
+
+from orl.model.sharing import copy_sharing_weights
 
 MODES = ("eager", "compile", "compile-layers", "cudagraph", "compile-graph")
 GRAPH_MODES = ("cudagraph", "compile-graph")
@@ -90,6 +91,12 @@ def _raise_recompile_limits() -> None:
     )
 
 
+def _inductor_options(backend: str | Callable, cpu: bool) -> dict | None:
+    # On the CPU, inductor's C++ wrapper calls the generated kernels without a Python line per
+    # buffer and kernel; at batch 1 that per-call overhead is a sizeable part of a step.
+    return {"cpp_wrapper": True} if backend == "inductor" and cpu else None
+
+
 def compile_fullgraph(
     fn: Callable, backend: str | Callable = "inductor", *, cpu: bool = True, dynamic: bool = False
 ) -> Callable:
@@ -99,12 +106,9 @@ def compile_fullgraph(
     "aot_eager" only capture the graph (quick, for tests that check capturability).
     """
     _raise_recompile_limits()
-    # On the CPU, inductor's C++ wrapper calls the generated kernels without a Python line per
-    # buffer and kernel; at batch 1 that per-call overhead is a sizeable part of a step.
-    options = {"cpp_wrapper": True} if backend == "inductor" and cpu else None
-    return torch.compile(
-        fn, fullgraph=True, dynamic=None if dynamic else False, backend=backend, options=options
-    )
+    options = _inductor_options(backend, cpu)
+    shapes = None if dynamic else False
+    return torch.compile(fn, fullgraph=True, dynamic=shapes, backend=backend, options=options)
 
 
 def compile_layers(model: nn.Module, backend: str | Callable = "inductor") -> nn.Module:
@@ -120,10 +124,8 @@ def compile_layers(model: nn.Module, backend: str | Callable = "inductor") -> nn
     The layers are the same code with the same guards (their KV buffers and weights are
     inputs), so the compilations are per shape, never per layer.
     """
-    shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
-    compiled = copy.deepcopy(model, memo=shared)
-    cpu = next(compiled.parameters()).device.type == "cpu"
-    options = {"cpp_wrapper": True} if backend == "inductor" and cpu else None
+    compiled = copy_sharing_weights(model)
+    options = _inductor_options(backend, cpu=next(compiled.parameters()).device.type == "cpu")
     _raise_recompile_limits()
     for layer in compiled.model.layers:
         layer.compile(fullgraph=True, dynamic=None, backend=backend, options=options)

@@ -27,7 +27,6 @@ way; the whole training step 1.16-1.33x (results/training/cpu_linear_amd-epyc.js
 
 from __future__ import annotations
 
-import copy
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ import torch
 from torch import nn
 
 from orl.errors import InputError
+from orl.model.sharing import copy_sharing_weights
 
 CPU_LINEARS = ("aten", "onednn", "auto")
 
@@ -133,8 +133,7 @@ def with_onednn_linears(model: nn.Module) -> nn.Module:
     updates and costs no second set of weights beyond oneDNN's packed copies); `model` itself
     is untouched, so other users of the checkpoint keep F.linear.
     """
-    shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
-    return use_onednn_linears(copy.deepcopy(model, memo=shared))
+    return use_onednn_linears(copy_sharing_weights(model))
 
 
 def use_onednn_linears(model: nn.Module) -> nn.Module:

@@ -32,7 +32,6 @@ group is left unfused and `Fusion.unfused` says which and why (the engines' sett
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 import torch
@@ -40,6 +39,7 @@ from torch import nn
 
 from orl.errors import ConfigError
 from orl.kernels.linear import NVFP4Linear
+from orl.model.sharing import copy_sharing_weights
 from orl.model.transformer import MLP, Attention
 
 # (name of the fused linear, the linears it replaces in output order): attention's, then the MLP's
@@ -217,8 +217,7 @@ def fuse_projections(model: nn.Module) -> tuple[nn.Module, Fusion]:
 
 
 def _fuse(model: nn.Module) -> tuple[nn.Module, Fusion]:
-    shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
-    fused_model = copy.deepcopy(model, memo=shared)
+    fused_model = copy_sharing_weights(model)
     fusion = Fusion()
     blocks = {Attention: GROUPS[0], MLP: GROUPS[1]}
     for (name, block), copied in zip(model.named_modules(), list(fused_model.modules()), strict=True):
