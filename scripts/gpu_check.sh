@@ -12,12 +12,12 @@
 #
 # Run 1: preflight (seconds: the carried wheels, the project installed without a registry, imports, the
 #        GPU seen), then Qwen3-4B shapes in bf16 at block 16, 512 tokens, ORL's residual context on:
-#        dlmrt's CUDA-graph row against the HBM floor, with its eager and reference rows in the same
-#        sitting, kernels per step counted; then dlmrt unfused (7 GEMMs a layer: the kernels before).
-# Run 2: preflight again (a device machine may start bare), the W4A16 kernel at Qwen3-4B's shapes
-#        (timed as CUDA-graph replays, weights cycled out of L2), block 32 (graph; its eager row alone
-#        would take 90 s), the tiny ORL checkpoint at S = 1, 2, 4 steps per chunk (fp32) and in NVFP4,
-#        the CUDA-only tests.
+#        dlmrt's CUDA-graph row against the HBM floor, its kernels counted and timed by kind (where the
+#        step's time goes); the W4A16 kernel at Qwen3-4B's shapes (CUDA-graph replays, weights cycled out
+#        of L2); the tiny ORL checkpoint at the default S = 2 (fp32) and in NVFP4; block 32; S = 1 and 4.
+# Run 2: preflight again (a device machine may start bare), block 16's graph, eager and reference rows
+#        in one sitting (graph vs eager, vs the reference decoder), the CUDA-only tests.
+# (`--no-fuse` on a scale step gives the 7-GEMM layer: kernels before fusion, measured 2026-12-04.)
 # CKPT_ROOT (default .gpuck when staged, else results/tiny/ckpt) holds the tiny profile's orl, dlm and orl-nvfp4 checkpoints; a
 # missing one skips its step. Each step runs under its limit (times SCALE, default 1) and writes into
 # OUT_DIR: gpu_check.log (everything printed, each step's exit status and wall time) and the records
@@ -38,15 +38,15 @@ WHEEL_SPECS="setuptools==80.9.0 jsonschema==4.25.1 jsonschema-specifications==20
 plan() {  # run limit name command...   (one line per step; `run_steps` and `--plan` both read it)
   cat <<'PLAN'
 1 45 preflight preflight
-1 300 scale_qwen3_4b_b16 scale 16 dlmrt,dlmrt-eager,reference 2
-1 120 scale_qwen3_4b_b16_unfused scale 16 dlmrt 1 --no-fuse
+1 120 scale_qwen3_4b_b16 scale b16 16 dlmrt 1
+1 75 kernel_bench_4b kernel_bench
+1 45 tiny_orl_fp32 tiny orl threshold:0.5 2 --dtype float32
+1 30 tiny_orl_nvfp4 tiny orl-nvfp4 threshold:0.5 2
+1 90 scale_qwen3_4b_b32 scale b32 32 dlmrt 1
+1 25 tiny_orl_fp32_s1 tiny orl threshold:0.5 1 --dtype float32
+1 30 tiny_orl_fp32_s4 tiny orl threshold:0.5 4 --dtype float32
 2 45 preflight preflight
-2 75 kernel_bench_4b kernel_bench
-2 90 scale_qwen3_4b_b32 scale 32 dlmrt 1
-2 45 tiny_orl_fp32 tiny orl threshold:0.5 2 --dtype float32
-2 25 tiny_orl_fp32_s1 tiny orl threshold:0.5 1 --dtype float32
-2 30 tiny_orl_fp32_s4 tiny orl threshold:0.5 4 --dtype float32
-2 30 tiny_orl_nvfp4 tiny orl-nvfp4 threshold:0.5 2
+2 300 scale_qwen3_4b_b16_rows scale b16_rows 16 dlmrt,dlmrt-eager,reference 1
 2 90 pytest_cuda pytest_cuda
 PLAN
 }
@@ -72,12 +72,11 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
 EOF
 }
 
-scale() {  # scale BLOCK ENGINES REQUESTS [FLAGS...]: Qwen3-4B shapes, bf16, 512 tokens, ORL's residual on
-  local block=$1 engines=$2 requests=$3; shift 3
-  local name="scale_qwen3-4b_b${block}${1:+_unfused}"
+scale() {  # scale NAME BLOCK ENGINES REQUESTS [FLAGS...]: Qwen3-4B shapes, bf16, 512 tokens, ORL's residual on
+  local name=$1 block=$2 engines=$3 requests=$4; shift 4
   "$PY" -m orl.cli bench-scale --arch qwen3-4b --block "$block" --device cuda --dtype bfloat16 \
     --max-new-tokens 512 --engines "$engines" --requests "$requests" --warmup 1 --profile --no-progress \
-    --out "$OUT_DIR/$name.jsonl" "$@"
+    --out "$OUT_DIR/scale_qwen3-4b_$name.jsonl" "$@"
 }
 
 tiny() {  # tiny CKPT POLICY S [FLAGS...]: a tiny profile checkpoint in dlmrt at S steps per chunk

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from orl.model import transformer
-from orl.model.transformer import grouped_attention
+from orl.model.transformer import ModelConfig, Transformer, attention_bias, grouped_attention
 
 
 def gqa_by_hand(q, k, v, mask):
@@ -27,7 +27,10 @@ def test_folded_groups_equal_plain_gqa(n_heads, n_kv):
     mask = torch.rand(b, t, s, generator=gen) > 0.4
     mask[..., 0] = True  # every query sees at least one key
     torch.testing.assert_close(
-        grouped_attention(q, k, v, mask), gqa_by_hand(q, k, v, mask), atol=1e-5, rtol=1e-5
+        grouped_attention(q, k, v, attention_bias(mask, n_heads // n_kv, q.dtype)),
+        gqa_by_hand(q, k, v, mask),
+        atol=1e-5,
+        rtol=1e-5,
     )
 
 
@@ -41,10 +44,45 @@ def test_masked_call_reaching_sdpa_has_no_grouped_heads(monkeypatch):
 
     monkeypatch.setattr(transformer.F, "scaled_dot_product_attention", recording_sdpa)
     q, k = torch.randn(1, 8, 16, 32), torch.randn(1, 2, 40, 32)
-    grouped_attention(q, k, k.clone(), torch.ones(1, 16, 40, dtype=torch.bool))
+    grouped_attention(q, k, k.clone(), attention_bias(torch.ones(1, 16, 40, dtype=torch.bool), 4, q.dtype))
     ((q_shape, k_shape, kwargs),) = calls
     assert q_shape == (1, 2, 64, 32) and k_shape == (1, 2, 40, 32)
     assert not kwargs.get("enable_gqa", False) and kwargs["attn_mask"].shape == (1, 1, 64, 40)
+    assert kwargs["attn_mask"].dtype == q.dtype  # a float bias: SDPA converts nothing per layer
     calls.clear()
     grouped_attention(q, k, k.clone(), None)  # causal training path: SDPA's own GQA (flash takes it)
     assert calls[0][2] == {"is_causal": True, "enable_gqa": True}
+
+
+def test_the_bias_is_built_once_per_forward(monkeypatch):
+    """Every layer reads the one bias the forward built (not a conversion of its own)."""
+
+    seen = []
+    sdpa = F.scaled_dot_product_attention
+
+    def recording_sdpa(q, k, v, **kwargs):
+        seen.append(kwargs.get("attn_mask"))
+        return sdpa(q, k, v, **kwargs)
+
+    monkeypatch.setattr(transformer.F, "scaled_dot_product_attention", recording_sdpa)
+    config = ModelConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+    )
+    model = Transformer(config)
+    mask = torch.ones(1, 5, 5, dtype=torch.bool).tril()
+    model(torch.arange(5)[None], mask=mask)
+    assert len(seen) == 3 and all(b is seen[0] for b in seen) and seen[0].shape == (1, 1, 10, 5)
+
+
+def test_a_bias_of_the_wrong_layout_is_refused():
+    q, k = torch.randn(1, 8, 16, 32), torch.randn(1, 2, 40, 32)
+    with pytest.raises(ValueError, match="attention_bias"):
+        grouped_attention(
+            q, k, k.clone(), attention_bias(torch.ones(1, 16, 40, dtype=torch.bool), 2, q.dtype)
+        )

@@ -566,7 +566,7 @@ def test_prefill_writes_the_prompt_and_sets_up_block_zero(dlm, prompts):
 def test_profiling_is_prepared_for_cuda_graphs_on_cuda_only(monkeypatch):
     import torch.profiler._utils as profiler_utils
 
-    from orl.eval.engine_bench import prepare_graph_profiling
+    from orl.eval.kernel_profile import prepare_graph_profiling
 
     calls = []
     monkeypatch.setattr(profiler_utils, "_init_for_cuda_graphs", lambda: calls.append(1))

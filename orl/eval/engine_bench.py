@@ -22,6 +22,7 @@ import torch
 from orl.engines.base import Engine
 from orl.engines.dlmrt import DlmrtEngine
 from orl.engines.dlmrt.forwards import BareForwards
+from orl.eval.kernel_profile import ChunkProfile, profile_chunk
 from orl.eval.latency import SuiteRun, measure_latency, timings_as_dicts
 from orl.records import make_record
 from orl.timing import synchronizer, timed
@@ -34,8 +35,7 @@ class EngineResult:
     median: SuiteRun
     tokens_per_s_rounds: list[float]
     step_time_s: float | None = None
-    kernels_per_step: float | None = None
-    profile_table: str | None = None  # the profiler's costliest kernels / operators of one chunk
+    profile: ChunkProfile | None = None  # one chunk's kernels / operators, counted and timed by kind
     host_sync: str | None = None  # the first sync found inside a chunk, None when none (or not checked)
 
 
@@ -69,7 +69,7 @@ def probe_chunks(engine: DlmrtEngine, prompt: str, plan: BenchPlan, result: Engi
     """dlmrt's step time, and where asked its kernels per step and the no-sync check, into `result`."""
     result.step_time_s = chunk_step_time(engine, prompt, plan.max_new_tokens, plan.repeats)
     if plan.profile:
-        result.kernels_per_step, result.profile_table = profile_chunk(engine, prompt, plan.max_new_tokens)
+        result.profile = profile_chunk(engine, prompt, plan.max_new_tokens)
     if plan.check_sync:
         result.host_sync = host_sync_in_chunk(engine, prompt, plan.max_new_tokens)
 
@@ -128,8 +128,9 @@ def bench_extra(result: EngineResult, info, plan: BenchPlan, *, base: SuiteRun, 
         **info.settings,
         "per_request": timings_as_dicts(run.timings),
     }
-    if result.kernels_per_step is not None:
-        extra["kernels_per_step"] = result.kernels_per_step
+    if result.profile is not None:
+        extra["kernels_per_step"] = result.profile.kernels_per_step
+        extra["kernel_profile"] = result.profile.to_record()
     if plan.check_sync:
         extra["host_sync_in_chunk"] = result.host_sync
     if run.overhead is not None:
@@ -237,45 +238,6 @@ def host_sync_in_chunk(engine: DlmrtEngine, prompt: str, max_new_tokens: int) ->
     return None
 
 
-def prepare_graph_profiling(device: torch.device) -> None:
-    """On CUDA, start the profiler's CUDA tracing before any graph is captured.
-
-    Kernels replayed from a CUDA graph are seen by the profiler only when its tracing (CUPTI) was
-    set up before the graph was captured; a profiler first started after capture counts a graph's
-    replay, not the kernels inside it. Call this before an engine captures, when a run profiles.
-    """
-    if torch.device(device).type == "cuda":
-        from torch.profiler._utils import _init_for_cuda_graphs  # torch's own hook for exactly this
-
-        _init_for_cuda_graphs()
-
-
-def profile_chunk(engine: DlmrtEngine, prompt: str, max_new_tokens: int, top: int = 12) -> tuple[float, str]:
-    """(kernels per step, the profiler's table of the costliest ones) for one S-step chunk.
-
-    On CUDA it counts CUDA kernels; on the CPU, top-level operators and compiled kernels.
-    """
-    from torch.profiler import ProfilerActivity, profile
-
-    slot = engine.slot_for(prompt, max_new_tokens)
-    slot.run_chunk()
-    cuda = engine.device.type == "cuda"
-    sync = synchronizer(engine.device) or (lambda: None)
-    sync()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
-        slot.run_chunk()
-        sync()
-    events = prof.events()
-    if cuda:
-        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
-        table = prof.key_averages().table(sort_by="device_time_total", row_limit=top)
-    else:
-        kernels = [e for e in events if e.cpu_parent is None]
-        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
-    return len(kernels) / engine.spec.steps, table
-
-
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
@@ -287,12 +249,8 @@ def bench_report(
     `overhead=`, `speedup_vs_eager=`, `speedup_vs_reference=` last."""
     lines, base = [], base_run(results)
     for name, result in results.items():
-        if result.profile_table is not None:
-            unit = "CUDA kernels" if engines[name].device.type == "cuda" else "CPU operators"
-            lines += [
-                f"profile ({engines[name].mode}): {result.kernels_per_step:.0f} {unit} per step",
-                result.profile_table,
-            ]
+        if result.profile is not None:
+            lines += [f"profile ({engines[name].mode}):", result.profile.table, *result.profile.lines()]
     for name, result in results.items():
         run, summary, spread = result.median, result.median.summary, result.tokens_per_s_rounds
         lines.append(

@@ -21,8 +21,8 @@ from orl.eval.engine_bench import (
     bench_engines,
     bench_report,
     engine_bench_records,
-    prepare_graph_profiling,
 )
+from orl.eval.kernel_profile import prepare_graph_profiling
 from orl.model.checkpoint import load_checkpoint
 
 

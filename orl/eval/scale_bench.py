@@ -12,7 +12,8 @@ from orl.decoding import plan_blocks
 from orl.engines.base import Engine
 from orl.engines.dlmrt import DlmrtEngine
 from orl.engines.reference import ReferenceDiffusion
-from orl.eval.engine_bench import chunk_step_time, profile_chunk
+from orl.eval.engine_bench import chunk_step_time
+from orl.eval.kernel_profile import profile_chunk
 from orl.eval.latency import measure_latency, timings_as_dicts
 from orl.eval.scale import (
     Floor,
@@ -146,7 +147,9 @@ def _dlmrt_step(engine: DlmrtEngine, prompt: str, run: ScaleRun, metrics: dict, 
     extra["time_per_forward"] = "one decoding step of the captured / compiled chunk, at the generation's end"
     extra["cpu_linear"] = engine.linear.to_record()
     if run.profile:
-        extra["kernels_per_step"], _ = profile_chunk(engine, prompt, run.max_new_tokens)
+        profile = profile_chunk(engine, prompt, run.max_new_tokens)
+        extra["kernels_per_step"] = profile.kernels_per_step
+        extra["kernel_profile"] = profile.to_record()
 
 
 def scale_line(record: dict) -> str:

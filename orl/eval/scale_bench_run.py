@@ -15,7 +15,7 @@ from orl.engines.dlmrt import DlmrtConfig
 from orl.engines.kinds import DIFFUSION_ENGINES
 from orl.engines.registry import diffusion_engine, hf_engine_for_model
 from orl.errors import InputError
-from orl.eval.engine_bench import prepare_graph_profiling
+from orl.eval.kernel_profile import prepare_graph_profiling, profile_lines
 from orl.eval.scale import random_checkpoint, random_hf_causal_lm, random_prompts
 from orl.eval.scale_bench import ScaleRun, machine_line, measure_machine, scale_line, scale_record
 
@@ -87,6 +87,9 @@ def scale_bench_run(
         )
         records.append(scale_record(engine, prompts, run, machine, config=ckpt.model.config))
         report(scale_line(records[-1]))
+        if "kernel_profile" in records[-1]["extra"]:
+            for line in profile_lines(records[-1]["extra"]["kernel_profile"]):
+                report(line)
         del engine
     return records
 

@@ -31,7 +31,15 @@ from torch import nn
 
 from orl.io import read_json_object
 from orl.model.dflash_vllm_layout import DFlashConfig, check_tensors
-from orl.model.transformer import MLP, Attention, RMSNorm, apply_rope, grouped_attention, rope_tables
+from orl.model.transformer import (
+    MLP,
+    Attention,
+    RMSNorm,
+    apply_rope,
+    attention_bias,
+    grouped_attention,
+    rope_tables,
+)
 
 
 class DraftLayer(nn.Module):
@@ -54,11 +62,9 @@ class DraftLayer(nn.Module):
         cos, sin = rope_tables(positions, a.head_dim, self.theta)
         return apply_rope(k, cos.to(k.dtype), sin.to(k.dtype)), v
 
-    def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, context, allowed: torch.Tensor
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, context, bias: torch.Tensor) -> torch.Tensor:
         """The layer on query inputs x [b, q, hidden]; keys: the context's (k, v) then the queries' own;
-        allowed [b, q, n_context + q] says which a query reads."""
+        bias: attention_bias of which [b, q, n_context + q] a query reads."""
         a, (b, n, _) = self.self_attn, x.shape
         h = self.input_layernorm(x)
         q = a.q_norm(a.q_proj(h).view(b, n, a.n_heads, a.head_dim)).transpose(1, 2)
@@ -66,7 +72,7 @@ class DraftLayer(nn.Module):
         q = apply_rope(q, cos.to(q.dtype), sin.to(q.dtype))
         k, v = self.keys(h, positions)
         k, v = torch.cat([context[0], k], dim=2), torch.cat([context[1], v], dim=2)
-        out = grouped_attention(q, k, v, allowed)
+        out = grouped_attention(q, k, v, bias)
         x = x + a.o_proj(out.transpose(1, 2).reshape(b, n, a.n_heads * a.head_dim))
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -90,9 +96,10 @@ class DFlashDrafter(nn.Module):
 
     def queries(self, embeds: torch.Tensor, positions: torch.Tensor, context, allowed) -> torch.Tensor:
         """The final-normed states of the query slots (inputs embeds [b, q, hidden])."""
-        x = embeds
+        x, target = embeds, self.cfg.target
+        bias = attention_bias(allowed, target.num_attention_heads // target.num_key_value_heads, x.dtype)
         for layer, kv in zip(self.layers, context, strict=True):
-            x = layer(x, positions, kv, allowed)
+            x = layer(x, positions, kv, bias)
         return self.norm(x)
 
 

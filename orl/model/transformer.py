@@ -140,8 +140,9 @@ class Attention(nn.Module):
         kv = self.n_kv * self.head_dim
         return self.qkv_proj(x).split([self.n_heads * self.head_dim, kv, kv], dim=-1)
 
-    def forward(self, x, cos, sin, mask, k_cache: torch.Tensor | None, v_cache, slots: torch.Tensor | None):
-        """Attention of x [b, t, d]; with a cache, this layer's own key/value buffers (KVCache.k[i], .v[i]).
+    def forward(self, x, cos, sin, bias, k_cache: torch.Tensor | None, v_cache, slots: torch.Tensor | None):
+        """Attention of x [b, t, d] under `bias` (attention_bias; None: causal); with a cache, this layer's
+        own key/value buffers (KVCache.k[i], .v[i]).
 
         The buffers come in as tensors, not as the cache and a layer index, so that every layer runs
         the same code with the same guards: a compiled layer serves them all (orl/engines/capture.py).
@@ -154,37 +155,50 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if k_cache is not None:
             # Write this step's keys/values at their slots, then attend over the whole buffer;
-            # the mask hides slots that are not (yet) valid for each query.
+            # the bias hides slots that are not (yet) valid for each query.
             k_cache.index_copy_(2, slots, k.to(k_cache.dtype))
             v_cache.index_copy_(2, slots, v.to(v_cache.dtype))
             k, v = k_cache.to(q.dtype), v_cache.to(q.dtype)
-        out = grouped_attention(q, k, v, mask)
+        out = grouped_attention(q, k, v, bias)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
 
+def attention_bias(mask: torch.Tensor | None, group: int, dtype: torch.dtype) -> torch.Tensor | None:
+    """The bool mask [b, t, s] (True: the query may read the key) as the additive bias grouped_attention
+    takes: [b, 1, G·t, s], 0 where allowed and -inf elsewhere, its rows repeated for the G query heads
+    of a group (row g·t + i is query i of group member g). None stays None (causal).
+
+    Built once per forward: every layer reads the same bias, and SDPA would otherwise turn a bool mask
+    into this float bias in every layer (on CUDA two kernels a layer, with the repeat).
+    """
+    if mask is None:
+        return None
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+    return bias[:, None].repeat(1, 1, group, 1)
+
+
 def grouped_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
     """Grouped-query attention: q [b, Hq, t, d] over k, v [b, Hkv, s, d], Hq a multiple of Hkv.
 
-    Query head h reads key/value head h // (Hq / Hkv). Without a mask (causal AR training) SDPA's own
-    `enable_gqa` shares the key/value heads. With an explicit mask it is not used: on CUDA the flash
-    kernel takes no mask and the memory-efficient kernel no `enable_gqa`, so SDPA would fall back to
-    its math kernel, which builds float copies of K and V for every layer at every step. Instead the
-    G query heads of one group are stacked along the query axis (t -> G·t) and the mask is repeated
-    to match: plain multi-head attention over the Hkv heads, which the memory-efficient kernel runs,
-    with the same result (each stacked query row still sees exactly its own mask row).
+    Query head h reads key/value head h // (Hq / Hkv). Without a bias (causal AR training) SDPA's own
+    `enable_gqa` shares the key/value heads. With an explicit bias (`attention_bias`) it is not used: on
+    CUDA the flash kernel takes no mask and the memory-efficient kernel no `enable_gqa`, so SDPA would
+    fall back to its math kernel, which builds float copies of K and V for every layer at every step.
+    Instead the G query heads of one group are stacked along the query axis (t -> G·t), as the bias's
+    rows already are: plain multi-head attention over the Hkv heads, which the memory-efficient kernel
+    runs, with the same result (each stacked query row still sees exactly its own mask row).
     """
     b, n_heads, t, d = q.shape
     n_kv = k.shape[1]
-    if mask is None:
+    if bias is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=n_heads != n_kv)
     group = n_heads // n_kv
-    if group == 1:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+    if bias.shape[-2] != group * t:
+        raise ValueError(f"attention bias has {bias.shape[-2]} rows, expected {group} x {t} (attention_bias)")
     stacked = q.reshape(b, n_kv, group * t, d)  # heads kv·G + g -> rows g·t + i of kv head `kv`
-    out = F.scaled_dot_product_attention(stacked, k, v, attn_mask=mask[:, None].repeat(1, 1, group, 1))
-    return out.reshape(b, n_heads, t, d)
+    return F.scaled_dot_product_attention(stacked, k, v, attn_mask=bias).reshape(b, n_heads, t, d)
 
 
 class MLP(nn.Module):
@@ -211,8 +225,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x, cos, sin, mask, k_cache, v_cache, slots):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, k_cache, v_cache, slots)
+    def forward(self, x, cos, sin, bias, k_cache, v_cache, slots):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, bias, k_cache, v_cache, slots)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -345,12 +359,14 @@ class Transformer(nn.Module):
             positions = torch.arange(t, device=x.device).expand(b, t)
         cos, sin = rope_tables(positions, self.config.head_dim, self.config.rope_theta)
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        group = self.config.num_attention_heads // self.config.num_key_value_heads
+        bias = attention_bias(mask, group, x.dtype)
         for i, layer in enumerate(self.model.layers):
             k_cache, v_cache = (cache.k[i], cache.v[i]) if cache is not None else (None, None)
             if self.activation_checkpointing and torch.is_grad_enabled():
-                x = checkpoint(layer, x, cos, sin, mask, k_cache, v_cache, slots, use_reentrant=False)
+                x = checkpoint(layer, x, cos, sin, bias, k_cache, v_cache, slots, use_reentrant=False)
             else:
-                x = layer(x, cos, sin, mask, k_cache, v_cache, slots)
+                x = layer(x, cos, sin, bias, k_cache, v_cache, slots)
         return self.lm_head(self.model.norm(x))
 
 
