@@ -14,9 +14,10 @@
 #        GPU seen), then Qwen3-4B shapes in bf16 at block 16, 512 tokens, ORL's residual context on:
 #        dlmrt's CUDA-graph row against the HBM floor, its kernels counted and timed by kind (where the
 #        step's time goes); the W4A16 kernel at Qwen3-4B's shapes (CUDA-graph replays, weights cycled out
-#        of L2); the tiny ORL checkpoint at the default S = 2 (fp32) and in NVFP4; block 32; S = 1 and 4.
+#        of L2); the tiny ORL checkpoint (fp32) at the default S = 1; block 32; S = 2 and 4.
 # Run 2: preflight again (a device machine may start bare), block 16's graph, eager and reference rows
-#        in one sitting (graph vs eager, vs the reference decoder), the CUDA-only tests.
+#        in one sitting (graph vs eager, vs the reference decoder), the tiny checkpoint in NVFP4, the
+#        CUDA-only tests.
 # (`--no-fuse` on a scale step gives the 7-GEMM layer: kernels before fusion, measured 2026-12-04.)
 # CKPT_ROOT (default .gpuck when staged, else results/tiny/ckpt) holds the tiny profile's orl, dlm and orl-nvfp4 checkpoints; a
 # missing one skips its step. Each step runs under its limit (times SCALE, default 1) and writes into
@@ -40,14 +41,14 @@ plan() {  # run limit name command...   (one line per step; `run_steps` and `--p
 1 45 preflight preflight
 1 120 scale_qwen3_4b_b16 scale b16 16 dlmrt 1
 1 75 kernel_bench_4b kernel_bench
-1 45 tiny_orl_fp32 tiny orl threshold:0.5 2 --dtype float32
-1 30 tiny_orl_nvfp4 tiny orl-nvfp4 threshold:0.5 2
+1 45 tiny_orl_fp32 tiny orl threshold:0.5 1 --dtype float32
 1 90 scale_qwen3_4b_b32 scale b32 32 dlmrt 1
-1 25 tiny_orl_fp32_s1 tiny orl threshold:0.5 1 --dtype float32
+1 40 tiny_orl_fp32_s2 tiny orl threshold:0.5 2 --dtype float32
 1 30 tiny_orl_fp32_s4 tiny orl threshold:0.5 4 --dtype float32
 2 45 preflight preflight
 2 300 scale_qwen3_4b_b16_rows scale b16_rows 16 dlmrt,dlmrt-eager,reference 1
-2 90 pytest_cuda pytest_cuda
+2 60 tiny_orl_nvfp4 tiny orl-nvfp4 threshold:0.5 1
+2 75 pytest_cuda pytest_cuda
 PLAN
 }
 

@@ -136,3 +136,57 @@ def test_nvfp4_model_graph_replay_matches_eager(smoke_models):
     for prompt in prompts:
         a, b = graph.generate(prompt, 32), eager.generate(prompt, 32)
         assert a.token_ids == b.token_ids and a.nfe == b.nfe
+
+
+@pytest.fixture(scope="module")
+def compiled_attention():
+    """orl.kernels.triton_attention with its kernel compiled for the GPU (as `compiled_kernel`)."""
+    saved = os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        module = importlib.import_module("orl.kernels.triton_attention")
+        if module.kernel_is_interpreted():
+            module = importlib.reload(module)
+        assert not module.kernel_is_interpreted()
+        yield module
+    finally:
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+@pytest.mark.parametrize(
+    "dtype,rows,length", [(torch.bfloat16, 64, 1024), (torch.bfloat16, 128, 656), (torch.float32, 96, 300)]
+)
+def test_split_kv_attention_equals_sdpa_on_the_gpu(compiled_attention, dtype, rows, length):
+    from orl.model.transformer import attention_bias
+
+    gen = torch.Generator().manual_seed(rows + length)
+    q, k, v = (torch.randn(1, 8, n, 128, generator=gen).to("cuda", dtype) for n in (rows, length, length))
+    visible = length // 2 + torch.arange(rows)[:, None] % (length // 2)
+    bias = attention_bias((torch.arange(length)[None, :] <= visible)[None].cuda(), 1, dtype)
+    out = compiled_attention.split_kv_attention(q, k, v, bias)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.double(), k.double(), v.double(), attn_mask=bias.double()
+    )
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
+
+
+def test_a_cuda_decoding_step_attends_split_kv(compiled_attention, monkeypatch):
+    from orl.model import transformer
+
+    calls = []
+    real = compiled_attention.split_kv_attention
+    monkeypatch.setattr(compiled_attention, "split_kv_attention", lambda *a: calls.append(1) or real(*a))
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 16, 32, 128, generator=gen).to("cuda", torch.bfloat16)  # 16 query heads, 4 per group
+    k, v = (torch.randn(1, 4, 512, 128, generator=gen).to("cuda", torch.bfloat16) for _ in range(2))
+    mask = torch.ones(1, 32, 512, dtype=torch.bool, device="cuda")
+    mask[..., 400:] = False
+    bias = transformer.attention_bias(mask, 4, q.dtype)
+    with torch.no_grad():
+        out = transformer.grouped_attention(q, k, v, bias)
+    assert calls == [1]
+    by_sdpa = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), attn_mask=mask[:, None], enable_gqa=True
+    )
+    torch.testing.assert_close(out.float(), by_sdpa, atol=2e-2, rtol=2e-2)

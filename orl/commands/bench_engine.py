@@ -70,7 +70,7 @@ def _add_timing_flags(p) -> None:
         "--sync-every",
         type=int,
         default=None,
-        help="dlmrt steps per chunk between host reads (default: 1 on CPU, 2 on CUDA)",
+        help="dlmrt steps per chunk between host reads (default: 1)",
     )
     p.add_argument(
         "--threads",

@@ -198,7 +198,29 @@ def grouped_attention(
     if bias.shape[-2] != group * t:
         raise ValueError(f"attention bias has {bias.shape[-2]} rows, expected {group} x {t} (attention_bias)")
     stacked = q.reshape(b, n_kv, group * t, d)  # heads kv·G + g -> rows g·t + i of kv head `kv`
+    if splits_the_cache(stacked, k):
+        from orl.kernels.triton_attention import split_kv_attention  # triton: CUDA installs only
+
+        return split_kv_attention(stacked, k, v, bias).reshape(b, n_heads, t, d)
     return F.scaled_dot_product_attention(stacked, k, v, attn_mask=bias).reshape(b, n_heads, t, d)
+
+
+SPLIT_KV_MAX_ROWS = 128  # stacked query rows up to which a CUDA decoding step splits the cache
+
+
+def splits_the_cache(stacked: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether attention runs split-KV (orl/kernels/triton_attention.py) instead of SDPA: on CUDA, for a
+    decoding step's few stacked query rows against a longer cache, without autograd (the kernel has no
+    backward). SDPA's memory-efficient kernel walks the whole cache in one thread block per key/value
+    head there (a quarter of a Qwen3-4B step on an H200); a prefill's many rows fill the GPU without it."""
+    rows, length, head_dim = stacked.shape[2], k.shape[2], stacked.shape[3]
+    return (
+        stacked.is_cuda
+        and rows <= SPLIT_KV_MAX_ROWS < length
+        and head_dim >= 16
+        and head_dim & (head_dim - 1) == 0
+        and not (torch.is_grad_enabled() and stacked.requires_grad)
+    )
 
 
 class MLP(nn.Module):

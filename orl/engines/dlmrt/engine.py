@@ -50,7 +50,7 @@ class StepWatcher(Protocol):
 class DlmrtConfig:
     """Engine knobs; the decoding semantics (policy, α, block) come from elsewhere."""
 
-    sync_every: int | None = None  # S: steps per chunk between host reads; None = 1 on CPU, 2 on CUDA
+    sync_every: int | None = None  # S: steps per chunk between host reads; None = 1 (measured best)
     min_cache_len: int = 256  # smallest cache bucket (orl/engines/capture.py)
     mode: str | None = None  # one of capture.MODES; None = from `compiled` and the device
     compile_backend: str | Callable = (
@@ -130,10 +130,11 @@ class DlmrtEngine:
                 f"'eager', not {self.mode!r}"
             )
         self.name = "dlmrt" if self.mode != "eager" else "dlmrt-eager"
-        # On CUDA an idle predicated step costs a whole forward (about 1.25 ms for the tiny model
-        # on an H200), so S is kept small: ORL at TPF 7.9 (about two steps per 16-token block)
-        # ran at a median 1,443 tokens/s with S=2 against 1,265 with S=4 (5 rounds each).
-        steps = self.config.sync_every or (2 if self.device.type == "cuda" else 1)
+        # S = 1 on CUDA too: an idle predicated step costs a whole forward, and a host read less than
+        # the step it saves. Measured on an H200 in one sitting (tiny ORL checkpoint, fp32, TPF 7.3,
+        # graph step 0.62 ms; results/gpu-check/nvidia-h200-2026-12-04b): 4,017 tokens/s at S = 1,
+        # 2,840 at S = 2, 1,849 at S = 4. At 4B shapes a step takes milliseconds: waste costs more still.
+        steps = self.config.sync_every or 1
         if steps < 1:
             raise InputError(f"sync_every: expected a positive integer, got {steps}")
         # The policy's value enters the graph as a 0-d tensor rather than a baked-in constant, so
