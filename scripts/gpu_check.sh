@@ -15,9 +15,9 @@
 #        dlmrt's CUDA-graph row against the HBM floor, its kernels counted and timed by kind (where the
 #        step's time goes); the W4A16 kernel at Qwen3-4B's shapes (CUDA-graph replays, weights cycled out
 #        of L2); the tiny ORL checkpoint (fp32) at the default S = 1; block 32; S = 2 and 4.
-# Run 2: preflight again (a device machine may start bare), block 16's graph, eager and reference rows
-#        in one sitting (graph vs eager, vs the reference decoder), the tiny checkpoint in NVFP4, the
-#        CUDA-only tests.
+# Run 2: preflight again (a device machine may start bare), the tiny checkpoint in NVFP4, the CUDA-only
+#        tests, then block 16's graph, eager and reference rows in one sitting (graph vs eager, vs the
+#        reference decoder; the eager row alone takes about 90 s).
 # (`--no-fuse` on a scale step gives the 7-GEMM layer: kernels before fusion, measured 2026-12-04.)
 # CKPT_ROOT (default .gpuck when staged, else results/tiny/ckpt) holds the tiny profile's orl, dlm and orl-nvfp4 checkpoints; a
 # missing one skips its step. Each step runs under its limit (times SCALE, default 1) and writes into
@@ -46,9 +46,9 @@ plan() {  # run limit name command...   (one line per step; `run_steps` and `--p
 1 40 tiny_orl_fp32_s2 tiny orl threshold:0.5 2 --dtype float32
 1 30 tiny_orl_fp32_s4 tiny orl threshold:0.5 4 --dtype float32
 2 45 preflight preflight
-2 300 scale_qwen3_4b_b16_rows scale b16_rows 16 dlmrt,dlmrt-eager,reference 1
 2 60 tiny_orl_nvfp4 tiny orl-nvfp4 threshold:0.5 1
 2 75 pytest_cuda pytest_cuda
+2 300 scale_qwen3_4b_b16_rows scale b16_rows 16 dlmrt,dlmrt-eager,reference 1
 PLAN
 }
 
