@@ -41,14 +41,14 @@ plan() {  # run limit name command...   (one line per step; `run_steps` and `--p
 1 45 preflight preflight
 1 120 scale_qwen3_4b_b16 scale b16 16 dlmrt 1
 1 75 kernel_bench_4b kernel_bench
-1 45 tiny_orl_fp32 tiny orl threshold:0.5 1 --dtype float32
+1 75 tiny_orl_fp32 tiny orl threshold:0.5 1 --dtype float32
 1 90 scale_qwen3_4b_b32 scale b32 32 dlmrt 1
 1 40 tiny_orl_fp32_s2 tiny orl threshold:0.5 2 --dtype float32
 1 30 tiny_orl_fp32_s4 tiny orl threshold:0.5 4 --dtype float32
 2 45 preflight preflight
 2 60 tiny_orl_nvfp4 tiny orl-nvfp4 threshold:0.5 1
-2 75 pytest_cuda pytest_cuda
-2 300 scale_qwen3_4b_b16_rows scale b16_rows 16 dlmrt,dlmrt-eager,reference 1
+2 120 pytest_cuda pytest_cuda
+2 250 scale_qwen3_4b_b16_rows scale b16_rows 16 dlmrt,dlmrt-eager,reference 1
 PLAN
 }
 

@@ -16,6 +16,7 @@ from orl.eval.kernel_profile import KINDS, kernel_kind, profile_lines, summarise
         ),
         ("_w4a16_kernel", "gemm"),
         ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)", "attention"),
+        ("_split_kv_kernel", "attention"),
         ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "fused"),
         ("triton_poi_fused_index_copy_1", "fused"),
         ("## Call CompiledFxGraph fabc ##", "fused"),

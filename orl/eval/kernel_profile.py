@@ -30,7 +30,7 @@ from orl.timing import synchronizer
 
 # Checked in order; the first match names the kind. Lower-case kernel / operator names.
 KIND_PATTERNS: tuple[tuple[str, re.Pattern], ...] = (
-    ("attention", re.compile(r"fmha|flash|attention|attn|sdpa|efficient")),
+    ("attention", re.compile(r"fmha|flash|attention|attn|sdpa|efficient|split_kv")),
     (
         "gemm",
         re.compile(r"gemm|gemv|nvjet|cutlass|xmma|cublas|w4a16|aten::(mm|addmm|bmm|linear|matmul)\b|splitk"),
