@@ -28,7 +28,13 @@ import re
 from dataclasses import dataclass, field
 
 from orl.engines.kinds import ENGINES
-from orl.engines.serving import METHODS, SERVING_ENGINES, SPECULATIVE_METHODS, VLLM_NO_RELAXED
+from orl.engines.serving import (
+    METHODS,
+    SERVING_ENGINES,
+    SPECULATIVE_METHODS,
+    VLLM_ENV_MISSING,
+    VLLM_NO_RELAXED,
+)
 
 TABLES = (1, 2, 3, 4, 5)
 
@@ -71,7 +77,10 @@ ROLES: dict[int, tuple[str, ...]] = {
 # backend loads) from orl itself. Ablation rows decode orl-<ablation>.
 CHECKPOINTS = ("ar", "draft", "dlm", "orl", "orl-nvfp4", "orl-sdar", "eagle3", "dflash", "trado")
 
-NEEDS_VLLM = "needs CUDA and vllm"
+# vLLM serves on CUDA, and on this CPU from its CPU build in its own environment (rule vllm.smk).
+NEEDS_VLLM = f"needs vllm: on a CPU its CPU build ({VLLM_ENV_MISSING} otherwise), or a CUDA install"
+# vLLM has no model class for a block-diffusion decoder with ORL's residual context: nothing runs this row.
+NEEDS_VLLM_DLLM = "vLLM serves no block-diffusion model with ORL's residual (no command runs this row)"
 NEEDS_SGLANG = "needs CUDA and sglang"
 # The paper's relaxed verification accepts a drafted token the target ranks close to its own choice (the
 # page: accuracy within 0.5 points of ORL's). Ours (orl/decoding/verify.py) runs in hf-assisted, dflash and,
@@ -302,7 +311,7 @@ ROWS: tuple[Row, ...] = (
     # the ORL operating point (LowConfidence's rule, common.smk); no command of the harness runs vLLM's yet.
     Row("orl_sglang", DLLM_ORL, "sglang", ckpt="orl-sdar", point="orl", method="dllm", needs=NEEDS_SGLANG,
         lines=(Line(3, label="SGLang dLLM (LowConfidence; no ORL residual)", role="serving"),)),
-    Row("orl_vllm", DLLM_ORL, "vllm", ckpt="orl", point="orl", dag=False, needs=NEEDS_VLLM,
+    Row("orl_vllm", DLLM_ORL, "vllm", ckpt="orl", point="orl", dag=False, needs=NEEDS_VLLM_DLLM,
         lines=(Line(3, label="vLLM", role="serving"),)),
     *(Row(f"orl-{name}", system, "dlmrt", ckpt=f"orl-{name}", point=f"orl-{name}", sweep=True, ablation=name,
           lines=(Line(5),)) for name, system in _ABLATIONS),

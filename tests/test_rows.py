@@ -159,4 +159,4 @@ def test_adding_a_row_is_one_entry(monkeypatch):
     assert line["engine"] == "vllm" and line["status"].startswith(
         "not run: no record (expected a record of kind 'latency'"
     )
-    assert line["status"].endswith("; needs CUDA and vllm)")
+    assert line["status"].endswith(f"; {rows.NEEDS_VLLM})")
