@@ -11,9 +11,6 @@ the device, and CUDA-graph replay of a chunk whose linears are NVFP4.
 
 from __future__ import annotations
 
-import importlib
-import os
-
 import pytest
 import torch
 
@@ -22,25 +19,14 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 from orl.kernels.nvfp4 import dequantize_nvfp4, quantize_nvfp4  # noqa: E402
 from orl.kernels.nvfp4 import dequantize_parts as dequantize_nvfp4_parts  # noqa: E402
 from orl.kernels.reference import dequantize_matmul  # noqa: E402
+from tests.kernel_modules import kernel_module  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def compiled_kernel():
-    """orl.kernels.triton_w4a16 with its kernel compiled for the GPU.
-
-    tests/test_nvfp4_kernel.py may have left the interpreted module in sys.modules; reload
-    it with TRITON_INTERPRET unset so triton.jit defines the compiled kernel.
-    """
-    saved = os.environ.pop("TRITON_INTERPRET", None)
-    try:
-        module = importlib.import_module("orl.kernels.triton_w4a16")
-        if module.kernel_is_interpreted():
-            module = importlib.reload(module)
-        assert not module.kernel_is_interpreted()
-        yield module
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
+    """orl.kernels.triton_w4a16 with its kernel compiled for the GPU (tests/test_nvfp4_kernel.py may have
+    left the interpreted module in sys.modules)."""
+    return kernel_module("triton_w4a16", interpreted=False)
 
 
 # (M, N, K, tiles): ragged in every dimension, split-K included; M up to a 64-row block step.
@@ -140,17 +126,8 @@ def test_nvfp4_model_graph_replay_matches_eager(smoke_models):
 
 @pytest.fixture(scope="module")
 def compiled_attention():
-    """orl.kernels.triton_attention with its kernel compiled for the GPU (as `compiled_kernel`)."""
-    saved = os.environ.pop("TRITON_INTERPRET", None)
-    try:
-        module = importlib.import_module("orl.kernels.triton_attention")
-        if module.kernel_is_interpreted():
-            module = importlib.reload(module)
-        assert not module.kernel_is_interpreted()
-        yield module
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
+    """orl.kernels.triton_attention with its kernel compiled for the GPU."""
+    return kernel_module("triton_attention", interpreted=False)
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 
 import pytest
 import torch
@@ -13,32 +11,12 @@ from orl.errors import InputError
 from orl.kernels.linear import NVFP4Linear
 from orl.kernels.nvfp4 import dequantize_nvfp4, dequantize_parts, quantize_nvfp4
 from orl.kernels.reference import dequantize_matmul, emulated_w4a4_matmul
+from tests.kernel_modules import kernel_module
 
 pytest.importorskip("triton", reason="triton is not installed")
 
 
-def _import_interpreted_kernel():
-    """The kernel module with its kernel defined under TRITON_INTERPRET=1.
-
-    triton.jit picks the interpreter when the kernel is defined, so the variable is
-    set around the import (and the module reloaded if something imported it first),
-    then restored so it does not leak into other test files.
-    """
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        module = importlib.import_module("orl.kernels.triton_w4a16")
-        if not module.kernel_is_interpreted():
-            module = importlib.reload(module)
-    finally:
-        if previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
-    return module
-
-
-tk = _import_interpreted_kernel()
+tk = kernel_module("triton_w4a16", interpreted=True)
 
 
 def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:

@@ -2,35 +2,17 @@
 same additive bias, on stacked query groups, caches that are not a multiple of a split, masked keys and
 query rows that span several row tiles; compiled, it is one extern operator and a fused combine."""
 
-import importlib
-import os
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 from orl.model.transformer import attention_bias
+from tests.kernel_modules import kernel_module
 
 pytest.importorskip("triton", reason="triton is not installed")
 
 
-def _interpreted():
-    """The kernel module with its kernel defined under TRITON_INTERPRET=1 (see test_nvfp4_kernel.py)."""
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        module = importlib.import_module("orl.kernels.triton_attention")
-        if not module.kernel_is_interpreted():
-            module = importlib.reload(module)
-    finally:
-        if previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
-    return module
-
-
-ka = _interpreted()
+ka = kernel_module("triton_attention", interpreted=True)
 
 
 def _case(rows: int, length: int, n_kv: int = 2, head_dim: int = 32, seed: int = 0):
