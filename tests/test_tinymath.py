@@ -402,3 +402,28 @@ def test_a_local_training_file_may_hold_answer_checked_problems(tmp_path):
     path.write_text(json.dumps({k: v for k, v in mine[0].items() if k != "canonical_solution"}) + "\n")
     with pytest.raises(InputError, match="train.jsonl line 1: canonical_solution: missing field"):
         training_problems(path)
+
+
+def test_solutions_may_write_each_result_once():
+    """math_annotations: false drops GSM8K's calculator annotations from the training solutions only: the
+    same problems, the same final answers, every result written once; every stage's digest changes."""
+    assert (
+        tinymath.without_annotations("So he has 12 + 5 = <<12+5=17>>17 apples.")
+        == "So he has 12 + 5 = 17 apples."
+    )
+    annotated = tinycode.TaskMix("medium", 0.3, 0.5, hold_out_dev=True)
+    once = dataclasses.replace(annotated, math_annotations=False)
+    pairs = list(itertools.islice(tinycode.train_stream(5, annotated), 200))
+    plain = list(itertools.islice(tinycode.train_stream(5, once), 200))
+    assert [p for p, _ in pairs] == [p for p, _ in plain]
+    math = [(a, b) for (p, a), (_, b) in zip(pairs, plain, strict=True) if p.startswith("Question:")]
+    assert math and all("<<" in a and "<<" not in b and ">>" not in b for a, b in math)
+    assert all(final_answer(a) == final_answer(b) and tinymath.without_annotations(a) == b for a, b in math)
+    code = [(a, b) for (p, a), (_, b) in zip(pairs, plain, strict=True) if not p.startswith("Question:")]
+    assert code and all(a == b for a, b in code)
+    mixed = load_preset("tiny", overrides={"math_fraction": 0.3, "hold_out_dev": True})
+    plain_preset = load_preset(
+        "tiny", overrides={"math_fraction": 0.3, "hold_out_dev": True, "math_annotations": False}
+    )
+    assert plain_preset.task_mix().math_annotations is False
+    assert all(mixed.digest(*s) != plain_preset.digest(*s) for s in STAGE_SECTIONS.values())

@@ -33,7 +33,9 @@ KIND_PATTERNS: tuple[tuple[str, re.Pattern], ...] = (
     ("attention", re.compile(r"fmha|flash|attention|attn|sdpa|efficient|split_kv")),
     (
         "gemm",
-        re.compile(r"gemm|gemv|nvjet|cutlass|xmma|cublas|w4a16|aten::(mm|addmm|bmm|linear|matmul)\b|splitk"),
+        re.compile(
+            r"gemm|gemv|nvjet|cutlass|xmma|cublas|w4a16|mkldnn::_linear|aten::(mm|addmm|bmm|linear|matmul)\b|splitk"
+        ),
     ),
     ("fused", re.compile(r"^triton_|cpp_fused|^graph_\d|compiledfxgraph|kernel_cpp|fused_")),
     ("copy", re.compile(r"copy|memcpy|memset|fill|index|scatter|gather|cat(_|\b)|clone|contiguous|to_copy")),

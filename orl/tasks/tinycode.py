@@ -121,6 +121,8 @@ class TaskMix:
     # the stream draws nothing for it, so it is the stream of the presets written before TinyMath.
     math_fraction: float = 0.0
     hold_out_dev: bool = False  # also never yield a prompt of the dev splits (TinyMath's are always held out)
+    # TinyMath solutions with GSM8K's calculator annotations (`= <<12+5=17>>17`), or each result once.
+    math_annotations: bool = True
 
     def draw_difficulty(self, rng: random.Random) -> Difficulty:
         if self.long_fraction > 0 and rng.random() < self.long_fraction:
@@ -144,7 +146,7 @@ def train_pair(
 ) -> tuple[str, str]:
     """One (prompt, completion) training pair; the completion's style is drawn at random."""
     if isinstance(mix, TaskMix) and mix.draw_math(rng):
-        return tinymath.train_pair(rng)
+        return tinymath.train_pair(rng, annotated=mix.math_annotations)
     while True:
         diff = mix if isinstance(mix, Difficulty) else _as_mix(mix).draw_difficulty(rng)
         record, spec = make_problem(rng, diff, "train")

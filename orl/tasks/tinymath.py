@@ -26,6 +26,7 @@ with the dev prompts disjoint from the test prompts; training problems (`train_p
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -329,15 +330,28 @@ def held_out_prompts() -> frozenset[str]:
     return frozenset(p["prompt"] for split in SPLIT_SEEDS for p in _eval_problems(split, NUM_PROBLEMS))
 
 
-def train_pair(rng: random.Random) -> tuple[str, str]:
+ANNOTATION = re.compile(r"<<[^<>]*>>")
+
+
+def without_annotations(solution: str) -> str:
+    """The solution with every result written once: `12 + 5 = <<12+5=17>>17` becomes `12 + 5 = 17`.
+
+    A diffusion model trained on annotated solutions sees each result twice in one line: with one copy
+    masked and the other visible it learns to copy the result, not to compute it, and at decoding time
+    both copies are masked (docs/method.md §1, the tinymath conversion)."""
+    return ANNOTATION.sub("", solution)
+
+
+def train_pair(rng: random.Random, annotated: bool = True) -> tuple[str, str]:
     """One (prompt, worked solution) training pair, its solution's style drawn at random; never a prompt
-    of the dev or test split."""
+    of the dev or test split. `annotated=False` writes each result once (`without_annotations`)."""
     held_out = held_out_prompts()
     while True:
         problem = make_problem(rng)
         prompt = problem.prompt()
         if prompt not in held_out:
-            return prompt, problem.solution(rng)
+            solution = problem.solution(rng)
+            return prompt, solution if annotated else without_annotations(solution)
 
 
 def train_problem(rng: random.Random, task_id: str) -> dict:

@@ -204,6 +204,7 @@ class DFlashTrainConfig:
 ADDED_AT_DEFAULT = {
     "math_fraction": 0.0,
     "hold_out_dev": False,
+    "math_annotations": True,
     "diffusion.math_max_new_tokens": 192,
     "diffusion.noised_blocks": "one",
     "diffusion.convert_math_fraction": None,
@@ -219,6 +220,9 @@ class TrainPreset:
     # word problems (orl/tasks/tinymath.py); 0 leaves the stream as it was before TinyMath.
     math_fraction: float = 0.0
     hold_out_dev: bool = False  # never train on a prompt of the tinycode / tinycode-long dev splits either
+    # TinyMath training solutions with GSM8K's calculator annotations, or each result written once
+    # (orl/tasks/tinymath.without_annotations: the conversion cannot copy a result from its twin).
+    math_annotations: bool = True
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     # The AR target's and the draft model's shapes (orl/model/shape.py); vocabulary and special tokens
     # come from the tokenizer.
@@ -234,7 +238,9 @@ class TrainPreset:
 
     def task_mix(self) -> TaskMix:
         """The training problems every stage draws from."""
-        return TaskMix(self.difficulty, self.long_fraction, self.math_fraction, self.hold_out_dev)
+        return TaskMix(
+            self.difficulty, self.long_fraction, self.math_fraction, self.hold_out_dev, self.math_annotations
+        )
 
     def digest(self, *sections: str) -> str:
         """A short hash of the named sections (all when none are named): a stage's resume check

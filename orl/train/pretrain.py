@@ -47,7 +47,7 @@ def model_config(shape: ModelShape, tokenizer: Tokenizer) -> ModelConfig:
     )
 
 
-MIX = ("difficulty", "long_fraction", "math_fraction", "hold_out_dev")  # the training problems (TaskMix)
+MIX = ("difficulty", "long_fraction", "math_fraction", "hold_out_dev", "math_annotations")  # TaskMix
 STAGE_SECTIONS = {
     "ar": (*MIX, "tokenizer", "model", "ar"),
     "draft": (*MIX, "tokenizer", "draft_model", "draft"),
