@@ -9,11 +9,11 @@ computes the right numbers is tests/test_cuda.py's job on a GPU.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from pathlib import Path
 
 import pytest
+
+from tests.kernel_modules import private_compiled_copy
 
 triton = pytest.importorskip("triton", reason="triton is not installed")
 
@@ -23,16 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def compiled_module():
     """A private copy of orl/kernels/triton_w4a16.py with the kernel defined for the compiler."""
-    saved = os.environ.pop("TRITON_INTERPRET", None)
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "_w4a16_for_compile", REPO / "orl" / "kernels" / "triton_w4a16.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
+    module = private_compiled_copy("triton_w4a16")
     if module.kernel_is_interpreted():
         pytest.skip("triton.jit defined an interpreted kernel")
     return module
