@@ -141,14 +141,22 @@ def render_chat_template(
         raise InputError(f"chat_template: cannot render ({exc})") from None
 
 
-def train_bpe(texts, vocab_size: int = 1024, sample_count: int = 20000) -> Tokenizer:
-    """Train a byte-level BPE on (an iterator of) texts; special tokens get the first ids."""
+def train_bpe(
+    texts, vocab_size: int = 1024, sample_count: int = 20000, split_digits: bool = False
+) -> Tokenizer:
+    """Train a byte-level BPE on (an iterator of) texts; special tokens get the first ids. With
+    `split_digits` every digit is a token of its own, as in Qwen3's tokenizer (no merge crosses a digit)."""
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
     backend = HFTokenizer(models.BPE())
     # Byte-level without the leading-space trick: code indentation must round-trip exactly.
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    backend.pre_tokenizer = (
+        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+        if split_digits
+        else byte_level
+    )
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -8,7 +8,9 @@ import shutil
 import pytest
 
 from orl.errors import CheckpointError, InputError
-from orl.tokenizer import load_tokenizer, tokenizer_config
+from orl.tokenizer import load_tokenizer, tokenizer_config, train_bpe
+from orl.train.config import load_preset
+from orl.train.pretrain import STAGE_SECTIONS
 
 from .real_checkpoints import CHAT_TEMPLATE, ENDOFTEXT, IM_END, IM_START, SDAR_MASK_ID
 
@@ -26,6 +28,39 @@ def test_our_tiny_tokenizer_keeps_its_literal_special_tokens(tokenizer, tmp_path
         InputError, match=r"tokenizer_config\.json: chat_template: this tokenizer has no chat template"
     ):
         loaded.apply_chat_template("hi")
+
+
+def test_split_digits_makes_every_digit_its_own_token(tmp_path):
+    """tokenizer.split_digits: no token holds two digits (Qwen3's rule), text round-trips, the saved
+    tokenizer.json keeps the rule; without it the same corpus merges whole numbers. Only the stages that
+    read the tokenizer section change digest; the default leaves every digest as it was."""
+    lines = [
+        f"So she has {a} + {b} = {a + b} apples.\n    return x[{a}:] * {b}\n"
+        for a in range(40)
+        for b in range(9)
+    ]
+    text = "So she has 13 + 5 = 18 apples.\n    return x[102:] * 7\n"
+    digit_tokens = {}
+    for split in (False, True):
+        tok = train_bpe(iter(lines), vocab_size=400, sample_count=len(lines), split_digits=split)
+        tok.save(tmp_path / f"{split}.json")
+        loaded = load_tokenizer(tmp_path / f"{split}.json")
+        ids = loaded.encode(text)
+        assert loaded.decode(ids) == text
+        pieces = [loaded.decode([i]) for i in ids]
+        digit_tokens[split] = [p for p in pieces if any(c.isdigit() for c in p)]
+    assert all(len(p) == 1 for p in digit_tokens[True]) and "".join(digit_tokens[True]) == "135181027"
+    assert any(sum(c.isdigit() for c in p) > 1 for p in digit_tokens[False])
+
+    plain = load_preset("tiny")
+    split = load_preset("tiny", overrides={"tokenizer": {"split_digits": True}})
+    assert plain.digest() == load_preset("tiny", overrides={"tokenizer": {"split_digits": False}}).digest()
+    changed = {
+        stage
+        for stage, sections in STAGE_SECTIONS.items()
+        if plain.digest(*sections) != split.digest(*sections)
+    }
+    assert changed == {"ar", "draft"}
 
 
 def test_qwen_tokenizer_ids_come_from_the_side_files(qwen3_ckpt_dir, sdar_ckpt):

@@ -31,6 +31,9 @@ class TokenizerConfig:
     vocab_size: int = 1024
     samples: int = 20000  # training pairs the BPE is trained on
     seed: int = 1
+    # Numbers as single digits (Qwen3's tokenizer splits them so): a sum is then computed digit by digit,
+    # not looked up as one whole-number token (docs/method.md §1, "Digits").
+    split_digits: bool = False
 
 
 @dataclass
@@ -208,6 +211,7 @@ ADDED_AT_DEFAULT = {
     "diffusion.math_max_new_tokens": 192,
     "diffusion.noised_blocks": "one",
     "diffusion.convert_math_fraction": None,
+    "tokenizer.split_digits": False,
 }
 
 

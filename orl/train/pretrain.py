@@ -33,7 +33,9 @@ from orl.train.state import STATE_DIR, resumed_settings
 def build_tokenizer(preset: TrainPreset) -> Tokenizer:
     cfg = preset.tokenizer
     texts = (p + c for p, c in tinycode.train_stream(cfg.seed, preset.task_mix()))
-    return train_bpe(texts, vocab_size=cfg.vocab_size, sample_count=cfg.samples)
+    return train_bpe(
+        texts, vocab_size=cfg.vocab_size, sample_count=cfg.samples, split_digits=cfg.split_digits
+    )
 
 
 def model_config(shape: ModelShape, tokenizer: Tokenizer) -> ModelConfig:
