@@ -31,8 +31,8 @@ class TokenizerConfig:
     vocab_size: int = 1024
     samples: int = 20000  # training pairs the BPE is trained on
     seed: int = 1
-    # Numbers as single digits (Qwen3's tokenizer splits them so): a sum is then computed digit by digit,
-    # not looked up as one whole-number token (docs/method.md §1, "Digits").
+    # Every digit a token of its own, as Qwen3's tokenizer splits numbers; the tiny BPE otherwise merges whole
+    # numbers (docs/method.md §1, `tokenizer.split_digits`: measured worse on TinyMath: off in presets).
     split_digits: bool = False
 
 
