@@ -147,6 +147,23 @@ def test_table2_measured_missing_and_not_run_rows(claims):
     assert set(frame["status"]) <= {"measured"} | {s for s in frame["status"] if s.startswith("not run: ")}
 
 
+def test_table2_shows_a_speculative_lines_acceptance_length_beside_its_tpf(claims):
+    """TPF counts decode forwards one way for every line; a speculative line also shows its engine's mean
+    acceptance length (they differ by undrafted forwards and a cut-short last step), a line that drafts
+    nothing shows none."""
+    spec = {"tpf": 2.5, "nfe_prefill_mean": 1.0, "acceptance_length": 2.4, "latency_median_s": 1.0,
+            "latency_p90_s": 1.2, "tokens_per_s": 100.0}  # fmt: skip
+    records = [
+        *[r for r in table2_records() if r["system"] != "AR + DFlash (vLLM)"],
+        rec("latency", "AR + DFlash (vLLM)", "vllm", spec, model="tiny-ar"),
+    ]
+    frame = build_table2(records, claims)
+    dflash = row(frame, system="AR + DFlash (vLLM)")
+    assert dflash["verification"] == "strict" and dflash["tpf"] == 2.5 and dflash["acceptance_length"] == 2.4
+    assert pd.isna(row(frame, system="AR (hf)")["acceptance_length"])
+    assert pd.isna(row(frame, system="dLLM + ORL")["acceptance_length"])
+
+
 def test_table2_ratio_rules_across_hardware(claims):
     orl_claim = "t2-qwendlm4b-orl-dlmrt-tokens-per-s"
     # CPU: raw tokens/s is never set against the H100's; the ratio ORL/DFlash is set against the paper's

@@ -77,6 +77,11 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
                 notes.append(LEGACY_TPF_NOTE)
             value["note"] = "; ".join(filter(None, notes)) or None
             value["verification"] = verification(row, m.resolved.primary if m.measured else None)
+            # A speculative line's mean acceptance length as its engine counts it (vLLM's spec-decode metrics,
+            # ours in orl/eval/speculative.py) beside TPF, which counts every decode forward the same way
+            # for every line (docs/metrics.md): they differ by undrafted forwards and a cut-short last step.
+            if m.measured and value["verification"] is not None:
+                value["acceptance_length"] = m.resolved.metric("acceptance_length")
             if legacy:
                 _acceptance_as_tpf(value, m.resolved.metric("acceptance_length"))
             block.append((line, want, m, value))
