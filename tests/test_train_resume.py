@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -124,31 +123,6 @@ def test_resume_refuses_a_different_configuration(straight_run, tmp_path):
     second = run_orl("train-ar", "--preset", "smoke", "--config", str(override), "--out", str(out))
     assert second.returncode == 2
     assert "state.json: config_digest" in second.stderr
-
-
-def test_a_finished_run_whose_checkpoint_was_removed_gives_way_to_another_config(straight_run, tmp_path):
-    """Snakemake reruns a training job after its preset changed by deleting the job's outputs (config.json)
-    and starting it in the same folder: the finished run's last state is then no resume point. With its
-    checkpoint still there, the folder counts as trained and is left alone."""
-    tokenizer, straight = straight_run
-    out = tmp_path / "ar"
-    shutil.copytree(straight, out)
-    override = tmp_path / "other.yaml"
-    override.write_text("ar: {lr: 0.001}\n")
-    args = ("train-ar", "--preset", "smoke", "--config", str(override), "--tokenizer", tokenizer,
-            "--out", str(out))  # fmt: skip
-    kept = run_orl(*args)  # a finished checkpoint is left alone
-    assert kept.returncode == 0 and "already trained" in kept.stdout + kept.stderr
-    assert (out / "model.safetensors").read_bytes() == (straight / "model.safetensors").read_bytes()
-    (out / "config.json").unlink()
-    rerun = run_orl(*args)
-    assert rerun.returncode == 0, rerun.stderr
-    assert "training starts over" in rerun.stderr
-    new_summary = json.loads((out / "train_summary.json").read_text())
-    old_summary = json.loads((straight / "train_summary.json").read_text())
-    assert new_summary["config_digest"] != old_summary["config_digest"]
-    assert (out / "model.safetensors").read_bytes() != (straight / "model.safetensors").read_bytes()
-    assert len(_log(out)) == new_summary["steps"]  # every step trained here, none taken from the old run
 
 
 def test_a_run_through_onednn_resumes_through_it_bitwise_and_refuses_another_path(straight_run, tmp_path):

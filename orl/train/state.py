@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -144,31 +143,6 @@ def resumed_settings(out_dir: str | Path) -> dict | None:
     return settings if isinstance(settings, dict) else {}
 
 
-def replaced_finished_run(out_dir: Path, digest: str) -> str | None:
-    """The configuration digest of a *finished* run of another configuration in `out_dir` whose exported
-    checkpoint (config.json) was removed, or None.
-
-    That is how Snakemake reruns a training job after its preset section changed: it deletes the job's
-    outputs and starts it again in the same folder. The old run's last resume state is then no resume
-    point (its train_summary.json says it finished), so the new configuration trains from the start. An
-    unfinished run of another configuration, or a finished one whose checkpoint is still there, is
-    refused as before (_read_manifest)."""
-    try:
-        info = json.loads((out_dir / STATE_DIR / "state.json").read_text())
-        summary = json.loads((out_dir / "train_summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    old = info.get("config_digest") if isinstance(info, dict) else None
-    finished = (
-        isinstance(summary, dict)
-        and summary.get("config_digest") == old
-        and summary.get("steps") == info.get("step")
-    )
-    if old == digest or not finished or (out_dir / "config.json").exists():
-        return None
-    return old
-
-
 def load_train_state(
     out_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, digest: str, world: World
 ) -> dict | None:
@@ -179,17 +153,6 @@ def load_train_state(
 
     state_dir = out_dir / STATE_DIR
     if not (state_dir / "state.json").is_file():
-        return None
-    replaced = replaced_finished_run(out_dir, digest)
-    if replaced:
-        if world.main:
-            print(
-                f"{state_dir}: the finished run of configuration {replaced} is being replaced (its "
-                f"checkpoint was removed): training starts over with {digest}",
-                file=sys.stderr,
-            )
-            shutil.rmtree(state_dir)
-        barrier(world)
         return None
     info = _read_manifest(state_dir, digest)
     folder = state_dir / info["folder"]
