@@ -176,7 +176,10 @@ def test_train_orl_with_dlmrt_rollouts_records_the_engine_and_keeps_it_in_the_re
     assert recompute["rollout_engine"] == "recompute"
     assert written["extra"]["rollout_tpf"][0] == pytest.approx(recompute["rollout_tpf"][0])
     assert written["extra"]["rollout_pass_rate"][0] == recompute["rollout_pass_rate"][0]
-    (out / "config.json").unlink()  # as if unfinished
+    # As if unfinished: no exported checkpoint, no summary (a finished run whose checkpoint alone was
+    # removed gives way to the new configuration instead; tests/test_train_resume.py).
+    (out / "config.json").unlink()
+    (out / "train_summary.json").unlink()
     with pytest.raises(CheckpointError, match="config_digest"):
         train_orl(preset, smoke_models[1], out, progress=False)
 

@@ -136,7 +136,10 @@ def test_seed_changes_the_prompts_the_resume_check_and_the_record(smoke_models, 
     assert len(written["extra"]["gated_share"]) == len(written["extra"]["retained_fraction"]) == 2
     assert 0 <= written["metrics"]["gated_share"] <= 1
     # Resuming the same folder with another seed is refused by the digest.
-    (out / "config.json").unlink()  # as if unfinished
+    # As if unfinished: no exported checkpoint, no summary (a finished run whose checkpoint alone was
+    # removed gives way to the new configuration instead; tests/test_train_resume.py).
+    (out / "config.json").unlink()
+    (out / "train_summary.json").unlink()
     with pytest.raises(CheckpointError, match="config_digest"):
         train_orl(
             load_preset("smoke", tmp_path / "short.yaml", {"orl": {"seed": 4}}),
