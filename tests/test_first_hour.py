@@ -420,7 +420,7 @@ def test_table2_opens_on_a_compact_headline(tiny_table2, tmp_path):
     assert "single GPU" not in head and "Measured on: CPU" in head
     assert "| system | verification | TPF | tokens/s | pass@1 | matched | speedup vs AR |" in head
     assert re.search(r"\| dLLM \+ ORL \| none \(dLLM commits\) \| [0-9.]+ \[[0-9.]+, [0-9.]+\] \|", head)
-    assert "**Not run**" in head and "- AR (vLLM) (vllm): needs CUDA and vllm (tinycode" in head
+    assert "**Not run**" in head and "- AR (SGLang) (sglang): needs CUDA and sglang (tinycode" in head
     assert "not run" not in head.split("**Not run**")[0].lower().replace(
         "lines measured", ""
     )  # none in the tables

@@ -151,42 +151,57 @@ def test_dllm_decodes_at_a_block_size_other_than_its_own(dlm_dir):
         build_engine("hf", dlm_dir, block_size=8)
 
 
-def _with_counts(records: list[dict], system: str, suite: str, block: int) -> dict:
-    """One quality record of `system` as it would be written now: nfe_prefill and blocks per problem."""
-    record = next(
-        r
-        for r in records
-        if (r["kind"], r["system"], r["suite"], r["status"]) == ("quality", system, suite, "measured")
-    )
-    for entry in record["per_problem"]:
-        entry.update(nfe_prefill=1, blocks=max(1, -(-entry["tokens"] // block)))
-    record["metrics"]["nfe_prefill_mean"] = 1.0
-    return record
+def _as_older(records: list[dict], system: str) -> None:
+    """`system`'s quality records as they were written before forwards were counted one way: no
+    nfe_prefill and no blocks, per problem or as a metric."""
+    for record in records:
+        if (record["kind"], record["system"]) == ("quality", system):
+            for entry in record["per_problem"] or []:
+                entry.pop("nfe_prefill", None)
+                entry.pop("blocks", None)
+            for name in ("nfe_prefill_mean", "tpf_prefill", "tpf_commit", "tpf_ceiling"):
+                record["metrics"].pop(name, None)
 
 
 def test_tables_show_the_new_columns_and_mark_older_records():
-    """The committed tiny records predate nfe_prefill: the new columns are "—" and the lines say so; a
-    line whose records carry the counts shows tpf_ceiling = Σ tokens / Σ blocks (with its interval)."""
-    from orl.records import load_record_tree
+    """The committed tiny records count forwards one way: a block decoder's line shows tpf_ceiling =
+    Σ tokens / Σ blocks of its test record (with its interval). Records made before nfe_prefill was
+    recorded give "—" in the new columns, and their lines say so."""
+    from orl.records import load_record_tree, record_split
     from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
     from orl.report.measure import LEGACY_TPF_NOTE
     from orl.report.tables import build_table
 
     records = load_record_tree(REPO / "results" / "tiny")
     claims = load_claims(DEFAULT_CLAIMS_PATH)
-    updated = copy.deepcopy(records)
-    record = _with_counts(updated, "dLLM base", "tinycode", 16)
-    table = build_table(1, updated, claims)
+    table = build_table(1, records, claims)
     for column in ("tpf_ceiling", "tpf_ceiling_lo", "tpf_ceiling_hi", "tpf_prefill", "tpf_commit"):
         assert column in table.columns
     line = table[(table["system"] == "dLLM base") & (table["suite"] == "tinycode")].iloc[0]
+    (record,) = [
+        r
+        for r in records
+        if (r["kind"], r["system"], r["suite"], r["status"])
+        == ("quality", "dLLM base", "tinycode", "measured")
+        and record_split(r) == "test"
+    ]
     entries = record["per_problem"]
     tokens, blocks = sum(e["tokens"] for e in entries), sum(e["blocks"] for e in entries)
     assert line["tpf_ceiling"] == pytest.approx(tokens / blocks)
     assert line["tpf_ceiling_lo"] <= line["tpf_ceiling"] <= line["tpf_ceiling_hi"]
     assert line["tpf_commit"] == pytest.approx(tokens / (sum(e["nfe"] for e in entries) + blocks))
     assert LEGACY_TPF_NOTE not in (line["note"] or "")
-    older = table[(table["status"] == "measured") & (table["system"] != "dLLM base")]
-    assert len(older) and older["tpf_ceiling"].isna().all() and older["tpf_prefill"].isna().all()
-    assert older["note"].str.contains(LEGACY_TPF_NOTE, regex=False).all()
+    assert not any(LEGACY_TPF_NOTE in note for note in table.attrs["notes"])
+
+    older = copy.deepcopy(records)
+    _as_older(older, "dLLM + ORL")
+    table = build_table(1, older, claims)
+    orl = table[(table["status"] == "measured") & (table["system"] == "dLLM + ORL")]
+    assert len(orl) and orl["tpf_ceiling"].isna().all() and orl["tpf_prefill"].isna().all()
+    assert orl["note"].str.contains(LEGACY_TPF_NOTE, regex=False).all()
+    base = table[(table["status"] == "measured") & (table["system"] == "dLLM base")]
+    assert (
+        base["tpf_ceiling"].notna().all()
+        and not base["note"].str.contains(LEGACY_TPF_NOTE, regex=False).any()
+    )
     assert any("before every system's forwards were counted one way" in note for note in table.attrs["notes"])

@@ -17,7 +17,7 @@ from orl.records import load_records, make_record, not_run
 REPO = Path(__file__).resolve().parents[1]
 BASE_AR = REPO / "results" / "tiny" / "base" / "ar"
 # A committed record of a row run on the committed base's AR model (its weights, another folder).
-COMMITTED = REPO / "results" / "vllm-cpu-tiny" / "records" / "latency" / "tinycode" / "ar_compiled.jsonl"
+COMMITTED = REPO / "results" / "tiny" / "latency" / "tinycode" / "ar_compiled.jsonl"
 
 
 def test_a_block_without_a_checkpoint():

@@ -279,7 +279,9 @@ def test_the_committed_tiny_records_still_render(tmp_path):
     assert code == 0
     table2 = pd.read_csv(table_paths(out, 2)["csv"])
     orl = table2[(table2["system"] == ORL) & (table2["suite"] == "tinycode")].iloc[0]
-    assert orl["pass_at_1_lo"] < orl["pass_at_1"] < orl["pass_at_1_hi"] and orl["matched"] == "yes"
+    assert orl["pass_at_1_lo"] < orl["pass_at_1"] < orl["pass_at_1_hi"]
+    # The matched column agrees with the line's own pass@1 (the AR reference's, less the 0.01 tolerance).
+    assert orl["matched"] == "yes" or orl["matched"].startswith(f"no: {orl['pass_at_1']:.3f} < reference ")
     assert "Residual Context Diffusion" in table_paths(out, 5)["md"].read_text()
     write_records(
         tmp_path / "x.jsonl", [scale("dlmrt", "tiny", 0.001, 0.0005)]

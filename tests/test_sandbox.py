@@ -480,13 +480,18 @@ def test_leftovers_of_a_dead_harness_are_cleaned_at_the_next_start(tmp_path):
 
 def test_committed_tinycode_completions_keep_their_verdicts():
     """Every distinct (problem, completion) of the committed TinyCode quality records, on both TinyCode
-    suites and in every suite folder, is judged as it was."""
+    suites, both splits and in every suite folder, is judged as it was."""
     import json
 
     from orl.tasks import load_suite
 
     suites = ("tinycode", "tinycode-long")
-    problems = {(suite, p["task_id"]): p for suite in suites for p in load_suite(suite)}
+    problems = {
+        (suite, p["task_id"]): p
+        for suite in suites
+        for split in ("dev", "test")
+        for p in load_suite(suite, split=split)
+    }
     committed: dict[tuple[str, str, str], bool] = {}
     for path in sorted(
         (Path(__file__).resolve().parent.parent / "results" / "tiny" / "quality").rglob("*.jsonl")

@@ -119,7 +119,7 @@ def _unblock(path: Path) -> None:
 
 def _latency_record() -> dict:
     record = json.loads(
-        (REPO / "results" / "tiny" / "quality" / "humaneval" / "row_dlm.jsonl").read_text().splitlines()[0]
+        (REPO / "results" / "tiny" / "latency" / "tinycode" / "dlm.jsonl").read_text().splitlines()[0]
     )
     record["kind"], record["per_problem"] = "latency", None
     record["metrics"] = {"tokens_per_s": 10.0, "latency_median_s": 1.0}

@@ -255,25 +255,28 @@ def test_the_committed_tokenizer_encodes_every_problem_without_loss():
     assert all(0 <= i < tokenizer.vocab_size for text in texts for i in tokenizer.encode(text))
 
 
-def test_the_math_share_is_off_unless_the_preset_turns_it_on():
+def test_the_math_share_is_off_by_default_and_the_tiny_preset_turns_it_on():
     tiny = load_preset("tiny")
-    assert tiny.math_fraction == 0.0 and not tiny.hold_out_dev
-    for stage in ("ar", "draft"):  # the committed base's stage digests, unchanged by the new fields
-        summary = REPO_ROOT / "results" / "tiny" / "base" / stage / "train_summary.json"
-        if summary.is_file():
-            assert _stage_digest(tiny, stage) == json.loads(summary.read_text())["config_digest"]
-    mixed = load_preset("tiny", overrides={"math_fraction": 0.3, "hold_out_dev": True})
-    assert all(tiny.digest(*s) != mixed.digest(*s) for s in STAGE_SECTIONS.values())
-    off = list(itertools.islice(tinycode.train_stream(2, tiny.task_mix()), 300))
-    assert off == list(itertools.islice(tinycode.train_stream(2, tinycode.TaskMix("medium", 0.3)), 300))
-    assert not any(p.startswith("Question:") for p, _ in off)
+    assert tiny.math_fraction == 0.3 and tiny.hold_out_dev and tiny.diffusion.convert_math_fraction == 0.6
+    assert load_preset("smoke").math_fraction == 0.0 and not load_preset("smoke").hold_out_dev
+    # The committed base was trained with this preset.
+    for stage, folder in (("ar", "ar"), ("draft", "draft"), ("convert", "dlm")):
+        summary = REPO_ROOT / "results" / "tiny" / "base" / folder / "train_summary.json"
+        # The conversion's digest goes on with its canvas and the AR weights it started from.
+        assert json.loads(summary.read_text())["config_digest"].startswith(_stage_digest(tiny, stage)), stage
+    off = load_preset("tiny", overrides={"math_fraction": 0.0, "hold_out_dev": False})
+    assert all(tiny.digest(*s) != off.digest(*s) for s in STAGE_SECTIONS.values())
+    stream = list(itertools.islice(tinycode.train_stream(2, off.task_mix()), 300))
+    assert stream == list(itertools.islice(tinycode.train_stream(2, tinycode.TaskMix("medium", 0.3)), 300))
+    assert not any(p.startswith("Question:") for p, _ in stream)
+    mixed = list(itertools.islice(tinycode.train_stream(2, tiny.task_mix()), 300))
+    assert 0.2 < sum(p.startswith("Question:") for p, _ in mixed) / 300 < 0.4
 
 
 def test_the_conversion_may_take_its_own_math_share(ar_ckpt_dir, tmp_path, monkeypatch):
     """diffusion.convert_math_fraction changes the conversion's rows and digest only (AR's data stays)."""
-    tiny = load_preset("tiny", overrides={"math_fraction": 0.3, "hold_out_dev": True})
-    own = load_preset("tiny", overrides={"math_fraction": 0.3, "hold_out_dev": True,
-                                         "diffusion": {"convert_math_fraction": 0.6}})  # fmt: skip
+    tiny = load_preset("tiny", overrides={"diffusion": {"convert_math_fraction": None}})
+    own = load_preset("tiny")  # diffusion.convert_math_fraction 0.6
     assert _stage_digest(own, "ar") == _stage_digest(tiny, "ar")
     assert _stage_digest(own, "draft") == _stage_digest(tiny, "draft")
     assert _stage_digest(own, "convert") != _stage_digest(tiny, "convert")
