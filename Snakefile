@@ -30,6 +30,7 @@ include: "workflows/rules/train.smk"
 include: "workflows/rules/evaluate.smk"
 include: "workflows/rules/latency.smk"
 include: "workflows/rules/vllm.smk"
+include: "workflows/rules/sitting.smk"
 include: "workflows/rules/report.smk"
 
 

@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "orl.commands.bench_engine",
     "orl.commands.parity",
     "orl.commands.bench_latency",
+    "orl.commands.bench_sitting",
     "orl.commands.spec_sweep",
     "orl.commands.serving_args",
     "orl.commands.bench_scale",

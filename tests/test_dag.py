@@ -86,7 +86,7 @@ def test_dry_run_lists_the_whole_chain_for_table2(tmp_path):
         "quantize_nvfp4",
         "sweep",
         "operating_point",
-        "latency",
+        "latency_sitting",  # the tiny profile times its Table 2 rows together (config latency_sitting)
         "quality_row",
         "render_table",
     ):
@@ -186,12 +186,14 @@ def test_reproduce_all_plans_on_every_profile(tmp_path, profile):
         )
     # Every suite of the profile is evaluated (Tables 1-3), with one prompt set: the same --limit everywhere.
     for suite in config["suites"]:
-        assert any(f"--suite {suite} " in job["command"] for job in jobs if job["rule"] == "latency"), suite
+        timed = [job for job in jobs if job["rule"] in ("latency", "latency_sitting")]
+        assert any(f"--suite {suite} " in job["command"] for job in timed), suite
         assert any(job["rule"] == "bench_engine" and f"--suite {suite} " in job["command"] for job in jobs), (
             suite
         )
+    limited = ("latency", "latency_sitting", "sweep", "quality_row")
     limits = {re.search(r"--limit (\d+)", job["command"]).group(1) if "--limit" in job["command"] else None
-              for job in jobs if job["rule"] in ("latency", "sweep", "quality_row")}  # fmt: skip
+              for job in jobs if job["rule"] in limited}  # fmt: skip
     assert limits == {str(config["eval_limit"]) if config["eval_limit"] else None}
     # The speedup-vs-length runs: fixed length, one per configured length.
     lengths = [job for job in jobs if job["rule"] == "bench_length"]
@@ -510,3 +512,28 @@ def test_a_fresh_clone_plans_nothing_for_the_committed_tiny_records(tmp_path):
     )
     assert planned.returncode == 0, planned.stderr[-3000:]
     assert "Nothing to be done" in planned.stdout + planned.stderr, (planned.stdout + planned.stderr)[-3000:]
+
+
+def test_rows_of_latency_sitting_are_timed_in_one_sitting_per_suite(tmp_path):
+    """config latency_sitting: one `orl bench-sitting` job per suite writes those rows' latency records (each
+    row's own bench-latency flags); rule latency times the others. A vLLM row takes the sitting into vLLM's
+    environment. An unknown row stops the run before any job, naming the key."""
+    vllm = f"vllm_python={sys.executable}"
+    sitting = "latency_sitting=[ar_compiled,ar_vllm,dlm,orl]"
+    targets = ["results/smoke/latency/tinycode/dlm.jsonl", "results/smoke/latency/tinycode/ar_hf.jsonl"]
+    run = snakemake("-n", "-p", *targets, "--config", "profile=smoke", vllm, sitting, cwd=tmp_path)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    jobs = planned_jobs(run.stdout)
+    (together,) = [job for job in jobs if job["rule"] == "latency_sitting"]
+    timed = {path.rsplit("/", 1)[1] for path in together["output"]}
+    assert {"ar_compiled.jsonl", "ar_vllm.jsonl", "dlm.jsonl"} <= timed and any(
+        t.startswith("orl") for t in timed
+    )
+    assert "ar_hf.jsonl" not in timed
+    assert f"{sys.executable} -m orl.cli bench-sitting" in together["command"]
+    assert together["command"].count("--row ") == len(timed)
+    assert "--engine vllm --method ar --ckpt results/smoke/ckpt/ar-qwen3" in together["command"]
+    alone = [job for job in jobs if job["rule"] == "latency"]
+    assert [job["output"] for job in alone] == [["results/smoke/latency/tinycode/ar_hf.jsonl"]]
+    run = snakemake("-n", *targets, "--config", "profile=smoke", "latency_sitting=[ar_fast]", cwd=tmp_path)
+    assert run.returncode != 0 and "config latency_sitting: ar_fast not a row" in run.stdout + run.stderr

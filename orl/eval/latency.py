@@ -147,22 +147,24 @@ def warmup_prompts(engine: Engine, prompts: Sequence[str], max_new_tokens: int, 
     return chosen
 
 
-def measure_latency(
-    engine: Engine,
-    prompts: Sequence[str],
-    max_new_tokens: int,
-    *,
-    warmup: int = 3,
-    after_request: Callable[[Generation], float] | None = None,
-    progress: bool = True,
-) -> SuiteRun:
-    """Run the protocol (module docstring) and return every measured request."""
+def _validate(prompts: Sequence[str], max_new_tokens: int, warmup: int) -> None:
     if not prompts:
         raise InputError("latency: the prompt set is empty")
     if warmup < 0:
         raise InputError(f"latency: warmup must be >= 0, got {warmup}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise InputError(f"latency: max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+
+
+def _warm_up(
+    engine: Engine,
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    warmup: int,
+    after_request: Callable[[Generation], float] | None,
+    progress: bool,
+) -> SuiteRun:
+    """Step 1 of the protocol; the (still empty) run of `engine`."""
     from tqdm.auto import tqdm
 
     sync = synchronizer(engine.device)
@@ -173,25 +175,87 @@ def measure_latency(
         generation, _ = time_request(engine, prompt, max_new_tokens, sync)
         if after_request is not None:
             after_request(generation)  # compiles / captures what it runs too
-    run = SuiteRun(engine.name, len(extra_warmup))
+    return SuiteRun(engine.name, len(extra_warmup))
+
+
+def _measure_one(
+    engine: Engine,
+    prompt: str,
+    max_new_tokens: int,
+    sync: Sync | None,
+    run: SuiteRun,
+    after_request: Callable[[Generation], float] | None,
+) -> float:
+    """Step 2 for one prompt: time it, append it to `run`; its wall seconds."""
+    generation, wall = time_request(engine, prompt, max_new_tokens, sync)
+    after = after_request(generation) if after_request is not None else None
+    run.generations.append(generation)
+    run.timings.append(
+        RequestTiming(
+            wall,
+            generation.num_tokens,
+            generation.nfe,
+            generation.nfe_prefill,
+            generation.draft_forwards,
+            after,
+            generation.blocks,
+        )
+    )
+    return wall
+
+
+def measure_latency(
+    engine: Engine,
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    *,
+    warmup: int = 3,
+    after_request: Callable[[Generation], float] | None = None,
+    progress: bool = True,
+) -> SuiteRun:
+    """Run the protocol (module docstring) and return every measured request."""
+    _validate(prompts, max_new_tokens, warmup)
+    from tqdm.auto import tqdm
+
+    run = _warm_up(engine, prompts, max_new_tokens, warmup, after_request, progress)
+    sync = synchronizer(engine.device)
     bar = tqdm(prompts, desc=f"latency ({engine.name})", unit="req", disable=not progress, leave=False)
     for prompt in bar:
-        generation, wall = time_request(engine, prompt, max_new_tokens, sync)
-        after = after_request(generation) if after_request is not None else None
-        run.generations.append(generation)
-        run.timings.append(
-            RequestTiming(
-                wall,
-                generation.num_tokens,
-                generation.nfe,
-                generation.nfe_prefill,
-                generation.draft_forwards,
-                after,
-                generation.blocks,
-            )
-        )
+        wall = _measure_one(engine, prompt, max_new_tokens, sync, run, after_request)
         bar.set_postfix(last_s=f"{wall:.3f}")
     return run
+
+
+def measure_sitting(
+    engines: Sequence[Engine],
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    *,
+    warmup: int = 3,
+    progress: bool = True,
+) -> list[SuiteRun]:
+    """The protocol for several engines in one sitting, one run per engine (in their order).
+
+    Every engine warms up first (all of them are loaded and compiled before any request is timed); then
+    prompt i runs on every engine before prompt i + 1 runs on any, the engines' order rotating by one
+    from prompt to prompt, so that a slow spell of a shared machine falls on all of them and no engine
+    always follows the same other one. A throughput ratio of two of these runs, paired per request, is a
+    same-sitting comparison (docs/metrics.md "Sittings").
+    """
+    _validate(prompts, max_new_tokens, warmup)
+    if not engines:
+        raise InputError("latency: a sitting needs at least one engine")
+    from tqdm.auto import tqdm
+
+    runs = [_warm_up(engine, prompts, max_new_tokens, warmup, None, progress) for engine in engines]
+    syncs = [synchronizer(engine.device) for engine in engines]
+    n = len(engines)
+    bar = tqdm(prompts, desc=f"sitting ({n} engines)", unit="req", disable=not progress, leave=False)
+    for i, prompt in enumerate(bar):
+        for j in range(n):
+            k = (i + j) % n
+            _measure_one(engines[k], prompt, max_new_tokens, syncs[k], runs[k], None)
+    return runs
 
 
 def timings_as_dicts(timings: Sequence[RequestTiming]) -> list[dict]:

@@ -51,11 +51,27 @@ def latency_record(
     `extra`: the caller's settings (budget, draft, chat template), completed with the run's own.
     """
     info = engine.describe()
-    model = info.model_block()
     try:
         run = measure_latency(engine, prompts, max_new_tokens, warmup=warmup, progress=progress)
     finally:
         engine.close()  # a server's processes and GPU memory
+    record = run_record(info, run, kind=kind, row_engine=row_engine, suite=suite, system=system, extra=extra)
+    return record, run
+
+
+def run_record(
+    info: EngineInfo,
+    run: SuiteRun,
+    *,
+    kind: str,
+    row_engine: str,
+    suite: str,
+    system: str | None,
+    extra: dict | None = None,
+) -> dict:
+    """The record of a measured run of the engine `info` describes (latency_record's, and one of a
+    sitting's: orl/commands/bench_sitting.py)."""
+    model = info.model_block()
     extra = {
         **(extra or {}),
         "warmup": run.warmup,
@@ -65,7 +81,7 @@ def latency_record(
     }
     if any(g.extra for g in run.generations):
         extra["engine_extra"] = [g.extra for g in run.generations]
-    record = make_record(
+    return make_record(
         kind,
         system=system or f"{model['name']} ({row_engine})",
         engine=info.name,
@@ -73,10 +89,9 @@ def latency_record(
         metrics=latency_metrics(run, info),
         policy=info.policy,
         suite=suite,
-        n_problems=len(prompts),
+        n_problems=len(run.timings),
         extra=extra,
     )
-    return record, run
 
 
 def latency_lines(record: dict, run: SuiteRun) -> list[str]:

@@ -26,19 +26,21 @@ INTEGER_COLUMNS = {"seeds", "n_problems", "aup_dropped", "gpu_count", "submissio
 INTERVAL = ("_lo", "_hi")
 SEEDED = ("_sd", "_lo", "_hi", "_per_seed")
 TESTED = ("_lo", "_hi", "_p", "_test")
+# A throughput ratio also says whether its two sides were timed in one sitting ("same" / "separate").
+TIMED = (*TESTED, "_sitting")
 
 _COLUMNS: dict[int, list] = {
     1: ["model", "variant", "system", "engine", "suite", "seeds", "n_problems", "operating_point",
         ("tpf", SEEDED), ("tpf_prefill", INTERVAL), ("tpf_commit", INTERVAL), ("tpf_ceiling", INTERVAL),
-        ("tokens_per_s", SEEDED), ("pass_at_1", SEEDED), ("aup", SEEDED), "aup_dropped",
-        ("tpf_gain", TESTED), ("throughput_gain", TESTED), ("pass_at_1_diff", TESTED)],
+        ("tokens_per_s", SEEDED), "sitting", ("pass_at_1", SEEDED), ("aup", SEEDED), "aup_dropped",
+        ("tpf_gain", TESTED), ("throughput_gain", TIMED), ("pass_at_1_diff", TESTED)],
     2: ["system", "engine", "verification", "suite", "n_problems", ("tpf", INTERVAL),
         ("tpf_prefill", INTERVAL), ("tpf_commit", INTERVAL), ("tpf_ceiling", INTERVAL), "acceptance_length",
         "latency_median_s",
         "latency_p90_s",
-        ("tokens_per_s", INTERVAL), ("pass_at_1", INTERVAL), ("pass_at_1_diff", TESTED), "matched",
-        ("aup", INTERVAL), "aup_dropped", ("speedup_vs_ar", TESTED), ("speedup_vs_ar_hf", TESTED),
-        ("speedup_vs_ar_vllm", TESTED)],
+        ("tokens_per_s", INTERVAL), "sitting", ("pass_at_1", INTERVAL), ("pass_at_1_diff", TESTED),
+        "matched", ("aup", INTERVAL), "aup_dropped", ("speedup_vs_ar", TIMED), ("speedup_vs_ar_hf", TIMED),
+        ("speedup_vs_ar_vllm", TIMED)],
     3: ["setup", "system", "engine", "suite", "n_problems", ("tokens_per_s", INTERVAL), "latency_median_s",
         "latency_p90_s", ("tpf", INTERVAL), "same_tpf", ("speedup_vs_reference", TESTED),
         ("speedup_vs_serving", TESTED)],

@@ -49,6 +49,8 @@ def folded_cell(row: dict, name: str, suffixes: tuple[str, ...]) -> str:
         )
     if not _missing(row.get(f"{name}_per_seed")):
         parts.append(f"({row[f'{name}_per_seed']})")
+    if row.get(f"{name}_sitting") == "separate":  # a ratio of throughputs not timed together
+        parts.append("(separate sittings)")
     return " ".join(parts)
 
 

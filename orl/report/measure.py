@@ -135,6 +135,32 @@ def measure(
 # ------------------------------------------------------------------------------------------
 
 
+def sittings_of(line: Measured, kind: str) -> list[str | None]:
+    """The sitting each seed's record of `kind` was timed in (extra.sitting.id, which `orl bench-sitting`
+    writes); None for a record timed on its own."""
+    records = line.records.get(kind, [])
+    return [((record.get("extra") or {}).get("sitting") or {}).get("id") for record in records]
+
+
+def sitting_text(line: Measured, kind: str) -> str | None:
+    """The line's sittings, for its `sitting` column (None where its records were each timed alone)."""
+    return "; ".join(sorted({s for s in sittings_of(line, kind) if s})) or None
+
+
+def same_sitting(a: Measured, b: Measured, kind: str) -> bool | None:
+    """Whether a ratio of the two lines' throughputs pairs requests timed in one sitting: every record of
+    both in the same sitting (docs/metrics.md "Sittings"); None where either line has no record of `kind`."""
+    mine, theirs = sittings_of(a, kind), sittings_of(b, kind)
+    if not mine or not theirs:
+        return None
+    return None not in mine + theirs and len(set(mine + theirs)) == 1
+
+
+def sitting_label(same: bool | None) -> str | None:
+    """A throughput ratio's `<column>_sitting` companion: "same" or "separate" sittings."""
+    return None if same is None else "same" if same else "separate"
+
+
 def _fallback(values: list[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return spread(present)[0] if present else None

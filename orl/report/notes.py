@@ -94,6 +94,23 @@ def choice_split_note(records: list[dict]) -> str | None:
     return None
 
 
+def sitting_note(values: list[dict], columns: list[str], what: str) -> str | None:
+    """Whether a table's throughput ratios (`columns`; `what` they are, plural) pair requests timed in one
+    sitting, interleaved, or divide throughputs of separate sittings (each ratio's `<column>_sitting`)."""
+    labels = [(f"{value.get('system')} ({value.get('suite')})", value.get(f"{column}_sitting"))
+              for value in values for column in columns]  # fmt: skip
+    labels = [(line, label) for line, label in labels if label is not None]
+    if not labels:
+        return None
+    apart = sorted({line for line, label in labels if label == "separate"})
+    if not apart:
+        return f'All {what} pair requests timed in one sitting, interleaved (docs/metrics.md "Sittings").'
+    return (
+        f'{what.capitalize()} marked "separate sittings" divide throughputs timed apart, not interleaved '
+        f'(docs/metrics.md "Sittings"): {"; ".join(apart)}.'
+    )
+
+
 def uncertainty_note() -> str:
     return (
         f"Intervals are {LEVEL:.0%}: pass@1 of one checkpoint by Wilson's score interval; TPF, tokens/s, AUP "

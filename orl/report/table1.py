@@ -27,11 +27,20 @@ from orl.report.measure import (
     measure,
     pass_columns,
     predates_forward_count,
+    same_sitting,
+    sitting_label,
+    sitting_text,
     tokens_per_s_columns,
     tpf_columns,
     y_max_of,
 )
-from orl.report.notes import choice_split_note, completion_lengths, prompt_sets, uncertainty_note
+from orl.report.notes import (
+    choice_split_note,
+    completion_lengths,
+    prompt_sets,
+    sitting_note,
+    uncertainty_note,
+)
 from orl.report.select import Want, ratio, seed_index
 
 
@@ -54,6 +63,7 @@ def build_table1(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
             **tpf_columns(m, "quality"),
             **forward_columns(m, "quality"),
             **tokens_per_s_columns(m, "latency"),
+            "sitting": sitting_text(m, "latency"),
             **pass_columns(m),
             **aup,
         }
@@ -85,6 +95,7 @@ def build_table1(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
         *prompt_sets(lines, ("quality", "latency")),
         *completion_lengths(lines),
         *legacy_tpf_notes(lines, "quality"),
+        sitting_note(out, ["throughput_gain"], "throughput gains"),
         choice_split_note(records),
         uncertainty_note(),
     ]
@@ -101,6 +112,7 @@ def _gains(orl, base, values: dict, base_values: dict) -> dict:
     out = {
         **stats.comparison_columns("tpf_gain", tpf),
         **stats.comparison_columns("throughput_gain", speed),
+        "throughput_gain_sitting": sitting_label(same_sitting(orl, base, "latency")),
         **stats.comparison_columns("pass_at_1_diff", passed),
     }
     # Without per-problem data (records of older runs), the gains are still the ratios of the values.

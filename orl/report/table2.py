@@ -30,11 +30,20 @@ from orl.report.measure import (
     measure,
     pass_columns,
     predates_forward_count,
+    same_sitting,
+    sitting_label,
+    sitting_text,
     tokens_per_s_columns,
     tpf_columns,
     y_max_of,
 )
-from orl.report.notes import choice_split_note, completion_lengths, prompt_sets, uncertainty_note
+from orl.report.notes import (
+    choice_split_note,
+    completion_lengths,
+    prompt_sets,
+    sitting_note,
+    uncertainty_note,
+)
 from orl.report.select import Want, ratio, seed_index, table_suites
 
 SPEEDUPS = {"ar": "speedup_vs_ar", "ar_hf": "speedup_vs_ar_hf", "ar_vllm": "speedup_vs_ar_vllm"}
@@ -61,6 +70,7 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
                 "latency_median_s": m.resolved.metric("latency_median_s"),
                 "latency_p90_s": m.resolved.metric("latency_p90_s"),
                 **tokens_per_s_columns(m, "latency"),
+                "sitting": sitting_text(m, "latency"),
                 **pass_columns(m),
                 **matched_columns(m, reference, tolerance, is_reference=row.key == rows.MATCH_REFERENCE),
             }
@@ -95,6 +105,7 @@ def build_table2(records: list[dict], claims: list[Claim]) -> pd.DataFrame:
         *prompt_sets(measured_lines, ("latency", "quality")),
         *completion_lengths(measured_lines),
         *legacy_tpf_notes(measured_lines, "latency"),
+        sitting_note(out, list(SPEEDUPS.values()), "speedups"),
         choice_split_note(records),
         uncertainty_note(),
     ]
@@ -163,6 +174,7 @@ def _speedups(block) -> None:
                     value[column] = 1.0
                 continue
             dm, dv = denominator
+            value[f"{column}_sitting"] = sitting_label(same_sitting(m, dm, "latency"))
             estimate = stats.compare(
                 m.requests.get("latency"), dm.requests.get("latency"), stats.tokens_per_s_of, ratio=True
             )

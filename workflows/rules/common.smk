@@ -246,6 +246,17 @@ TABLE5_ROWS = [row for row in RUN.values() if 5 in row.tables]
 ENGINE_MISSING = missing(ENGINE_ROW)  # Table 3's bench-engine and the length runs need its checkpoint
 TABLE1_SWEPT = [row for row in SWEEP_ROWS if 1 in row.tables]
 RELAXED_ROWS = [row for row in RUN.values() if row.verification == "relaxed" and not missing(row)]
+# Rows of Tables 1 and 2 timed together, one sitting per suite (config latency_sitting; rule latency_sitting,
+# `orl bench-sitting`): the speedups and throughput gains among them pair requests interleaved in one sitting
+# (docs/metrics.md "Sittings"). A row that cannot run here keeps its "not run" record.
+_SITTING_KEYS = list(config.get("latency_sitting") or [])
+_not_timed = [key for key in _SITTING_KEYS if key not in ROW or ROW[key] not in LATENCY_ROWS]
+if _not_timed:
+    raise ValueError(f"config latency_sitting: {', '.join(map(str, _not_timed))} not a row with a latency record "
+                     f"here; expected some of {', '.join(row.key for row in LATENCY_ROWS)}")  # fmt: skip
+SITTING_RUNS = runs_of([ROW[key] for key in _SITTING_KEYS if not missing(ROW[key])])
+SITTING_RUNS = SITTING_RUNS if len(SITTING_RUNS) > 1 else []  # one system alone is rule latency's
+SITTING_IDS = {run_id(row, seed) for row, seed in SITTING_RUNS}
 
 
 SWEEP_JOBS = [(row, seed, suite) for row, seed in runs_of(SWEEP_ROWS) for suite in sweep_suites(row)]

@@ -13,7 +13,7 @@ rule latency:
         f"{LOGS}/latency_{{suite}}_{{run}}.log",
     wildcard_constraints:
         suite=one_of(SUITES),
-        run=one_of(runnable(LATENCY_JOBS, latency_file)),
+        run=one_of(sorted(set(runnable(LATENCY_JOBS, latency_file)) - SITTING_IDS)),
     threads: THREADS
     resources:
         gpu=GPU,

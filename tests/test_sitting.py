@@ -1,0 +1,153 @@
+"""Same-sitting timing (orl/eval/latency.py measure_sitting, `orl bench-sitting`): requests interleaved
+across engines, one record per row naming the sitting, the rows' shared settings enforced."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pandas as pd
+import pytest
+
+from orl.cli import main
+from orl.engines.base import EngineInfo, Generation
+from orl.errors import InputError
+from orl.eval.latency import measure_latency, measure_sitting
+from orl.records import load_records
+from orl.report.cells import display_frame
+from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
+from orl.report.table2 import build_table2
+from tests.test_report import row, table2_records
+
+
+class Logged:
+    """An engine that logs which prompt it decodes, in one shared log."""
+
+    device = "cpu"
+
+    def __init__(self, name: str, log: list):
+        self.name, self.log = name, log
+
+    def compile_key(self, prompt: str, max_new_tokens: int):
+        return None
+
+    def generate(self, prompt: str, max_new_tokens: int) -> Generation:
+        self.log.append((self.name, prompt))
+        return Generation(token_ids=[1, 2], text="ab", nfe=1, nfe_prefill=1, wall_time_s=0.0)
+
+    def describe(self) -> EngineInfo:
+        return EngineInfo(self.name, "m", None, "float32", "cpu")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_sitting_interleaves_the_requests_and_rotates_the_order():
+    log: list = []
+    engines = [Logged(name, log) for name in "abc"]
+    runs = measure_sitting(engines, ["p0", "p1", "p2", "p3"], 4, warmup=1, progress=False)
+    assert log[:3] == [("a", "p0"), ("b", "p0"), ("c", "p0")]  # every engine warms up first
+    timed = log[3:]
+    assert [prompt for _, prompt in timed] == ["p0"] * 3 + ["p1"] * 3 + ["p2"] * 3 + ["p3"] * 3
+    assert [name for name, _ in timed[:6]] == ["a", "b", "c", "b", "c", "a"]  # rotating by one per prompt
+    assert [len(run.timings) for run in runs] == [4, 4, 4] and [run.warmup for run in runs] == [1, 1, 1]
+    alone = measure_latency(Logged("a", []), ["p0", "p1", "p2", "p3"], 4, warmup=1, progress=False)
+    assert [t.tokens for t in alone.timings] == [t.tokens for t in runs[0].timings]
+    with pytest.raises(InputError, match="at least one engine"):
+        measure_sitting([], ["p0"], 4, progress=False)
+
+
+def _row(ckpt, *flags) -> str:
+    common = ["--ckpt", str(ckpt), "--suite", "tinycode", "--limit", "3", "--warmup", "1"]
+    return shlex.join([*common, "--max-new-tokens", "8", *flags])
+
+
+def test_bench_sitting_writes_one_record_per_row_naming_the_sitting(ar_ckpt_dir, tmp_path, capsys):
+    hf, compiled = tmp_path / "hf.jsonl", tmp_path / "ar.jsonl"
+    argv = ["bench-sitting", "--no-progress"]
+    argv += ["--row", str(hf), _row(ar_ckpt_dir, "--engine", "hf")]
+    argv += ["--row", str(compiled), _row(ar_ckpt_dir, "--engine", "ar-compiled", "--system", "AR mine")]
+    assert main(argv) == 0
+    (a,), (b,) = load_records(hf), load_records(compiled)
+    assert a["kind"] == b["kind"] == "latency" and b["system"] == "AR mine"
+    assert a["extra"]["sitting"] == b["extra"]["sitting"]
+    assert a["extra"]["sitting"]["systems"] == [a["system"], "AR mine"]
+    assert a["extra"]["sitting"]["id"].startswith("tinycode/test@")
+    assert len(a["extra"]["per_request"]) == len(b["extra"]["per_request"]) == 3
+    # Both decode the same greedy tokens of the same target: the same counts per request.
+    assert [r["tokens"] for r in a["extra"]["per_request"]] == [
+        r["tokens"] for r in b["extra"]["per_request"]
+    ]
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("sitting=tinycode/test@")
+
+
+def test_bench_sitting_refuses_rows_that_would_time_different_requests(ar_ckpt_dir, tmp_path, capsys):
+    argv = [
+        "bench-sitting",
+        "--no-progress",
+        "--row",
+        str(tmp_path / "a.jsonl"),
+        _row(ar_ckpt_dir, "--engine", "hf"),
+    ]
+    argv += ["--row", str(tmp_path / "b.jsonl"), _row(ar_ckpt_dir, "--engine", "hf", "--split", "dev")]
+    assert main(argv) == 2
+    assert re.search(r"b.jsonl: --split 'dev' differs from row .*a.jsonl's 'test'", capsys.readouterr().err)
+    assert not (tmp_path / "a.jsonl").exists()
+
+
+def test_a_row_that_cannot_run_says_why_and_the_others_are_timed(ar_ckpt_dir, tmp_path):
+    argv = [
+        "bench-sitting",
+        "--no-progress",
+        "--row",
+        str(tmp_path / "a.jsonl"),
+        _row(ar_ckpt_dir, "--engine", "hf"),
+    ]
+    argv += ["--row", str(tmp_path / "v.jsonl"), _row(ar_ckpt_dir, "--engine", "sglang")]
+    assert main(argv) == 0
+    (timed,), (skipped,) = load_records(tmp_path / "a.jsonl"), load_records(tmp_path / "v.jsonl")
+    assert timed["status"] == "measured" and skipped["status"].startswith("not run")
+    assert timed["extra"]["sitting"]["systems"] == [timed["system"]]
+
+
+@pytest.fixture(scope="module")
+def claims():
+    return load_claims(DEFAULT_CLAIMS_PATH)
+
+
+def _sat(record: dict, sitting: str | None) -> dict:
+    if sitting is not None:
+        record["extra"] = {**(record.get("extra") or {}), "sitting": {"id": sitting}}
+    return record
+
+
+def test_tables_say_which_ratios_pair_one_sitting(claims):
+    """A speedup whose two lines share a sitting is "same"; one across sittings is "separate", and the
+    Markdown cell and the notes say so."""
+    records = table2_records()
+    together = ("AR (ours: static cache, compiled)", "dLLM + ORL")
+    for record in records:
+        if record["kind"] == "latency" and record["system"] in together:
+            _sat(record, "tinycode/test@2026-12-05T20:00:00Z/here")
+        elif record["kind"] == "latency" and record["system"] == "AR (hf)":
+            _sat(record, "tinycode/test@2026-12-05T09:00:00Z/here")
+    frame = build_table2(records, claims)
+    orl = row(frame, system="dLLM + ORL")
+    assert orl["sitting"] == "tinycode/test@2026-12-05T20:00:00Z/here"
+    assert orl["speedup_vs_ar_sitting"] == "same" and orl["speedup_vs_ar_hf_sitting"] == "separate"
+    dflash = row(frame, system="AR + block-diffusion drafter (ours, DFlash-style)")  # timed alone
+    assert pd.isna(dflash["sitting"]) and dflash["speedup_vs_ar_sitting"] == "separate"
+    assert pd.isna(row(frame, system=together[0])["speedup_vs_ar_sitting"])  # the AR line itself
+    note = next(n for n in frame.attrs["notes"] if "Sittings" in n)
+    assert "dLLM + ORL (tinycode)" in note and "separate sittings" in note
+    cells = display_frame(frame)
+    orl_cell = cells[cells["system"] == "dLLM + ORL"].iloc[0]
+    assert "separate sittings" in orl_cell["speedup_vs_ar_hf"] and "separate" not in orl_cell["speedup_vs_ar"]
+
+
+def test_all_ratios_in_one_sitting_say_so(claims):
+    records = [_sat(r, "s1") if r["kind"] == "latency" and r["status"] == "measured" else r
+               for r in table2_records()]  # fmt: skip
+    frame = build_table2(records, claims)
+    assert set(frame["speedup_vs_ar_sitting"].dropna()) == {"same"}
+    assert any(n.startswith("All speedups pair requests timed in one sitting") for n in frame.attrs["notes"])
