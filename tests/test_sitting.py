@@ -62,11 +62,21 @@ def _row(ckpt, *flags) -> str:
     return shlex.join([*common, "--max-new-tokens", "8", *flags])
 
 
+def _sitting(*rows) -> list[str]:
+    """`orl bench-sitting` arguments for rows (record file, that row's flags)."""
+    return [
+        "bench-sitting",
+        "--no-progress",
+        *(arg for out, flags in rows for arg in ("--row", str(out), flags)),
+    ]
+
+
 def test_bench_sitting_writes_one_record_per_row_naming_the_sitting(ar_ckpt_dir, tmp_path, capsys):
     hf, compiled = tmp_path / "hf.jsonl", tmp_path / "ar.jsonl"
-    argv = ["bench-sitting", "--no-progress"]
-    argv += ["--row", str(hf), _row(ar_ckpt_dir, "--engine", "hf")]
-    argv += ["--row", str(compiled), _row(ar_ckpt_dir, "--engine", "ar-compiled", "--system", "AR mine")]
+    argv = _sitting(
+        (hf, _row(ar_ckpt_dir, "--engine", "hf")),
+        (compiled, _row(ar_ckpt_dir, "--engine", "ar-compiled", "--system", "AR mine")),
+    )
     assert main(argv) == 0
     (a,), (b,) = load_records(hf), load_records(compiled)
     assert a["kind"] == b["kind"] == "latency" and b["system"] == "AR mine"
@@ -82,28 +92,20 @@ def test_bench_sitting_writes_one_record_per_row_naming_the_sitting(ar_ckpt_dir,
 
 
 def test_bench_sitting_refuses_rows_that_would_time_different_requests(ar_ckpt_dir, tmp_path, capsys):
-    argv = [
-        "bench-sitting",
-        "--no-progress",
-        "--row",
-        str(tmp_path / "a.jsonl"),
-        _row(ar_ckpt_dir, "--engine", "hf"),
-    ]
-    argv += ["--row", str(tmp_path / "b.jsonl"), _row(ar_ckpt_dir, "--engine", "hf", "--split", "dev")]
+    argv = _sitting(
+        (tmp_path / "a.jsonl", _row(ar_ckpt_dir, "--engine", "hf")),
+        (tmp_path / "b.jsonl", _row(ar_ckpt_dir, "--engine", "hf", "--split", "dev")),
+    )
     assert main(argv) == 2
     assert re.search(r"b.jsonl: --split 'dev' differs from row .*a.jsonl's 'test'", capsys.readouterr().err)
     assert not (tmp_path / "a.jsonl").exists()
 
 
 def test_a_row_that_cannot_run_says_why_and_the_others_are_timed(ar_ckpt_dir, tmp_path):
-    argv = [
-        "bench-sitting",
-        "--no-progress",
-        "--row",
-        str(tmp_path / "a.jsonl"),
-        _row(ar_ckpt_dir, "--engine", "hf"),
-    ]
-    argv += ["--row", str(tmp_path / "v.jsonl"), _row(ar_ckpt_dir, "--engine", "sglang")]
+    argv = _sitting(
+        (tmp_path / "a.jsonl", _row(ar_ckpt_dir, "--engine", "hf")),
+        (tmp_path / "v.jsonl", _row(ar_ckpt_dir, "--engine", "sglang")),
+    )
     assert main(argv) == 0
     (timed,), (skipped,) = load_records(tmp_path / "a.jsonl"), load_records(tmp_path / "v.jsonl")
     assert timed["status"] == "measured" and skipped["status"].startswith("not run")
