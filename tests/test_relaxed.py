@@ -156,6 +156,46 @@ def test_hf_assisted_at_delta_one_is_the_targets_greedy_decoding(prompts, target
     assert info.policy["params"]["verification"] == "relaxed:1"
 
 
+class _PastKeyValuesForward(torch.nn.Module):
+    """A transformers model as 5.19 (vLLM's environment) and 4.x present it: the cache comes in as
+    `past_key_values`, and any other keyword is dropped, as their **kwargs drop an unknown one."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def forward(self, input_ids=None, past_key_values=None, use_cache=None, **ignored):
+        from orl.engines.hf import cache_keyword
+
+        cache = {cache_keyword(self.inner): past_key_values}
+        return self.inner(input_ids=input_ids, use_cache=use_cache, **cache)
+
+
+def test_relaxed_loop_passes_the_cache_by_the_models_own_keyword(prompts, target_greedy):
+    """The loop read `cache=` only: under transformers 5.19 every forward then ran without its context
+    (a tinymath sitting accepted 1 of 940 drafts and decoded to the budget). Whatever the keyword, δ = 1
+    must still decode the target's greedy tokens."""
+    from orl.engines.hf import HFEngine, cache_keyword, load_hf_engine
+
+    loaded = load_hf_engine(BASE / "ar", draft_dir=BASE / "draft")
+    target, draft = _PastKeyValuesForward(loaded.model), _PastKeyValuesForward(loaded.draft)
+    assert cache_keyword(target) == "past_key_values"
+    engine = HFEngine(target, loaded.tokenizer, model_name="older", draft=draft, verification=relaxed(1.0))
+    assert [engine.generate(p, MAX_NEW).token_ids for p in prompts] == target_greedy
+
+
+def test_a_forward_without_a_cache_keyword_is_refused():
+    from orl.engines.hf import cache_keyword
+    from orl.errors import CheckpointError
+
+    class NoCache(torch.nn.Module):
+        def forward(self, input_ids, **kwargs):
+            return input_ids
+
+    with pytest.raises(CheckpointError, match="neither `cache` nor `past_key_values`"):
+        cache_keyword(NoCache())
+
+
 def test_dflash_at_delta_one_is_the_targets_greedy_decoding(prompts, target_greedy):
     from orl.engines.dflash import DFlashEngine
 

@@ -32,6 +32,7 @@ and completions round-trip exactly as for every other engine.
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -167,6 +168,21 @@ def load_hf_engine(
     )
 
 
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The keyword a transformers causal LM's forward takes its KV cache by: `cache` in transformers 5.25
+    (.venv), `past_key_values` in 5.19 (vLLM's environment) and 4.x. A name the forward does not declare
+    lands in its **kwargs and is dropped, so the model would silently decode every step without its
+    context: the name is read from the signature, never assumed."""
+    declared = inspect.signature(model.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in declared:
+            return name
+    raise CheckpointError(
+        f"{type(model).__name__}.forward takes its KV cache by neither `cache` nor `past_key_values` "
+        "(the transformers versions this engine knows); relaxed verification needs one of them"
+    )
+
+
 def _keep(cache, length: int) -> None:
     """Cut a transformers cache back to its first `length` positions (its crop takes how many to remove)."""
     remove = cache.get_seq_length() - length
@@ -203,6 +219,8 @@ class HFEngine:
         self.max_positions = int(model.config.max_position_embeddings)
         self.target_forwards = ForwardCounter(model)
         self.draft_forwards = ForwardCounter(draft) if draft is not None else None
+        # The relaxed loop calls both models itself (_logits), with their caches passed by name.
+        self.cache_keywords = {id(m): cache_keyword(m) for m in (model, draft) if m is not None}
 
     def describe(self) -> EngineInfo:
         """The record's view: policy = the speculation settings (None for plain greedy)."""
@@ -295,7 +313,8 @@ class HFEngine:
     def _logits(self, model, cache, tokens: list[int]) -> torch.Tensor:
         """One forward of `model` over `tokens` after what `cache` holds; float32 logits [len(tokens), V],
         with <eos> impossible in speed runs (what transformers' min_new_tokens does for the strict path)."""
-        out = model(input_ids=torch.tensor([tokens], device=self.device), cache=cache, use_cache=True)
+        cache_argument = {self.cache_keywords[id(model)]: cache}
+        out = model(input_ids=torch.tensor([tokens], device=self.device), use_cache=True, **cache_argument)
         logits = out.logits[0].float()
         if self.ignore_eos:
             logits[:, list(self.tokenizer.eos_ids)] = float("-inf")
