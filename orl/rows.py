@@ -270,6 +270,7 @@ ROWS: tuple[Row, ...] = (
         ckpt="ar", draft="dlm", verification="relaxed", lines=(Line(2),)),
     Row("dlm", DLLM_BASE, "dlmrt", ckpt="dlm", point="dlm", sweep=True, entropy=True, lines=(
         _table1(TINY, "tinycode", "base"),
+        _table1(TINY, "tinymath", "base"),
         _table1(TINY, "tinycode-long", "base"),
         _table1(TINY, "humaneval", "base"),
         *_paper_table1(QWENDLM_4B, "base", _QWEN_BASE_CLAIMS),
@@ -285,6 +286,7 @@ ROWS: tuple[Row, ...] = (
     )),
     Row("orl", DLLM_ORL, "dlmrt", ckpt="orl", point="orl", sweep=True, entropy=True, lines=(
         _table1(TINY, "tinycode", "+ORL", _QWEN_GAINS),
+        _table1(TINY, "tinymath", "+ORL"),
         _table1(TINY, "tinycode-long", "+ORL"),
         _table1(TINY, "humaneval", "+ORL"),
         *_paper_table1(QWENDLM_4B, "+ORL", _QWEN_ORL_CLAIMS),

@@ -96,9 +96,11 @@ def test_table_order_and_roles():
         "ar_vllm",
     ]
     table1 = rows.lines(1)
-    assert [(line.family.label, line.suite, line.label) for _, line in table1[:6]] == [
+    assert [(line.family.label, line.suite, line.label) for _, line in table1[:8]] == [
         ("tiny QwenDLM", "tinycode", "base"),
         ("tiny QwenDLM", "tinycode", "+ORL"),
+        ("tiny QwenDLM", "tinymath", "base"),
+        ("tiny QwenDLM", "tinymath", "+ORL"),
         ("tiny QwenDLM", "tinycode-long", "base"),
         ("tiny QwenDLM", "tinycode-long", "+ORL"),
         ("tiny QwenDLM", "humaneval", "base"),

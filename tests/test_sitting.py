@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections import Counter
 
 import pandas as pd
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from orl.cli import main
 from orl.engines.base import EngineInfo, Generation
 from orl.errors import InputError
-from orl.eval.latency import measure_latency, measure_sitting
+from orl.eval.latency import balanced_orders, measure_latency, measure_sitting
 from orl.records import load_records
 from orl.report.cells import display_frame
 from orl.report.claims import DEFAULT_CLAIMS_PATH, load_claims
@@ -42,19 +43,32 @@ class Logged:
         pass
 
 
-def test_a_sitting_interleaves_the_requests_and_rotates_the_order():
+def test_a_sitting_interleaves_the_requests_in_balanced_orders():
     log: list = []
-    engines = [Logged(name, log) for name in "abc"]
-    runs = measure_sitting(engines, ["p0", "p1", "p2", "p3"], 4, warmup=1, progress=False)
-    assert log[:3] == [("a", "p0"), ("b", "p0"), ("c", "p0")]  # every engine warms up first
-    timed = log[3:]
-    assert [prompt for _, prompt in timed] == ["p0"] * 3 + ["p1"] * 3 + ["p2"] * 3 + ["p3"] * 3
-    assert [name for name, _ in timed[:6]] == ["a", "b", "c", "b", "c", "a"]  # rotating by one per prompt
-    assert [len(run.timings) for run in runs] == [4, 4, 4] and [run.warmup for run in runs] == [1, 1, 1]
-    alone = measure_latency(Logged("a", []), ["p0", "p1", "p2", "p3"], 4, warmup=1, progress=False)
+    engines = [Logged(name, log) for name in "abcd"]
+    prompts = [f"p{i}" for i in range(8)]
+    runs = measure_sitting(engines, prompts, 4, warmup=1, progress=False)
+    assert log[:4] == [(name, "p0") for name in "abcd"]  # every engine warms up first
+    timed = log[4:]
+    assert [prompt for _, prompt in timed] == [p for p in prompts for _ in range(4)]
+    rounds = ["".join(name for name, _ in timed[i : i + 4]) for i in range(0, len(timed), 4)]
+    assert rounds[:4] == ["abdc", "bcad", "cdba", "dacb"] and rounds[4:] == rounds[:4]
+    assert [len(run.timings) for run in runs] == [8, 8, 8, 8] and [run.warmup for run in runs] == [1] * 4
+    alone = measure_latency(Logged("a", []), prompts, 4, warmup=1, progress=False)
     assert [t.tokens for t in alone.timings] == [t.tokens for t in runs[0].timings]
     with pytest.raises(InputError, match="at least one engine"):
         measure_sitting([], ["p0"], 4, progress=False)
+
+
+@pytest.mark.parametrize("n", range(1, 13))
+def test_balanced_orders_put_every_engine_everywhere_and_after_every_other_equally_often(n):
+    orders = balanced_orders(n)
+    assert len(orders) == (n if n % 2 == 0 else 2 * n)
+    assert all(sorted(order) == list(range(n)) for order in orders)
+    positions = Counter((position, k) for order in orders for position, k in enumerate(order))
+    assert len(positions) == n * n and len(set(positions.values())) == 1
+    neighbours = Counter(pair for order in orders for pair in zip(order[:-1], order[1:], strict=True))
+    assert len(neighbours) == n * (n - 1) and len(set(neighbours.values())) <= 1
 
 
 def _row(ckpt, *flags) -> str:

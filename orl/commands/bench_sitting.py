@@ -31,7 +31,8 @@ def register(subparsers) -> None:
         help="several rows' batch-1 latency in one sitting, requests interleaved, one record per row",
         description="Build every row's engine (--row OUT FLAGS, FLAGS being the row's `orl bench-latency` "
         "flags), warm each up, then run the suite's prompts one at a time on every engine in turn, the "
-        "engines' order rotating from prompt to prompt. Writes each row's 'latency' record to its OUT with "
+        "engines' order balanced over prompts (each engine in every position, and after every other, "
+        "equally often). Writes each row's 'latency' record to its OUT with "
         "extra.sitting (an id, the systems timed together); a row whose engine cannot start here gets its "
         "'not run' record. The rows must share the suite, split, limit, budget, warm-up and template.",
     )
@@ -113,7 +114,10 @@ def run_bench_sitting(args) -> int:
         if not running:
             return 0
         infos = [engine.describe() for _, engine, _ in running]
-        sitting = {"id": sitting_id(first.suite, first.split), "order": "interleaved, rotating per request"}
+        sitting = {
+            "id": sitting_id(first.suite, first.split),
+            "order": "interleaved, balanced orders per request (Williams design)",
+        }
         runs = measure_sitting(
             [engine for _, engine, _ in running],
             [chat(p) for p in prompts] if chat else prompts,

@@ -226,6 +226,16 @@ def measure_latency(
     return run
 
 
+def balanced_orders(n: int) -> list[list[int]]:
+    """The orders of n engines in a sitting: a Williams design, the rows of a Latin square whose first row
+    is 0, 1, n-1, 2, n-2, ... and each next row that row plus i (mod n); for odd n the rows and their
+    reverses. Over one cycle of its rows every engine takes every position, and follows every other
+    engine immediately, equally often (once for even n, twice for odd n)."""
+    first = [0] + [(j + 1) // 2 if j % 2 else n - j // 2 for j in range(1, n)]
+    rows = [[(x + i) % n for x in first] for i in range(n)]
+    return rows if n % 2 == 0 else rows + [row[::-1] for row in rows]
+
+
 def measure_sitting(
     engines: Sequence[Engine],
     prompts: Sequence[str],
@@ -237,10 +247,12 @@ def measure_sitting(
     """The protocol for several engines in one sitting, one run per engine (in their order).
 
     Every engine warms up first (all of them are loaded and compiled before any request is timed); then
-    prompt i runs on every engine before prompt i + 1 runs on any, the engines' order rotating by one
-    from prompt to prompt, so that a slow spell of a shared machine falls on all of them and no engine
-    always follows the same other one. A throughput ratio of two of these runs, paired per request, is a
-    same-sitting comparison (docs/metrics.md "Sittings").
+    prompt i runs on every engine before prompt i + 1 runs on any, in the order of `balanced_orders`
+    (prompt i takes its i-th order, cyclically), so that a slow spell of a shared machine falls on all
+    of them and every engine runs in every position, and right after every other engine, equally often
+    (a rotation by one would keep each engine behind the same neighbour in all but one prompt of every n).
+    A throughput ratio of two of these runs, paired per request, is a same-sitting comparison
+    (docs/metrics.md "Sittings").
     """
     _validate(prompts, max_new_tokens, warmup)
     if not engines:
@@ -250,10 +262,10 @@ def measure_sitting(
     runs = [_warm_up(engine, prompts, max_new_tokens, warmup, None, progress) for engine in engines]
     syncs = [synchronizer(engine.device) for engine in engines]
     n = len(engines)
+    orders = balanced_orders(n)
     bar = tqdm(prompts, desc=f"sitting ({n} engines)", unit="req", disable=not progress, leave=False)
     for i, prompt in enumerate(bar):
-        for j in range(n):
-            k = (i + j) % n
+        for k in orders[i % len(orders)]:
             _measure_one(engines[k], prompt, max_new_tokens, syncs[k], runs[k], None)
     return runs
 

@@ -1,8 +1,8 @@
 """Table 1: base vs +ORL per model family (TPF, tokens/s, pass@1, AUP, and the gains of +ORL).
 
 Lines: orl.rows.lines(1), one per (family, suite, variant). A family matches a substring
-of record model.name: "tiny" for the tiny analog (suites tinycode, tinycode-long and
-humaneval), "QwenDLM-4B" (humaneval), "LLaDA-2.1-mini" and "DiffusionGemma" (any suite).
+of record model.name: "tiny" for the tiny analog (suites tinycode, tinymath, tinycode-long
+and humaneval), "QwenDLM-4B" (humaneval), "LLaDA-2.1-mini" and "DiffusionGemma" (any suite).
 +ORL is a training result: its values are means over the training seeds found in the records
 (with sd, per-seed values and a crossed bootstrap interval). Each +ORL line reports its gains
 over the base line (role "base") of the same family and suite, paired over the same problems
