@@ -43,19 +43,24 @@ class Logged:
         pass
 
 
-def test_a_sitting_interleaves_the_requests_in_balanced_orders():
+def test_a_sitting_interleaves_blocks_of_prompts_in_balanced_orders():
     log: list = []
     engines = [Logged(name, log) for name in "abcd"]
-    prompts = [f"p{i}" for i in range(8)]
-    runs = measure_sitting(engines, prompts, 4, warmup=1, progress=False)
+    prompts = [f"p{i}" for i in range(10)]
+    runs = measure_sitting(engines, prompts, 4, warmup=1, progress=False, block=3)
     assert log[:4] == [(name, "p0") for name in "abcd"]  # every engine warms up first
-    timed = log[4:]
-    assert [prompt for _, prompt in timed] == [p for p in prompts for _ in range(4)]
-    rounds = ["".join(name for name, _ in timed[i : i + 4]) for i in range(0, len(timed), 4)]
-    assert rounds[:4] == ["abdc", "bcad", "cdba", "dacb"] and rounds[4:] == rounds[:4]
-    assert [len(run.timings) for run in runs] == [8, 8, 8, 8] and [run.warmup for run in runs] == [1] * 4
+    turns = [log[i : i + 4] for i in range(4, 4 * 4 + 4 * 4 * 3, 4)]  # (re-warm + 3 timed) per engine
+    # Blocks p0-p2, p3-p5, p6-p8: each engine re-warmed on the prompt before the block, then the block.
+    assert turns[0] == [("a", "p0"), ("a", "p0"), ("a", "p1"), ("a", "p2")]
+    assert turns[4] == [("b", "p2"), ("b", "p3"), ("b", "p4"), ("b", "p5")]
+    order = ["".join(turn[0][0] for turn in turns[b : b + 4]) for b in range(0, 12, 4)]
+    assert order == ["abdc", "bcad", "cdba"]  # balanced_orders(4), one order per block
+    assert log[4 + 48 :] == [(e, p) for e in "dacb" for p in ("p8", "p9")]  # the last block: one prompt
+    assert [len(run.timings) for run in runs] == [10] * 4 and [run.warmup for run in runs] == [1] * 4
     alone = measure_latency(Logged("a", []), prompts, 4, warmup=1, progress=False)
     assert [t.tokens for t in alone.timings] == [t.tokens for t in runs[0].timings]
+    with pytest.raises(InputError, match="at least 1 prompt"):
+        measure_sitting(engines, prompts, 4, progress=False, block=0)
     with pytest.raises(InputError, match="at least one engine"):
         measure_sitting([], ["p0"], 4, progress=False)
 

@@ -1,10 +1,10 @@
 """`orl bench-sitting`: several table rows timed in one sitting, their requests interleaved.
 
 Each row is given as `--row OUT "FLAGS"`, where FLAGS are that row's `orl bench-latency` flags: every
-engine is built first, warms up, and then the suite's prompts run one at a time on every engine in
-turn (orl/eval/latency.py measure_sitting). Each row's record is the one `orl bench-latency` would
-write, with `extra.sitting` naming the sitting and the systems in it, so that a throughput ratio of
-two rows is a same-sitting comparison (docs/metrics.md "Sittings").
+engine is built first, warms up, and then the suite's prompts run in blocks of a few consecutive
+prompts on every engine in turn (orl/eval/latency.py measure_sitting). Each row's record is the one
+`orl bench-latency` would write, with `extra.sitting` naming the sitting and the systems in it, so
+that a throughput ratio of two rows is a same-sitting comparison (docs/metrics.md "Sittings").
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ def register(subparsers) -> None:
         help="several rows' batch-1 latency in one sitting, requests interleaved, one record per row",
         description="Build every row's engine (--row OUT FLAGS, FLAGS being the row's `orl bench-latency` "
         "flags), warm each up, then run the suite's prompts one at a time on every engine in turn, the "
-        "engines' order balanced over prompts (each engine in every position, and after every other, "
-        "equally often). Writes each row's 'latency' record to its OUT with "
+        "prompts in blocks of 8 (each engine decodes a block, after one untimed request, before the next "
+        "engine's turn), the engines' order balanced over blocks (each engine in every position, and after "
+        "every other, equally often). Writes each row's 'latency' record to its OUT with "
         "extra.sitting (an id, the systems timed together); a row whose engine cannot start here gets its "
         "'not run' record. The rows must share the suite, split, limit, budget, warm-up and template.",
     )
@@ -86,7 +87,7 @@ def sitting_id(suite: str, split: str) -> str:
 
 def run_bench_sitting(args) -> int:
     from orl.engines.base import EngineUnavailable
-    from orl.eval.latency import measure_sitting
+    from orl.eval.latency import SITTING_BLOCK, measure_sitting
     from orl.eval.latency_record import latency_settings, not_run_latency_record, run_record
     from orl.records import write_records
 
@@ -116,7 +117,8 @@ def run_bench_sitting(args) -> int:
         infos = [engine.describe() for _, engine, _ in running]
         sitting = {
             "id": sitting_id(first.suite, first.split),
-            "order": "interleaved, balanced orders per request (Williams design)",
+            "order": f"interleaved in blocks of {SITTING_BLOCK} prompts, each after one untimed request; "
+            "balanced orders per block (Williams design)",
         }
         runs = measure_sitting(
             [engine for _, engine, _ in running],
