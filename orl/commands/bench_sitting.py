@@ -30,10 +30,10 @@ def register(subparsers) -> None:
         "bench-sitting",
         help="several rows' batch-1 latency in one sitting, requests interleaved, one record per row",
         description="Build every row's engine (--row OUT FLAGS, FLAGS being the row's `orl bench-latency` "
-        "flags), warm each up, then run the suite's prompts one at a time on every engine in turn, the "
-        "prompts in blocks of 8 (each engine decodes a block, after one untimed request, before the next "
-        "engine's turn), the engines' order balanced over blocks (each engine in every position, and after "
-        "every other, equally often). Writes each row's 'latency' record to its OUT with "
+        "flags), warm each up, then run the suite's prompts in blocks of 8: each engine in turn decodes a "
+        "block, after one untimed request, before any engine starts the next block; the engines' order is "
+        "balanced over blocks (each engine in every position, and after every other, equally often). "
+        "Writes each row's 'latency' record to its OUT with "
         "extra.sitting (an id, the systems timed together); a row whose engine cannot start here gets its "
         "'not run' record. The rows must share the suite, split, limit, budget, warm-up and template.",
     )

@@ -169,10 +169,9 @@ def load_hf_engine(
 
 
 def cache_keyword(model: torch.nn.Module) -> str:
-    """The keyword a transformers causal LM's forward takes its KV cache by: `cache` in transformers 5.25
-    (.venv), `past_key_values` in 5.19 (vLLM's environment) and 4.x. A name the forward does not declare
-    lands in its **kwargs and is dropped, so the model would silently decode every step without its
-    context: the name is read from the signature, never assumed."""
+    """The keyword a transformers causal LM's forward takes its KV cache by: `cache` in 5.25,
+    `past_key_values` in 5.19 (vLLM's environment) and 4.x. An undeclared name is dropped by its **kwargs
+    and the model would silently decode without its context, so the name is read from the signature."""
     declared = inspect.signature(model.forward).parameters
     for name in ("cache", "past_key_values"):
         if name in declared:
