@@ -10,7 +10,7 @@ import pytest
 
 from orl.decoding import Policy
 from orl.errors import InputError
-from orl.eval.operating_point import Candidate, choose_operating_point, extend_below_edge, match
+from orl.eval.operating_point import Candidate, choose_operating_point, extend_grid, match
 from orl.eval.uncertainty import Runs, stack_runs
 
 
@@ -51,17 +51,42 @@ def test_a_matched_point_at_the_grids_lowest_value_extends_the_grid_until_accura
         measured.append(policy.value)
         return below[policy.value]
 
-    added = extend_below_edge(grid, measure, reference, 0.01)
+    added = extend_grid(grid, measure, reference, 0.01)
     assert measured == [0.3, 0.1] and [c.value for c in added] == [0.3, 0.1]
     point = choose_operating_point(grid + added, reference, 0.01)
     assert (point.value, point.edge) == (0.3, None)
     # The parameter's range ends the extension (τ in (0, 1]: nothing below 0.1 one step of 0.1 away).
     low = [_candidate(0.1, [1] * 80 + [0] * 20, 9.0), _candidate(0.2, [1] * 80 + [0] * 20, 7.0)]
-    assert extend_below_edge(low, measure, reference, 0.01) == [] and measured == [0.3, 0.1]
+    assert extend_grid(low, measure, reference, 0.01) == [] and measured == [0.3, 0.1]
     # A chosen point inside the grid, or an unmatched one, measures nothing.
-    assert extend_below_edge([below[0.1], *grid], measure, reference, 0.01) == []
-    weak = [_candidate(0.5, [1] * 50 + [0] * 50, 6.0), _candidate(0.9, [1] * 60 + [0] * 40, 2.0)]
-    assert extend_below_edge(weak, measure, reference, 0.01) == [] and len(measured) == 2
+    assert extend_grid([below[0.1], *grid], measure, reference, 0.01) == []
+    # Unmatched with the most accurate point inside the grid: nothing to measure either.
+    inside = [_candidate(0.5, [1] * 50 + [0] * 50, 6.0), _candidate(0.7, [1] * 60 + [0] * 40, 4.0),
+              _candidate(0.9, [1] * 55 + [0] * 45, 2.0)]  # fmt: skip
+    assert extend_grid(inside, measure, reference, 0.01) == [] and len(measured) == 2
+
+
+def test_an_unmatched_sweep_whose_most_accurate_point_is_the_highest_value_extends_the_grid_above():
+    reference = passes([1] * 80 + [0] * 20)
+    grid = [_candidate(0.85, [1] * 60 + [0] * 40, 6.0), _candidate(0.9, [1] * 70 + [0] * 30, 4.0)]
+    above = {0.95: _candidate(0.95, [1] * 75 + [0] * 25, 3.0), 1.0: _candidate(1.0, [1] * 80 + [0] * 20, 2.0)}
+    measured = []
+
+    def measure(policy):
+        measured.append(policy.value)
+        return above[policy.value]
+
+    added = extend_grid(grid, measure, reference, 0.01)
+    # 0.95 is still short of the reference, 1.0 matches; 1.05 would leave τ's range anyway.
+    assert measured == [0.95, 1.0] and [c.value for c in added] == [0.95, 1.0]
+    point = choose_operating_point(grid + added, reference, 0.01)
+    assert (point.value, point.matched, point.edge) == (1.0, True, None)
+    # Unmatched at τ = 1: the range ends the extension, the point stays marked at the grid's top.
+    short = [_candidate(0.95, [1] * 60 + [0] * 40, 3.0), _candidate(1.0, [1] * 70 + [0] * 30, 2.0)]
+    assert extend_grid(short, measure, reference, 0.01) == [] and len(measured) == 2
+    assert choose_operating_point(short, reference, 0.01).edge == "highest"
+    # The limit bounds each side: one value at most here.
+    assert len(extend_grid(grid, measure, reference, 0.01, limit=1)) == 1
 
 
 def test_operating_point_is_the_fastest_match_and_edges_are_marked():

@@ -429,6 +429,33 @@ def test_check_many_keeps_input_order_and_record_entries_fit_the_schema():
     assert {r.to_record()["memory_bound"] for r in results} <= {"cgroup", "watchdog+tmpfs"}
 
 
+def test_check_many_runs_each_distinct_program_once_and_reuses_kept_verdicts(monkeypatch):
+    from orl.sandbox import batch
+
+    ran = []
+    real = batch.check_completion
+
+    def counting(problem, completion, *args, **kwargs):
+        ran.append((problem["task_id"], completion))
+        return real(problem, completion, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "check_completion", counting)
+    right, wrong = body("return a + b"), body("return 0")
+    other = {**ADD, "task_id": "T/other"}  # same program parts but another task: judged apart
+    kept: dict = {}
+    first = check_many([ADD, ADD, ADD, other], [right, wrong, right, right], workers=2, progress=False,
+                       timeout_s=TIMEOUT_S, isolation="fallback", verdicts=kept)  # fmt: skip
+    assert [r.passed for r in first] == [True, False, True, True]
+    assert sorted(ran) == sorted([(ADD["task_id"], right), (ADD["task_id"], wrong), ("T/other", right)])
+    # A later call with the same dict (a sweep's next grid point) runs only what it has not judged yet.
+    again = check_many([ADD, ADD], [wrong, body("return b + a")], workers=2, progress=False,
+                       timeout_s=TIMEOUT_S, isolation="fallback", verdicts=kept)  # fmt: skip
+    assert [r.passed for r in again] == [False, True] and len(ran) == 4
+    # Other settings are other verdicts: a different timeout runs the program again.
+    check_many([ADD], [right], progress=False, timeout_s=TIMEOUT_S + 1, isolation="fallback", verdicts=kept)
+    assert len(ran) == 5
+
+
 # ------------------------------------------------------------------------------------------
 # Memory bound and cleanup machinery
 # ------------------------------------------------------------------------------------------

@@ -70,14 +70,16 @@ def _add_sweep_flags(p) -> None:
 
 
 def _add_reference_flags(p) -> None:
-    """--reference and --tolerance: the matched-accuracy point that extends the grid below its edge."""
+    """--reference and --tolerance: the matched-accuracy point that extends the grid beyond its ends."""
     p.add_argument(
         "--reference",
         default=None,
         metavar="FILE",
         help="quality record of the reference (the AR target, on this suite and split): where the "
         "matched-accuracy point is the grid's lowest value, the grid is extended below it, one step at "
-        "a time, until accuracy falls off (docs/method.md §4; orl operating-point then chooses)",
+        "a time, until accuracy falls off; where no value matches and the most accurate is the highest, "
+        "it is extended above it until one matches or τ reaches 1 (docs/method.md §4; orl "
+        "operating-point then chooses)",
     )
     p.add_argument(
         "--tolerance",

@@ -177,32 +177,41 @@ def choose_operating_point(
     )
 
 
-EXTEND_LIMIT = 4  # values added below a sweep's grid at most (grid-edge extension)
+EXTEND_LIMIT = 4  # values added beyond each end of a sweep's grid at most (grid-edge extension)
 
 
-def extend_below_edge(
+def extend_grid(
     candidates: Sequence[Candidate],
     measure: Callable[[Policy], Candidate],
     reference: Runs,
     tolerance: float = DEFAULT_TOLERANCE,
     limit: int = EXTEND_LIMIT,
 ) -> list[Candidate]:
-    """Grid-edge extension (docs/method.md §4): while the chosen point is matched and is the grid's lowest
-    value (for the thresholds, the fastest end: a faster point may still match), measure the value one
-    step below it (the step between the grid's two lowest values) with `measure`. It stops when the
-    chosen point lies inside the grid (accuracy fell off below it), when the next value leaves the
-    parameter's valid range (τ in (0, 1]), or after `limit` added values. Returns the added candidates,
-    in the order measured."""
+    """Grid-edge extension (docs/method.md §4), one value at a time, measured with `measure`:
+    - the chosen point is matched at the grid's lowest value (for the thresholds the fastest end: a faster
+      point may still match): the value one step below, until accuracy falls off below the chosen point;
+    - no point matches and the most accurate is the grid's highest value (a stricter value may match): the
+      value one step above, until one matches or the most accurate point lies inside the grid.
+    A step is the spacing of the grid's two values at that end. It stops when the next value leaves the
+    parameter's valid range (τ in (0, 1]), or after `limit` added values on a side. Returns the added
+    candidates, in the order measured."""
     added: list[Candidate] = []
-    while len(added) < limit:
+    counts = {"lowest": 0, "highest": 0}
+    while True:
         everything = [*candidates, *added]
         point = choose_operating_point(everything, reference, tolerance)
-        if point.edge != "lowest" or not point.matched or len(point.grid) < 2:
+        side = point.edge
+        if side is None or len(point.grid) < 2 or counts[side] >= limit:
             break
-        value = round(point.grid[0] - (point.grid[1] - point.grid[0]), 6)
+        if side == "lowest" and not point.matched:
+            break  # unmatched at the fastest end: every stricter value was already measured
+        grid = point.grid
+        value = grid[0] - (grid[1] - grid[0]) if side == "lowest" else grid[-1] + (grid[-1] - grid[-2])
+        value = round(value, 6)
         policy = everything[0].policy
         if not policy.rule.valid(value):
             break
+        counts[side] += 1
         added.append(measure(policy.with_value(value, "grid extension")))
     return added
 

@@ -10,7 +10,7 @@ number and MATH-500's boxed answer compared as text (orl/eval/answers.py; nothin
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orl.engines.base import Engine, Generation, forward_metrics
 from orl.errors import InputError
@@ -41,6 +41,8 @@ class CheckOptions:
     workers: int | None = None
     progress: bool = True
     isolation: str = "bwrap"
+    # Sandboxed verdicts kept across calls (orl.sandbox.check_many's `verdicts`): a sweep's grid points.
+    verdicts: dict | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ def _sandboxed(problems: Sequence[dict], completions: list[str], options: CheckO
         workers=options.workers,
         progress=options.progress,
         isolation=options.isolation,
+        verdicts=options.verdicts,
     )
     return [
         Checked(r.passed, r.result, c, r.isolation, r.memory_bound)
@@ -162,6 +165,7 @@ def evaluate_quality(
     chat: Callable[[str], str] | None = None,
     isolation: str = "bwrap",
     suite: str | None = None,
+    verdicts: dict | None = None,
 ) -> QualityResult:
     """pass@1 over `problems`. A problem the engine refuses (e.g. its prompt exceeds the model's context)
     counts as failed with the reason; the rest of the suite still runs.
@@ -169,7 +173,8 @@ def evaluate_quality(
     `chat` renders a prompt through an instruct checkpoint's chat template (Tokenizer.apply_chat_template);
     the program tested is then the prompt plus the code of the response (orl/eval/chat.py). `isolation`:
     see orl.sandbox (bwrap is required unless "fallback" is asked for by name). `suite` chooses the checker
-    (CHECKERS; None: orl.sandbox.check_many).
+    (CHECKERS; None: orl.sandbox.check_many). `verdicts`: sandboxed verdicts kept across calls, so a
+    completion already judged (at another point of a sweep) is not run again.
     """
     from tqdm import tqdm
 
@@ -182,7 +187,12 @@ def evaluate_quality(
     generated = [(p, g) for p, g in zip(problems, outcomes, strict=True) if isinstance(g, Generation)]
     generations = [g for _, g in generated]
     options = CheckOptions(
-        chat=chat is not None, timeout_s=timeout_s, workers=workers, progress=progress, isolation=isolation
+        chat=chat is not None,
+        timeout_s=timeout_s,
+        workers=workers,
+        progress=progress,
+        isolation=isolation,
+        verdicts=verdicts,
     )
     checked = iter(check_outputs(suite, [p for p, _ in generated], [g.text for g in generations], options))
     per_problem, results = [], []

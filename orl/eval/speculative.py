@@ -159,6 +159,7 @@ def delta_point(
     chat=None,
     timeout_s: float = 5.0,
     workers: int | None = None,
+    verdicts: dict | None = None,
 ) -> tuple[dict, EngineInfo]:
     """One point of `orl spec-sweep --deltas`: the engine, built at `verification` (one relaxed δ), evaluated
     on `problems` (pass@1 in the sandbox, per problem), with its acceptance length and tokens/s over the
@@ -173,6 +174,7 @@ def delta_point(
             chat=chat,
             timeout_s=timeout_s,
             workers=workers,
+            verdicts=verdicts,
         )
         info = engine.describe()
     finally:
@@ -236,7 +238,7 @@ def delta_sweep(
     """`orl spec-sweep --deltas`: every relaxed δ of `rules` evaluated on `problems` (an engine built per δ
     by `build`), and the δ chosen at matched accuracy against `reference` (ORL's quality record, read from
     `reference_file`); the choice document `--verification @FILE.json` reads, with every point."""
-    points, info = [], None
+    points, info, verdicts = [], None, {}  # the δ points share their sandboxed verdicts
     for rule in rules:
         point, info = delta_point(
             build(rule),
@@ -246,6 +248,7 @@ def delta_sweep(
             progress=progress,
             chat=chat,
             timeout_s=timeout_s,
+            verdicts=verdicts,
         )
         points.append(point)
         print(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from orl.decoding import Policy
 from orl.engines.base import Engine
 from orl.eval.aup import aup_or_none
-from orl.eval.operating_point import candidates_of, extend_below_edge, outcomes
+from orl.eval.operating_point import candidates_of, extend_grid, outcomes
 from orl.eval.quality import QualityResult, evaluate_quality
 from orl.records import make_record
 
@@ -48,13 +48,20 @@ def run_sweep(
 ) -> list[SweepPoint]:
     """One quality evaluation per policy (`sweep_policies`; prompts through `chat`, the chat template,
     where given; `suite` chooses the checker, orl.eval.quality.CHECKERS); each engine is warmed up on the
-    first prompt so compilation is not timed."""
-    points = []
+    first prompt so compilation is not timed. Grid points share their sandboxed verdicts: a completion
+    decoded at several points runs once."""
+    points, verdicts = [], {}
     for policy in policies:
         engine = make_engine(policy)
         engine.generate(chat(problems[0]["prompt"]) if chat else problems[0]["prompt"], max_new_tokens)
         result = evaluate_quality(
-            engine, list(problems), max_new_tokens, progress=progress, chat=chat, suite=suite
+            engine,
+            list(problems),
+            max_new_tokens,
+            progress=progress,
+            chat=chat,
+            suite=suite,
+            verdicts=verdicts,
         )
         point = SweepPoint(policy, result, engine)
         points.append(point)
@@ -165,9 +172,10 @@ def extended_sweep(
     reference: tuple[str, dict] | None,
     tolerance: float,
 ) -> list[SweepPoint]:
-    """`policies` measured, then, given the reference's quality record (its file name, the record), the
-    values added below the grid's lowest while the matched-accuracy point sits there (grid-edge
-    extension, docs/method.md §4: orl/eval/operating_point.py extend_below_edge); `record_of` makes a
+    """`policies` measured, then, given the reference's quality record (its file name, the record), values
+    added beyond an end of the grid where the operating point sits there: below the lowest while the
+    matched point is there, above the highest while nothing matches and the most accurate point is there
+    (grid-edge extension, docs/method.md §4: orl/eval/operating_point.py extend_grid); `record_of` makes a
     point's `sweep` record, which the matching reads."""
     points = measure(policies)
     if reference is None:
@@ -180,8 +188,12 @@ def extended_sweep(
         return candidates_of([record_of(added[-1])], "grid extension")[0]
 
     candidates = candidates_of([record_of(point) for point in points], "sweep")
-    extend_below_edge(candidates, measure_one, outcomes(record, name), tolerance)
-    if added:
-        values = ", ".join(f"{point.policy.value:g}" for point in added)
-        print(f"grid extended below its lowest value: {values}", flush=True)
+    extend_grid(candidates, measure_one, outcomes(record, name), tolerance)
+    lowest, highest = min(p.policy.value for p in points), max(p.policy.value for p in points)
+    for side, values in (
+        ("below its lowest", [p.policy.value for p in added if p.policy.value < lowest]),
+        ("above its highest", [p.policy.value for p in added if p.policy.value > highest]),
+    ):
+        if values:
+            print(f"grid extended {side} value: {', '.join(f'{v:g}' for v in values)}", flush=True)
     return points + added

@@ -55,8 +55,15 @@ def check_many(
     timeout_s: float = 3.0,
     isolation: str = "bwrap",
     limits: SandboxLimits | None = None,
+    verdicts: dict | None = None,
 ) -> list[ExecutionResult]:
-    """Check completions[i] against problems[i], several runs at once; results in input order."""
+    """Check completions[i] against problems[i], several runs at once; results in input order.
+
+    A (problem, completion) pair that occurs more than once is run once: a group of rollouts, or a sweep's
+    grid points, decode many identical completions, and a program's verdict depends only on its text and
+    the sandbox's settings. `verdicts`, a dict the caller keeps across calls (a sweep passes one through its
+    grid), also spares every pair it already holds and receives the new ones.
+    """
     if len(problems) != len(completions):
         raise InputError(f"check_many: {len(problems)} problems but {len(completions)} completions")
     if not problems:
@@ -64,25 +71,40 @@ def check_many(
     if all(is_answer_problem(p) for p in problems):  # parsing only: no sandbox, no threads
         return [check_answer(p, c) for p, c in zip(problems, completions, strict=True)]
     isolation = resolve_isolation(isolation)  # self-tests once, before the threads start
-    workers = max(1, min(workers or os.cpu_count() or 1, len(problems)))
+    known = {} if verdicts is None else verdicts
+    keys = [
+        verdict_key(p, c, timeout_s, isolation, limits) for p, c in zip(problems, completions, strict=True)
+    ]
+    todo: dict[tuple, int] = {}  # key -> its first occurrence, in input order (the runs start in that order)
+    for i, key in enumerate(keys):
+        if key not in known:
+            todo.setdefault(key, i)
+    workers = max(1, min(workers or os.cpu_count() or 1, len(todo) or 1))
     from tqdm.auto import tqdm
 
-    results: list[ExecutionResult | None] = [None] * len(problems)
     # Threads suffice: each one only waits on its run's processes.
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {
             pool.submit(
-                check_completion, problem, completion, timeout_s, isolation=isolation, limits=limits
-            ): i
-            for i, (problem, completion) in enumerate(zip(problems, completions, strict=True))
+                check_completion, problems[i], completions[i], timeout_s, isolation=isolation, limits=limits
+            ): key
+            for key, i in todo.items()
         }
         bar = tqdm(total=len(futures), desc="sandbox", unit="prog", disable=not progress, leave=False)
         passed = 0
         for future in as_completed(futures):
             result = future.result()
-            results[futures[future]] = result
+            known[futures[future]] = result
             passed += result.passed
             bar.update(1)
             bar.set_postfix(passed=passed)
         bar.close()
-    return results  # type: ignore[return-value]
+    return [known[key] for key in keys]
+
+
+def verdict_key(
+    problem: dict, completion: str, timeout_s: float, isolation: str, limits: SandboxLimits | None
+) -> tuple:
+    """What a sandboxed verdict depends on: the problem's program parts, the completion and the settings."""
+    parts = tuple(problem.get(k) for k in ("task_id", "prompt", "test", "entry_point", "final_answer"))
+    return (*parts, completion, timeout_s, isolation, limits)

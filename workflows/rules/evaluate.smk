@@ -11,7 +11,8 @@ MATCH_REF = ROW[rows.MATCH_REFERENCE]
 
 rule sweep:
     # On the choosing split; a matched point at the grid's lowest τ extends the grid below it until
-    # accuracy falls off (`orl sweep --reference`, docs/method.md §4).
+    # accuracy falls off, an unmatched sweep whose most accurate point is the highest τ extends it above
+    # (`orl sweep --reference`, docs/method.md §4).
     input:
         ckpt=lambda wc: ckpt_done(*ckpt_of(*RUNS[wc.run])),
         reference=lambda wc: choose_file(MATCH_REF, None, wc.suite),
