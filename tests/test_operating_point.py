@@ -10,7 +10,7 @@ import pytest
 
 from orl.decoding import Policy
 from orl.errors import InputError
-from orl.eval.operating_point import Candidate, choose_operating_point, extend_grid, match
+from orl.eval.operating_point import Candidate, choose_operating_point, edge_note, extend_grid, match
 from orl.eval.uncertainty import Runs, stack_runs
 
 
@@ -85,6 +85,8 @@ def test_an_unmatched_sweep_whose_most_accurate_point_is_the_highest_value_exten
     short = [_candidate(0.95, [1] * 60 + [0] * 40, 3.0), _candidate(1.0, [1] * 70 + [0] * 30, 2.0)]
     assert extend_grid(short, measure, reference, 0.01) == [] and len(measured) == 2
     assert choose_operating_point(short, reference, 0.01).edge == "highest"
+    assert "a stricter τ might match" in edge_note("highest", [0.9, 0.95])
+    assert "the strictest: no τ matches" in edge_note("highest", [0.95, 1.0])
     # The limit bounds each side: one value at most here.
     assert len(extend_grid(grid, measure, reference, 0.01, limit=1)) == 1
 

@@ -72,7 +72,11 @@ time.sleep(60)""")
     problems.write_text(json.dumps(ADD) + "\n")
     samples = tmp_path / "samples.jsonl"
     samples.write_text(
-        "".join(json.dumps({"task_id": ADD["task_id"], "completion": hang}) + "\n" for _ in range(4))
+        # Four distinct programs (check_many runs identical ones once), two running at a time.
+        "".join(
+            json.dumps({"task_id": ADD["task_id"], "completion": f"{hang}\n# sample {i}\n"}) + "\n"
+            for i in range(4)
+        )
     )
     harness = subprocess.Popen(
         [sys.executable, "-m", "orl.cli", "check-samples", str(samples), "--problems", str(problems),

@@ -245,10 +245,12 @@ def check_same_problems(sweep: Sequence[dict], reference: dict, sweep_file, refe
 
 def edge_note(edge: str | None, grid: Sequence[float], symbol: str = "τ") -> str | None:
     """What a chosen point at an end of the grid means, in one phrase (None when it is inside); `symbol`
-    names the swept parameter (Policy.rule.symbol)."""
+    names the swept parameter (Policy.rule.symbol: τ and δ, both in (0, 1], 1 the strictest)."""
     span = f"{min(grid):g}-{max(grid):g}" if grid else "?"
     if edge == "lowest":
         return f"lowest {symbol} of the grid {span}: the matched TPF may be higher (a lower bound)"
+    if edge == "highest" and grid and max(grid) >= 1.0:
+        return f"highest {symbol} of the grid {span}, the strictest: no {symbol} matches"
     if edge == "highest":
         return f"highest {symbol} of the grid {span}: a stricter {symbol} might match"
     return None
