@@ -23,6 +23,17 @@ def _candidate(tau, outcomes, tpf):
     return Candidate(Policy("threshold", tau), float(np.mean(outcomes)), tpf, runs)
 
 
+def _measurer(points: dict):
+    """A grid extension's `measure` that hands out `points` by value, and the values it was asked for."""
+    measured = []
+
+    def measure(policy):
+        measured.append(policy.value)
+        return points[policy.value]
+
+    return measure, measured
+
+
 def test_match_needs_the_tolerance_and_no_paired_evidence_of_being_worse():
     reference = passes([1] * 80 + [0] * 20)
     same = passes([1] * 80 + [0] * 20)
@@ -45,12 +56,7 @@ def test_a_matched_point_at_the_grids_lowest_value_extends_the_grid_until_accura
     grid = [_candidate(0.5, [1] * 80 + [0] * 20, 6.0), _candidate(0.7, [1] * 81 + [0] * 19, 4.0)]
     # Below the grid: 0.3 still matches (the edge moves down), 0.1 falls off 30 points.
     below = {0.3: _candidate(0.3, [1] * 80 + [0] * 20, 8.0), 0.1: _candidate(0.1, [1] * 50 + [0] * 50, 12.0)}
-    measured = []
-
-    def measure(policy):
-        measured.append(policy.value)
-        return below[policy.value]
-
+    measure, measured = _measurer(below)
     added = extend_grid(grid, measure, reference, 0.01)
     assert measured == [0.3, 0.1] and [c.value for c in added] == [0.3, 0.1]
     point = choose_operating_point(grid + added, reference, 0.01)
@@ -70,12 +76,7 @@ def test_an_unmatched_sweep_whose_most_accurate_point_is_the_highest_value_exten
     reference = passes([1] * 80 + [0] * 20)
     grid = [_candidate(0.85, [1] * 60 + [0] * 40, 6.0), _candidate(0.9, [1] * 70 + [0] * 30, 4.0)]
     above = {0.95: _candidate(0.95, [1] * 75 + [0] * 25, 3.0), 1.0: _candidate(1.0, [1] * 80 + [0] * 20, 2.0)}
-    measured = []
-
-    def measure(policy):
-        measured.append(policy.value)
-        return above[policy.value]
-
+    measure, measured = _measurer(above)
     added = extend_grid(grid, measure, reference, 0.01)
     # 0.95 is still short of the reference, 1.0 matches; 1.05 would leave τ's range anyway.
     assert measured == [0.95, 1.0] and [c.value for c in added] == [0.95, 1.0]

@@ -116,12 +116,14 @@ def run_sweep(args) -> int:
     row = {"system": args.system or model["name"], "engine": args.engine, "model": model,
            "suite": args.suite, "split": args.split, "n_problems": len(problems)}  # fmt: skip
 
+    verdicts: dict = {}  # sandboxed verdicts shared by the grid and its extension
+
     def measure(values: list[Policy]):
         engine_at = partial(engine_for_checkpoint, args.engine, ckpt, block_size=args.block_size)
         report = lambda point: print(sweep.point_line(point), flush=True)  # noqa: E731
         return sweep.run_sweep(lambda policy: engine_at(policy=policy), problems, values, args.max_new_tokens,
                                progress=not args.no_progress, report=report, chat=chat_renderer(args),
-                               suite=args.suite)  # fmt: skip
+                               suite=args.suite, verdicts=verdicts)  # fmt: skip
 
     record_of = partial(sweep.sweep_record, **row, chat_template=args.chat)
     points = sweep.extended_sweep(measure, policies, record_of, reference, args.tolerance)

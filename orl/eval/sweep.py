@@ -45,12 +45,14 @@ def run_sweep(
     report: Callable[[SweepPoint], None] | None = None,
     chat: Callable[[str], str] | None = None,
     suite: str | None = None,
+    verdicts: dict | None = None,
 ) -> list[SweepPoint]:
     """One quality evaluation per policy (`sweep_policies`; prompts through `chat`, the chat template,
     where given; `suite` chooses the checker, orl.eval.quality.CHECKERS); each engine is warmed up on the
-    first prompt so compilation is not timed. Grid points share their sandboxed verdicts: a completion
-    decoded at several points runs once."""
-    points, verdicts = [], {}
+    first prompt so compilation is not timed. Grid points share their sandboxed verdicts (`verdicts`, kept
+    across calls where given: a grid extension's points too): a completion decoded at several points runs
+    once."""
+    points, verdicts = [], {} if verdicts is None else verdicts
     for policy in policies:
         engine = make_engine(policy)
         engine.generate(chat(problems[0]["prompt"]) if chat else problems[0]["prompt"], max_new_tokens)
