@@ -9,8 +9,16 @@ import numpy as np
 import pytest
 
 from orl.decoding import Policy
+from orl.decoding.verify import Verification
 from orl.errors import InputError
-from orl.eval.operating_point import Candidate, choose_operating_point, edge_note, extend_grid, match
+from orl.eval.operating_point import (
+    Candidate,
+    choose_operating_point,
+    edge_note,
+    extend_grid,
+    match,
+    next_value,
+)
 from orl.eval.uncertainty import Runs, stack_runs
 
 
@@ -61,15 +69,52 @@ def test_a_matched_point_at_the_grids_lowest_value_extends_the_grid_until_accura
     assert measured == [0.3, 0.1] and [c.value for c in added] == [0.3, 0.1]
     point = choose_operating_point(grid + added, reference, 0.01)
     assert (point.value, point.edge) == (0.3, None)
-    # The parameter's range ends the extension (τ in (0, 1]: nothing below 0.1 one step of 0.1 away).
+    # At the parameter's range the step halves (τ in (0, 1]: 0.0 is out, 0.05 is next); where it falls
+    # off there, the extension stops.
     low = [_candidate(0.1, [1] * 80 + [0] * 20, 9.0), _candidate(0.2, [1] * 80 + [0] * 20, 7.0)]
-    assert extend_grid(low, measure, reference, 0.01) == [] and measured == [0.3, 0.1]
+    below[0.05] = _candidate(0.05, [1] * 40 + [0] * 60, 14.0)
+    added = extend_grid(low, measure, reference, 0.01)
+    assert [c.value for c in added] == [0.05] and measured == [0.3, 0.1, 0.05]
+    measured.clear()
     # A chosen point inside the grid, or an unmatched one, measures nothing.
     assert extend_grid([below[0.1], *grid], measure, reference, 0.01) == []
     # Unmatched with the most accurate point inside the grid: nothing to measure either.
     inside = [_candidate(0.5, [1] * 50 + [0] * 50, 6.0), _candidate(0.7, [1] * 60 + [0] * 40, 4.0),
               _candidate(0.9, [1] * 55 + [0] * 45, 2.0)]  # fmt: skip
-    assert extend_grid(inside, measure, reference, 0.01) == [] and len(measured) == 2
+    assert extend_grid(inside, measure, reference, 0.01) == [] and measured == []
+
+
+def test_next_value_halves_a_step_that_leaves_the_range():
+    tau, delta, k = (
+        Policy("threshold", 0.5).valid_value,
+        Verification.valid_value,
+        Policy("fixed", 1).valid_value,
+    )
+    assert next_value([0.3, 0.4, 0.5], "lowest", tau) == 0.2  # one grid step
+    assert next_value([0.1, 0.3, 0.5], "lowest", delta) == 0.05  # -0.1 and 0.0 leave (0, 1]: a quarter step
+    assert next_value([0.05, 0.1], "lowest", delta) == 0.025
+    assert next_value([0.9, 0.95], "highest", tau) == 1.0
+    assert next_value([0.95, 1.0], "highest", tau) is None  # nothing above 1 in (0, 1]
+    assert next_value([1, 2], "lowest", k) is None  # fixed's k is a positive integer: no halving helps
+
+
+def test_a_matched_delta_at_the_lowest_value_extends_toward_zero():
+    """The relaxed δ sweep's grid (orl.rows.RELAXED_DELTAS ends at 0.1, spacing 0.2): its extension
+    halves the step toward 0 and stops where accuracy falls off."""
+    reference = passes([1] * 80 + [0] * 20)
+
+    def point(delta, outcomes, speed):
+        return Candidate(
+            Verification.parse(f"relaxed:{delta:g}"), float(np.mean(outcomes)), speed, passes(outcomes)
+        )
+
+    grid = [point(0.3, [1] * 80 + [0] * 20, 4.0), point(0.1, [1] * 80 + [0] * 20, 4.5)]
+    below = {0.05: point(0.05, [1] * 80 + [0] * 20, 4.7), 0.025: point(0.025, [1] * 60 + [0] * 40, 5.0)}
+    measure, measured = _measurer(below)
+    added = extend_grid(grid, measure, reference, 0.005)
+    assert measured == [0.05, 0.025] and all(str(c.policy).startswith("relaxed:") for c in added)
+    chosen = choose_operating_point(grid + added, reference, 0.005)
+    assert (chosen.policy, chosen.edge) == ("relaxed:0.05", None)
 
 
 def test_an_unmatched_sweep_whose_most_accurate_point_is_the_highest_value_extends_the_grid_above():

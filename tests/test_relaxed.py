@@ -354,7 +354,10 @@ def test_spec_sweep_deltas_writes_a_choice_the_engines_read(tmp_path, capsys):
     assert main([*base, "--deltas", "1,0.5", "--reference", str(reference)]) == 0
     printed = capsys.readouterr().out
     written = json.loads(out.read_text())
-    assert [p["delta"] for p in written["points"]] == [1.0, 0.5]
+    deltas = [p["delta"] for p in written["points"]]
+    # Every δ matches an all-failing reference; while the fastest is the lowest δ, the grid extends below
+    # it, halving the step toward 0 (at most four values).
+    assert deltas[:2] == [1.0, 0.5] and deltas[2:] == [0.25, 0.125, 0.0625, 0.03125][: len(deltas) - 2]
     assert written["verification"] in ("relaxed:1", "relaxed:0.5") and written["split"] == "test"
     assert printed.strip().splitlines()[-1] == f"verification={written['verification']}"
     assert verification_arg(f"@{out}") == Verification.parse(written["verification"])

@@ -13,7 +13,9 @@ With --deltas the row verifies relaxed (orl/decoding/verify.py), which is lossy:
 for pass@1 (sandboxed, per problem) and acceptance length, and the choice is the operating point of
 orl/eval/operating_point.py with the --reference system (ORL's quality record: the page's relaxed
 comparison, within 0.5 points of ORL's accuracy) and the acceptance length as the speed: the fastest
-matching δ, else the most accurate. `--verification @FILE.json` reads it.
+matching δ, else the most accurate. A match at the grid's lowest δ measures lower ones (the grid's
+spacing, halved where it would reach 0 or below), up to four, until accuracy falls off (METHOD §4's
+grid-edge extension). `--verification @FILE.json` reads it.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ def register(subparsers) -> None:
         "With --deltas instead: for each delta, --verification relaxed:delta, pass@1 and acceptance length "
         "on the first --limit problems; the chosen delta is the fastest (acceptance length) whose pass@1 "
         "matches --reference within --tolerance and is not shown worse by the paired test (else the most "
-        "accurate); prints 'verification=relaxed:<delta>' last.",
+        "accurate); a match at the lowest delta measures lower ones, halving the step toward 0, until "
+        "accuracy falls off (at most four); prints 'verification=relaxed:<delta>' last.",
     )
     add_engine_args(p, None)
     flags.add_suite_flags(p)

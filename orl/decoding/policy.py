@@ -197,6 +197,10 @@ class Policy:
             raise InputError(f"{where}: {rule.requirement}, got {value}")
         return cls(name, int(value) if rule.integer else float(value))
 
+    def valid_value(self, value: float) -> bool:
+        """Whether the rule takes `value` (a grid extension's next point stays in the range)."""
+        return bool(self.rule.valid(value)) and (not self.rule.integer or value == int(value))
+
     def with_value(self, value: float, where: str = "policy") -> Policy:
         """The same rule at another value of its parameter (a sweep's point)."""
         return Policy.checked(self.name, value, where)

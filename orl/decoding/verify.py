@@ -91,6 +91,11 @@ class Verification:
             )
         return cls.checked(block["name"], (block.get("params") or {}).get(PARAMETER, 1.0), where)
 
+    @staticmethod
+    def valid_value(delta: float) -> bool:
+        """Whether δ is in (0, 1] (a grid extension's next point stays in the range)."""
+        return 0.0 < delta <= 1.0
+
     def with_value(self, delta: float, where: str = "--deltas") -> Verification:
         """The relaxed rule at another δ (a sweep's point)."""
         return Verification.checked("relaxed", delta, where)

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from orl.decoding.policy import Policy
+from orl.decoding.verify import Verification
 from orl.errors import InputError
 from orl.eval.uncertainty import Estimate, Runs, paired, ratio_of_sums, stack_runs
 from orl.io import atomic_write_json
@@ -66,7 +67,7 @@ def match(candidate: Runs, reference: Runs, tolerance: float = DEFAULT_TOLERANCE
 class Candidate:
     """One sweep point: its policy (the swept parameter's value), pass@1, TPF and per-problem outcomes."""
 
-    policy: Policy
+    policy: Policy | Verification  # a τ sweep's commit policy, or a relaxed δ sweep's rule
     pass_at_1: float
     tpf: float
     runs: Runs  # `passed` at least, over the problems of the sweep
@@ -178,23 +179,39 @@ def choose_operating_point(
 
 
 EXTEND_LIMIT = 4  # values added beyond each end of a sweep's grid at most (grid-edge extension)
+HALVINGS = 4  # a step that leaves the parameter's range is halved at most this many times
+
+
+def next_value(grid: Sequence[float], side: str, valid: Callable[[float], bool]) -> float | None:
+    """The value one step beyond the grid's `side` end ("lowest" / "highest"), the step being the spacing
+    of the grid's two values at that end. Where that value leaves the parameter's range, the step is
+    halved until it does not (δ's grid 0.3, 0.1 steps to -0.1, then 0.0, then 0.05: (0, 1] is approached
+    without end); None when no halving gives a new valid value (τ = 1 at the top)."""
+    end, step = (grid[0], grid[0] - grid[1]) if side == "lowest" else (grid[-1], grid[-1] - grid[-2])
+    for _ in range(HALVINGS + 1):
+        value = round(end + step, 6)
+        if value not in grid and valid(value):
+            return value
+        step /= 2
+    return None
 
 
 def extend_grid(
     candidates: Sequence[Candidate],
-    measure: Callable[[Policy], Candidate],
+    measure: Callable[[Policy | Verification], Candidate],
     reference: Runs,
     tolerance: float = DEFAULT_TOLERANCE,
     limit: int = EXTEND_LIMIT,
 ) -> list[Candidate]:
     """Grid-edge extension (docs/method.md §4), one value at a time, measured with `measure`:
-    - the chosen point is matched at the grid's lowest value (for the thresholds the fastest end: a faster
-      point may still match): the value one step below, until accuracy falls off below the chosen point;
+    - the chosen point is matched at the grid's lowest value (for the thresholds and δ the fastest end: a
+      faster point may still match): the value one step below, until accuracy falls off below the chosen
+      point;
     - no point matches and the most accurate is the grid's highest value (a stricter value may match): the
       value one step above, until one matches or the most accurate point lies inside the grid.
-    A step is the spacing of the grid's two values at that end. It stops when the next value leaves the
-    parameter's valid range (τ in (0, 1]), or after `limit` added values on a side. Returns the added
-    candidates, in the order measured."""
+    The step is `next_value`'s (halved at the parameter's range: τ and δ in (0, 1]). It stops where no
+    value is left in the range, or after `limit` added values on a side. Returns the added candidates, in
+    the order measured."""
     added: list[Candidate] = []
     counts = {"lowest": 0, "highest": 0}
     while True:
@@ -205,11 +222,9 @@ def extend_grid(
             break
         if side == "lowest" and not point.matched:
             break  # unmatched at the fastest end: every stricter value was already measured
-        grid = point.grid
-        value = grid[0] - (grid[1] - grid[0]) if side == "lowest" else grid[-1] + (grid[-1] - grid[-2])
-        value = round(value, 6)
         policy = everything[0].policy
-        if not policy.rule.valid(value):
+        value = next_value(point.grid, side, policy.valid_value)
+        if value is None:
             break
         counts[side] += 1
         added.append(measure(policy.with_value(value, "grid extension")))

@@ -19,6 +19,7 @@ from orl.eval.operating_point import (
     OperatingPoint,
     choose_operating_point,
     edge_note,
+    extend_grid,
     outcomes,
 )
 from orl.eval.quality import evaluate_quality
@@ -190,20 +191,23 @@ def delta_point(
     }, info
 
 
+def delta_candidate(point: dict, where: str) -> Candidate:
+    """A δ point as a matched-accuracy candidate: its rule, pass@1, acceptance length (the speed) and
+    per-problem outcomes. `where` names the sweep's source in errors."""
+    return Candidate(
+        Verification.parse(point["verification"]),
+        point["pass_at_1"],
+        point["acceptance_length"] or 0.0,
+        outcomes(point, f"{where} (delta={point['delta']:g})"),
+    )
+
+
 def choose_delta(points: Sequence[dict], reference: dict, where: str, tolerance: float) -> OperatingPoint:
     """The δ operating point of a sweep (docs/method.md §4, the page's relaxed comparison): the
     matched-accuracy choice of orl/eval/operating_point.py, with ORL's quality record as the reference and
     the acceptance length as the speed (the operating point's TPF: the fastest matching δ; none matching,
     the most accurate). `where` names the reference's file in errors."""
-    candidates = [
-        Candidate(
-            Verification.parse(p["verification"]),
-            p["pass_at_1"],
-            p["acceptance_length"] or 0.0,
-            outcomes(p, f"{where} (delta={p['delta']:g})"),
-        )
-        for p in points
-    ]
+    candidates = [delta_candidate(p, where) for p in points]
     return choose_operating_point(candidates, outcomes(reference, where), tolerance)
 
 
@@ -238,8 +242,11 @@ def delta_sweep(
     """`orl spec-sweep --deltas`: every relaxed δ of `rules` evaluated on `problems` (an engine built per δ
     by `build`), and the δ chosen at matched accuracy against `reference` (ORL's quality record, read from
     `reference_file`); the choice document `--verification @FILE.json` reads, with every point."""
-    points, info, verdicts = [], None, {}  # the δ points share their sandboxed verdicts
-    for rule in rules:
+    points: list[dict] = []
+    info, verdicts = None, {}  # the δ points share their sandboxed verdicts
+
+    def measure(rule: Verification) -> Candidate:
+        nonlocal info
         point, info = delta_point(
             build(rule),
             rule,
@@ -255,6 +262,12 @@ def delta_sweep(
             f"delta={rule.delta:g}: pass@1={point['pass_at_1']:.4f} acceptance length "
             f"{point['acceptance_length'] or float('nan'):.3f} {point['tokens_per_s'] or 0:.1f} tokens/s"
         )
+        return delta_candidate(point, reference_file)
+
+    grid = [measure(rule) for rule in rules]
+    # The grid's edges extended (METHOD §4): a match at the lowest δ measures lower ones, halving the step
+    # toward 0 (δ's range is (0, 1]).
+    extend_grid(grid, measure, outcomes(reference, reference_file), tolerance)
     chosen = choose_delta(points, reference, reference_file, tolerance)
     return {
         "engine": info.name,

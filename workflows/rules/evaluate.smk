@@ -77,7 +77,8 @@ RELAXED_REFERENCE = ROW[rows.RELAXED_REFERENCE]
 rule relaxed_sweep:
     # Relaxed verification (docs/metrics.md): a relaxed row's δ, the fastest of orl.rows.RELAXED_DELTAS
     # whose pass@1 is within RELAXED_TOLERANCE of ORL's (the page's relaxed comparison) and not shown worse.
-    # On the choosing split, against ORL's pass@1 there (its chosen point's record).
+    # On the choosing split, against ORL's pass@1 there (its chosen point's record); a match at the lowest δ
+    # extends the grid toward 0, halving the step (docs/metrics.md, Splits).
     input:
         lambda wc: row_inputs(ROW[wc.row], None, wc.suite, relaxed=False),
         reference=lambda wc: choose_file(RELAXED_REFERENCE, seeds_of(RELAXED_REFERENCE)[0], wc.suite),
