@@ -57,12 +57,15 @@ clone-times:
 	@if [ -z "$$(ls -A .snakemake/metadata 2>/dev/null)" ] && git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
 	  git ls-files -z results reports | xargs -0 -r touch -d "@$$(git log -1 --format=%ct)"; fi
 
-# Ends with where Table 2 is and what the run did (orl/report/summary.py).
+# Ends with where Table 2 is and what the run did (orl/report/summary.py); after a run that measured
+# again, which lines reproduced their decoded figures (pass@1, TPF, ...) against the table before it.
 reproduce: venv clone-times
 	$(VENV)/bin/snakemake --unlock --config profile=$(PROFILE) >/dev/null 2>&1 || true
-	@start=$$(date +%s); echo "$(SNAKEMAKE) reproduce_table2 $(FORCE_FLAG) --config profile=$(PROFILE) $(BASE_FLAG)"; \
+	@start=$$(date +%s); before=$$(mktemp); cp reports/$(PROFILE)/table2.csv $$before 2>/dev/null || :; \
+	  echo "$(SNAKEMAKE) reproduce_table2 $(FORCE_FLAG) --config profile=$(PROFILE) $(BASE_FLAG)"; \
 	  $(SNAKEMAKE) reproduce_table2 $(FORCE_FLAG) --config profile=$(PROFILE) $(BASE_FLAG) \
-	  && $(PY) -m orl.report.summary --profile $(PROFILE) --table 2 --since $$start
+	  && $(PY) -m orl.report.summary --profile $(PROFILE) --table 2 --since $$start --against $$before; \
+	  status=$$?; rm -f $$before; exit $$status
 
 reproduce-all: venv clone-times
 	$(VENV)/bin/snakemake --unlock --config profile=$(PROFILE) >/dev/null 2>&1 || true

@@ -1,7 +1,10 @@
 """What `make reproduce` did, in three lines: where the table is, how much of it was measured, and how
-many record files this run wrote (a fresh clone's run only checks the committed ones).
+many record files this run wrote (a fresh clone's run only checks the committed ones). With --against
+(the table's CSV copied before the run), a run that measured again also says which lines reproduced
+their decoded figures exactly (orl/report/reproduced.py).
 
-    python -m orl.report.summary --profile tiny --table 2 --since <unix time the run started>
+    python -m orl.report.summary --profile tiny --table 2 --since <unix time the run started> \
+        [--against <copy of reports/tiny/table2.csv from before the run>]
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from orl.records.store import NOT_RECORD_DIRS
+from orl.report.reproduced import compare_tables, reproduction_lines
 
 
 def record_files(results: Path) -> list[Path]:
@@ -26,7 +30,9 @@ def record_files(results: Path) -> list[Path]:
     ]
 
 
-def summary(profile: str, table: str, since: float, root: Path = Path(".")) -> list[str]:
+def summary(
+    profile: str, table: str, since: float, root: Path = Path("."), against: Path | None = None
+) -> list[str]:
     results, reports = root / "results" / profile, root / "reports" / profile
     md, csv = reports / f"table{table}.md", reports / f"table{table}.csv"
     lines = []
@@ -48,6 +54,9 @@ def summary(profile: str, table: str, since: float, root: Path = Path(".")) -> l
         )
     else:
         lines.append(f"This run wrote {len(fresh)} of the {len(files)} record files under {results}/.")
+        if against is not None and against.is_file() and against.stat().st_size and csv.is_file():
+            before, after = pd.read_csv(against, dtype=str), pd.read_csv(csv, dtype=str)
+            lines += reproduction_lines(compare_tables(before, after), f"the table before this run ({csv})")
     lines.append(
         f"All tables and figures: {reports}/index.md; the HTML report: make report PROFILE={profile}"
     )
@@ -61,8 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", required=True)
     parser.add_argument("--table", default="2")
     parser.add_argument("--since", type=float, required=True, help="unix time the run started")
+    parser.add_argument(
+        "--against", type=Path, default=None, help="the table's CSV as it was before the run (a copy)"
+    )
     args = parser.parse_args(argv)
-    print("\n".join(summary(args.profile, args.table, args.since)))
+    print("\n".join(summary(args.profile, args.table, args.since, against=args.against)))
     return 0
 
 
