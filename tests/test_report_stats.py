@@ -215,7 +215,7 @@ def test_csv_has_interval_columns_and_markdown_folds_them(records, claims, tmp_p
     assert "\\begin{tabular}" in tex and "0.725 [" in tex and "table5.csv" in tex
 
 
-def scale(engine, arch, time_per_forward, floor, *, kernels=None, linear=None, cpu=None):
+def scale(engine, arch, time_per_forward, floor, *, kernels=None, linear=None, cpu=None, isa=None):
     extra = {"arch": arch, "block": 16, "prompt_len": 128, "random_weights": True,
              "per_request": [{"tokens": 256, "nfe": 256, "wall_s": 1.0}]}  # fmt: skip
     if kernels is not None:
@@ -228,7 +228,7 @@ def scale(engine, arch, time_per_forward, floor, *, kernels=None, linear=None, c
                                 "floor_ratio": time_per_forward / floor, "tokens_per_s": 100.0,
                                 "weight_bytes_read": 2.4e9})  # fmt: skip
     if cpu is not None:
-        record["env"] = {**record["env"], "gpu_name": None, "cpu_model": cpu}
+        record["env"] = {**record["env"], "gpu_name": None, "cpu_model": cpu, "cpu_capability": isa}
     return record
 
 
@@ -246,7 +246,7 @@ def test_table3b_lines_from_scale_bench_records():
 
 def test_table3b_keeps_processors_and_cpu_linears_apart():
     frame = build_table3b([scale("dlmrt", "qwen3-0.6b", 0.24, 0.1, cpu="Intel(R) Xeon(R) Processor"),
-                           scale("dlmrt", "qwen3-0.6b", 0.42, 0.08, cpu="AMD EPYC"),
+                           scale("dlmrt", "qwen3-0.6b", 0.42, 0.08, cpu="AMD EPYC", isa="AVX2"),
                            scale("dlmrt", "qwen3-0.6b", 0.18, 0.08, cpu="AMD EPYC", linear="onednn"),
                            scale("reference", "qwen3-0.6b", 0.9, 0.08, cpu="AMD EPYC")])  # fmt: skip
     lines = {
@@ -255,7 +255,7 @@ def test_table3b_keeps_processors_and_cpu_linears_apart():
     }
     assert lines == {
         ("cpu (Intel(R) Xeon(R) Processor)", "dlmrt", "aten"),
-        ("cpu (AMD EPYC)", "dlmrt", "aten"),
+        ("cpu (AMD EPYC, AVX2)", "dlmrt", "aten"),  # records from before cpu_capability: the model only
         ("cpu (AMD EPYC)", "dlmrt", "onednn"),
         ("cpu (AMD EPYC)", "reference", None),
     }

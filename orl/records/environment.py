@@ -19,8 +19,9 @@ from pathlib import Path
 
 # Keys of the environment block, always present (unknown values are None).
 ENV_KEYS = (
-    "cpu_model", "cpu_count", "gpu_name", "gpu_driver", "cuda", "torch", "triton", "transformers",
-    "vllm", "sglang", "python", "platform", "hostname", "git_sha", "git_dirty", "config_hash", "date",
+    "cpu_model", "cpu_capability", "cpu_count", "gpu_name", "gpu_driver", "cuda", "torch", "triton",
+    "transformers", "vllm", "sglang", "python", "platform", "hostname", "git_sha", "git_dirty",
+    "config_hash", "date",
 )  # fmt: skip
 
 # Distributions whose versions the environment block records. Read from package
@@ -38,6 +39,17 @@ def _cpu_model() -> str | None:
     except OSError:
         pass
     return platform.processor() or None
+
+
+def _cpu_capability() -> str | None:
+    """The instruction set torch's CPU kernels dispatch to ("AVX2", "AVX512", ...). Training on the CPU
+    is bit-exact only on one path: the same command gave checkpoints differing from the first step on
+    the Xeon the committed tiny records ran on and an AVX2 EPYC, so a record says which path it took."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.backends.cpu.get_cpu_capability()
 
 
 def _package_version(name: str) -> str | None:
@@ -115,6 +127,7 @@ def _static_environment() -> dict:
     git_sha, git_dirty = _git_state()
     env = {
         "cpu_model": _cpu_model(),
+        "cpu_capability": _cpu_capability(),
         "cpu_count": os.cpu_count(),
         "gpu_name": gpu_name,
         "gpu_driver": gpu_driver,

@@ -32,7 +32,8 @@ NO_RECORDS = (
 
 def _device(record: dict) -> str:
     env = record["env"]
-    cpu = f"cpu ({env['cpu_model']})" if env.get("cpu_model") else "cpu"
+    named = ", ".join(filter(None, (env.get("cpu_model"), env.get("cpu_capability"))))
+    cpu = f"cpu ({named})" if named else "cpu"
     return (record.get("extra") or {}).get("device") or env["gpu_name"] or cpu
 
 
