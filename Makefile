@@ -61,11 +61,11 @@ clone-times:
 # again, which lines reproduced their decoded figures (pass@1, TPF, ...) against the table before it.
 reproduce: venv clone-times
 	$(VENV)/bin/snakemake --unlock --config profile=$(PROFILE) >/dev/null 2>&1 || true
-	@start=$$(date +%s); before=$$(mktemp); cp reports/$(PROFILE)/table2.csv $$before 2>/dev/null || :; \
+	@start=$$(date +%s); before=$$(mktemp); trap 'rm -f "$$before"' EXIT; trap 'exit 130' INT TERM; \
+	  cp reports/$(PROFILE)/table2.csv "$$before" 2>/dev/null || :; \
 	  echo "$(SNAKEMAKE) reproduce_table2 $(FORCE_FLAG) --config profile=$(PROFILE) $(BASE_FLAG)"; \
 	  $(SNAKEMAKE) reproduce_table2 $(FORCE_FLAG) --config profile=$(PROFILE) $(BASE_FLAG) \
-	  && $(PY) -m orl.report.summary --profile $(PROFILE) --table 2 --since $$start --against $$before; \
-	  status=$$?; rm -f $$before; exit $$status
+	  && $(PY) -m orl.report.summary --profile $(PROFILE) --table 2 --since $$start --against "$$before"
 
 reproduce-all: venv clone-times
 	$(VENV)/bin/snakemake --unlock --config profile=$(PROFILE) >/dev/null 2>&1 || true
