@@ -87,7 +87,7 @@ def test_dry_run_lists_the_whole_chain_for_table2(tmp_path):
         "sweep",
         "operating_point",
         "latency_sitting",  # the tiny profile times its Table 2 rows together (config latency_sitting)
-        "quality_row",
+        "reference_quality",  # the AR target's dev pass@1; the sitting scores the rows' test pass@1
         "render_table",
     ):
         assert f"{rule} " in run.stdout or f"rule {rule}:" in run.stdout, rule
@@ -230,8 +230,8 @@ def test_a_configfile_overrides_its_profile(tmp_path):
 
 def test_table5_runs_every_ablation_on_each_of_its_suites(tmp_path):
     """config table5_suites: ORL and every ablation, every seed, swept, given an operating point and measured
-    on each suite named (ORL's sweeps there are its Table 1-2 ones, not planned twice), and Table 5's
-    render reads every one of those records."""
+    on each suite named (ORL's sweeps there are its Table 1-2 ones, not planned twice; its test points are
+    those its Table 2 sitting scored), and Table 5's render reads every one of those records."""
     mine = tmp_path / "mine.yaml"
     mine.write_text("profile: smoke\nablations: [no-aec]\nsuites: [tinycode, tinycode-long]\n"
                     "table5_suites: [tinycode, tinycode-long]\n")  # fmt: skip
@@ -241,11 +241,18 @@ def test_table5_runs_every_ablation_on_each_of_its_suites(tmp_path):
     seeds = profile_config("smoke")["seeds"]
     runs = [f"{key}_seed{seed}" for key in ("orl", "orl-no-aec") for seed in seeds]
     expected = {f"{suite}/{run}" for suite in ("tinycode", "tinycode-long") for run in runs}
-    for rule, folder in (("sweep", "sweep"), ("point_quality", "quality")):
-        outputs = [out for job in jobs if job["rule"] == rule for out in job["output"]]
-        assert len(outputs) == len(expected), (rule, outputs)  # each once
-        found = {re.sub(r"results/smoke/\w+/(\S+)/(?:op_)?(\S+)\.jsonl", r"\1/\2", out) for out in outputs}
-        assert found == expected, (rule, folder)
+
+    def planned(rules: tuple[str, ...], folder: str) -> list[str]:
+        """suite/run of every `folder` output of those rules' jobs."""
+        outputs = [out for job in jobs if job["rule"] in rules for out in job["output"]]
+        pattern = r"results/smoke/\w+/(\S+)/(?:op_|row_)?(\S+)\.jsonl"
+        return [re.sub(pattern, r"\1/\2", out) for out in outputs if f"/{folder}/" in out]
+
+    # The sitting's dLLM row adds its own sweep and test point; each run is planned once.
+    for found in (planned(("sweep",), "sweep"), planned(("point_quality", "latency_sitting"), "quality")):
+        assert len(found) == len(set(found)) and expected <= set(found), found
+    scored = set(planned(("latency_sitting",), "quality"))
+    assert {f"{suite}/orl_seed{seed}" for suite in ("tinycode", "tinycode-long") for seed in seeds} <= scored
     (render,) = [job for job in jobs if job["rule"] == "render_table"]
     for suite in ("tinycode", "tinycode-long"):
         for run_ in runs:
@@ -398,7 +405,8 @@ def test_the_eagle3_and_dflash_rows_train_their_drafts_only_where_vllm_runs(tmp_
 
 @pytest.mark.slow
 def test_smoke_profile_reproduces_everything(tmp_path):
-    # About 15 minutes on two loaded cores (60 jobs, most of them a few seconds of work after startup).
+    # About 3 minutes on two idle cores, 5-7 in the suite (34 jobs, most of them seconds of work after
+    # startup).
     # Without vLLM's environment (vllm_python ""), whether or not this checkout has built it: CI keeps it
     # optional.
     run = snakemake(
@@ -457,6 +465,10 @@ def test_smoke_profile_reproduces_everything(tmp_path):
     (chosen,) = load_records(smoke / "quality" / "tinycode" / "op_orl_seed0.jsonl")
     assert reference["split"] == "dev" and point["grid"][0] == 0.3 and chosen["split"] == "test"
     assert chosen["policy"] == {"name": "threshold", "params": {"tau": point["tau"]}}
+    # Table 2's rows are timed in one sitting (config latency_sitting), which scores what it decoded.
+    (timed,) = load_records(smoke / "latency" / "tinycode" / "orl_seed0.jsonl")
+    sitting = timed["extra"]["sitting"]["id"]
+    assert chosen["extra"]["completions_from"] == f"the timed requests of the sitting {sitting}"
     assert "chosen on each suite's dev split" in (reports / "table2.md").read_text()
     # Every aup record carries d3LLM's AUP, its y_max (percent) and the sweep points it came from.
     aups = [
@@ -517,23 +529,32 @@ def test_a_fresh_clone_plans_nothing_for_the_committed_tiny_records(tmp_path):
 def test_rows_of_latency_sitting_are_timed_in_one_sitting_per_suite(tmp_path):
     """config latency_sitting: one `orl bench-sitting` job per suite writes those rows' latency records (each
     row's own bench-latency flags); rule latency times the others. A vLLM row takes the sitting into vLLM's
-    environment. An unknown row stops the run before any job, naming the key."""
+    environment. The sitting scores the completions it timed as those rows' test pass@1 (no separate
+    quality_row / point_quality decode of them). An unknown row stops the run before any job, naming the
+    key."""
     vllm = f"vllm_python={sys.executable}"
     sitting = "latency_sitting=[ar_compiled,ar_vllm,dlm,orl]"
-    targets = ["results/smoke/latency/tinycode/dlm.jsonl", "results/smoke/latency/tinycode/ar_hf.jsonl"]
+    quality = "results/smoke/quality/tinycode"
+    latency = "results/smoke/latency/tinycode"
+    targets = [f"{latency}/dlm.jsonl", f"{latency}/ar_hf.jsonl", f"{quality}/op_dlm.jsonl",
+               f"{quality}/row_ar_hf.jsonl", f"{quality}/row_ar_vllm.jsonl"]  # fmt: skip
     run = snakemake("-n", "-p", *targets, "--config", "profile=smoke", vllm, sitting, cwd=tmp_path)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     jobs = planned_jobs(run.stdout)
     (together,) = [job for job in jobs if job["rule"] == "latency_sitting"]
-    timed = {path.rsplit("/", 1)[1] for path in together["output"]}
-    assert {"ar_compiled.jsonl", "ar_vllm.jsonl", "dlm.jsonl"} <= timed and any(
-        t.startswith("orl") for t in timed
-    )
-    assert "ar_hf.jsonl" not in timed
+    timed = {path.rsplit("/", 1)[1] for path in together["output"] if "/latency/" in path}
+    scored = {path.rsplit("/", 1)[1] for path in together["output"] if "/quality/" in path}
+    assert timed == {"ar_compiled.jsonl", "ar_vllm.jsonl", "dlm.jsonl", "orl_seed0.jsonl", "orl_seed1.jsonl"}
+    assert scored == {"row_ar_compiled.jsonl", "row_ar_vllm.jsonl", "op_dlm.jsonl", "op_orl_seed0.jsonl",
+                      "op_orl_seed1.jsonl"}  # fmt: skip
     assert f"{sys.executable} -m orl.cli bench-sitting" in together["command"]
     assert together["command"].count("--row ") == len(timed)
+    assert together["command"].count("--quality-out ") == len(scored)
+    assert f"--quality-out {quality}/op_dlm.jsonl" in together["command"]
     assert "--engine vllm --method ar --ckpt results/smoke/ckpt/ar-qwen3" in together["command"]
     alone = [job for job in jobs if job["rule"] == "latency"]
-    assert [job["output"] for job in alone] == [["results/smoke/latency/tinycode/ar_hf.jsonl"]]
+    assert [job["output"] for job in alone] == [[f"{latency}/ar_hf.jsonl"]]
+    decoded_again = [job["output"] for job in jobs if job["rule"] in ("quality_row", "point_quality")]
+    assert decoded_again == [[f"{quality}/row_ar_hf.jsonl"]]
     run = snakemake("-n", *targets, "--config", "profile=smoke", "latency_sitting=[ar_fast]", cwd=tmp_path)
     assert run.returncode != 0 and "config latency_sitting: ar_fast not a row" in run.stdout + run.stderr

@@ -131,6 +131,76 @@ def test_a_row_that_cannot_run_says_why_and_the_others_are_timed(ar_ckpt_dir, tm
     assert timed["extra"]["sitting"]["systems"] == [timed["system"]]
 
 
+DECODED = ("pass_at_1", "tpf", "tpf_prefill", "nfe_mean", "tokens")
+
+
+def _same_decode(scored: dict, evaluated: dict) -> None:
+    """A quality record scored from a timed run against `orl eval-quality`'s of the same flags: the same
+    decoded figures and per-problem verdicts; only the wall time differs."""
+    assert scored["kind"] == evaluated["kind"] == "quality" and scored["status"] == "measured"
+    for field in ("system", "engine", "model", "policy", "suite", "split", "n_problems"):
+        assert scored[field] == evaluated[field], field
+    assert {k: scored["metrics"][k] for k in DECODED} == {k: evaluated["metrics"][k] for k in DECODED}
+    assert scored["per_problem"] == evaluated["per_problem"]
+    assert {k: v for k, v in scored["extra"].items() if k != "completions_from"} == evaluated["extra"]
+
+
+def test_a_sitting_scores_the_completions_it_timed_as_eval_quality_would(ar_ckpt_dir, tmp_path, capsys):
+    rows = {
+        "hf": _row(ar_ckpt_dir, "--engine", "hf"),
+        "compiled": _row(ar_ckpt_dir, "--engine", "ar-compiled"),
+    }
+    argv = _sitting(*((tmp_path / f"{k}.jsonl", f"{flags} --quality-out {tmp_path / k}_q.jsonl")
+                      for k, flags in rows.items()))  # fmt: skip
+    assert main(argv) == 0
+    sitting = load_records(tmp_path / "hf.jsonl")[0]["extra"]["sitting"]
+    for key, flags in rows.items():
+        (scored,) = load_records(tmp_path / f"{key}_q.jsonl")
+        out = tmp_path / f"{key}_eval.jsonl"
+        eval_flags = [f for f in shlex.split(flags) if f not in ("--warmup", "1")]
+        assert main(["eval-quality", *eval_flags, "--out", str(out), "--no-progress"]) == 0
+        _same_decode(scored, load_records(out)[0])
+        assert scored["extra"]["completions_from"] == f"the timed requests of the sitting {sitting['id']}"
+    assert "passed" in capsys.readouterr().out
+
+
+def test_bench_latency_scores_its_own_completions(ar_ckpt_dir, tmp_path):
+    flags = shlex.split(_row(ar_ckpt_dir, "--engine", "hf"))
+    latency, scored, evaluated = tmp_path / "l.jsonl", tmp_path / "q.jsonl", tmp_path / "e.jsonl"
+    argv = ["bench-latency", *flags, "--out", str(latency), "--quality-out", str(scored), "--no-progress"]
+    assert main(argv) == 0
+    eval_flags = [f for f in flags if f not in ("--warmup", "1")]
+    assert main(["eval-quality", *eval_flags, "--out", str(evaluated), "--no-progress"]) == 0
+    (record,) = load_records(scored)
+    _same_decode(record, load_records(evaluated)[0])
+    assert record["extra"]["completions_from"] == "the timed requests of its bench-latency run"
+    assert record["metrics"]["tokens"] == load_records(latency)[0]["metrics"]["tokens"]
+
+
+@pytest.mark.parametrize("flag", ["--ignore-eos", "--kind engine_bench"])
+def test_quality_out_is_refused_where_the_run_does_not_decode_a_table_line(
+    ar_ckpt_dir, tmp_path, capsys, flag
+):
+    flags = f"{_row(ar_ckpt_dir, '--engine', 'hf')} {flag} --quality-out {tmp_path / 'q.jsonl'}"
+    assert main(_sitting((tmp_path / "a.jsonl", flags))) == 2
+    assert "--quality-out" in capsys.readouterr().err and not (tmp_path / "a.jsonl").exists()
+
+
+def test_a_row_that_cannot_run_gets_a_not_run_quality_record_too(ar_ckpt_dir, tmp_path):
+    quality = tmp_path / "q.jsonl"
+    argv = _sitting(
+        (tmp_path / "a.jsonl", _row(ar_ckpt_dir, "--engine", "hf")),
+        (
+            tmp_path / "v.jsonl",
+            _row(ar_ckpt_dir, "--engine", "sglang", "--quality-out", str(tmp_path / "q.jsonl")),
+        ),
+    )
+    assert main(argv) == 0
+    (latency,), (quality,) = load_records(tmp_path / "v.jsonl"), load_records(quality)
+    assert quality["kind"] == "quality" and quality["status"] == latency["status"]
+    assert quality["status"].startswith("not run: ") and quality["split"] == "test"
+
+
 @pytest.fixture(scope="module")
 def claims():
     return load_claims(DEFAULT_CLAIMS_PATH)

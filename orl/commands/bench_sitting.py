@@ -4,7 +4,9 @@ Each row is given as `--row OUT "FLAGS"`, where FLAGS are that row's `orl bench-
 engine is built first, warms up, and then the suite's prompts run in blocks of a few consecutive
 prompts on every engine in turn (orl/eval/latency.py measure_sitting). Each row's record is the one
 `orl bench-latency` would write, with `extra.sitting` naming the sitting and the systems in it, so
-that a throughput ratio of two rows is a same-sitting comparison (docs/metrics.md "Sittings").
+that a throughput ratio of two rows is a same-sitting comparison (docs/metrics.md "Sittings"). A row
+whose FLAGS carry `--quality-out Q` also gets its `quality` record in Q, scored from the completions the
+sitting timed: the suite is decoded once per row for its latency and its pass@1 together.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import socket
 from datetime import datetime, timezone
 
 from orl.commands import bench_latency
-from orl.commands.common import chat_renderer, suite_problems, write_suite_not_run
+from orl.commands.common import chat_renderer, suite_not_run, suite_problems, write_suite_not_run
 from orl.commands.engine_args import build_from_args
 from orl.commands.flags import add_progress_flag
 from orl.errors import InputError
@@ -35,7 +37,8 @@ def register(subparsers) -> None:
         "balanced over blocks (each engine in every position, and after every other, equally often). "
         "Writes each row's 'latency' record to its OUT with "
         "extra.sitting (an id, the systems timed together); a row whose engine cannot start here gets its "
-        "'not run' record. The rows must share the suite, split, limit, budget, warm-up and template.",
+        "'not run' record. The rows must share the suite, split, limit, budget, warm-up and template. A row "
+        "with --quality-out also gets its 'quality' record, scored from the completions the sitting timed.",
     )
     p.add_argument(
         "--row",
@@ -66,6 +69,7 @@ def parse_rows(rows: list[list[str]]) -> list[argparse.Namespace]:
     parsed = []
     for out, flags in rows:
         args = parser.parse_args(["bench-latency", *shlex.split(flags), "--out", out])
+        bench_latency.check_quality_out(args)
         parsed.append(args)
     first = parsed[0]
     for args in parsed[1:]:
@@ -92,10 +96,13 @@ def run_bench_sitting(args) -> int:
     from orl.records import write_records
 
     rows = parse_rows(args.row)
+    for row in rows:  # the sitting's --no-progress also hides the rows' sandbox bars
+        row.no_progress = row.no_progress or args.no_progress
     first = rows[0]
     problems = suite_problems(first, split=first.split, difficulty=first.difficulty, limit=first.limit)
     if isinstance(problems, str):  # a suite file that is absent: every line says why
         for row in rows:
+            bench_latency.write_quality_not_run(row, suite_not_run(row, "quality", problems))
             write_suite_not_run(row, row.kind, problems)
         return 0
     prompts = [problem["prompt"] for problem in problems]
@@ -111,6 +118,7 @@ def run_bench_sitting(args) -> int:
                 record = not_run_latency_record(row.kind, row.ckpt, reason=str(exc), n_problems=len(prompts),
                                                 **fields)  # fmt: skip
                 write_records(row.out, [record])
+                bench_latency.write_quality_not_run(row, record)
                 print(f"{record['system']}: not run: {exc}")
         if not running:
             return 0
@@ -135,9 +143,10 @@ def run_bench_sitting(args) -> int:
         for (row, _, fields), info, run in zip(running, infos, runs, strict=True)
     ]
     sitting["systems"] = [record["system"] for record in records]
-    for (row, _, _), record, run in zip(running, records, runs, strict=True):
+    for (row, _, _), info, record, run in zip(running, infos, records, runs, strict=True):
         record["extra"]["sitting"] = sitting
         write_records(row.out, [record])
+        bench_latency.write_run_quality(row, problems, run, info, sitting)
         summary = run.summary
         print(f"{record['system']}: tokens_per_s={summary.tokens_per_s:.1f} median_s={summary.median_s:.4f}")
     print(f"sitting={sitting['id']} rows={len(records)}")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from orl.commands.checks import positive_int
 from orl.commands.common import chat_renderer, compile_notice, suite_problems, write_suite_not_run
 from orl.commands.engine_args import add_engine_args, build_from_args
-from orl.commands.flags import add_progress_flag, add_shared, add_suite_flags, add_timeout_flag
+from orl.commands.flags import add_progress_flag, add_sandbox_flags, add_shared, add_suite_flags
 
 
 def register(subparsers) -> None:
@@ -19,16 +18,7 @@ def register(subparsers) -> None:
     add_suite_flags(p, "task suite", records_absence=True)
     add_shared(p, "--limit", "--difficulty")
     p.add_argument("--system", default=None, help="table row name stored in the record (default: derived)")
-    add_timeout_flag(p)
-    p.add_argument(
-        "--workers", type=positive_int, default=None, help="parallel sandboxes (default: CPU count)"
-    )
-    p.add_argument(
-        "--isolation",
-        default="bwrap",
-        choices=["bwrap", "fallback"],
-        help="sandbox (default: bwrap, required; fallback: the weaker sandbox, named in the record)",
-    )
+    add_sandbox_flags(p)
     add_shared(p, "--out")
     add_progress_flag(p)
     p.set_defaults(func=run_eval_quality)

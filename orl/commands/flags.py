@@ -1,6 +1,7 @@
 """The options several commands share, each declared once: the option adders (--device / --dtype, --policy,
---warmup, --timeout, the suite's --suite / --split / --suite-file, --chat, --block-size, --no-progress) and
-SHARED, the plain options whose flag, type, default and help are the same wherever they appear (add_shared).
+--warmup, --timeout, the sandbox's --timeout / --workers / --isolation, the suite's --suite / --split /
+--suite-file, --chat, --block-size, --no-progress) and SHARED, the plain options whose flag, type, default
+and help are the same wherever they appear (add_shared).
 """
 
 from __future__ import annotations
@@ -62,6 +63,20 @@ def add_timeout_flag(parser) -> None:
         type=positive_float,
         default=TEST_TIMEOUT_S,
         help=f"wall-clock seconds for one completion's tests in the sandbox (default: {TEST_TIMEOUT_S:g})",
+    )
+
+
+def add_sandbox_flags(parser) -> None:
+    """--timeout, --workers and --isolation: how a command that scores completions runs their tests."""
+    add_timeout_flag(parser)
+    parser.add_argument(
+        "--workers", type=positive_int, default=None, help="parallel sandboxes (default: CPU count)"
+    )
+    parser.add_argument(
+        "--isolation",
+        default="bwrap",
+        choices=["bwrap", "fallback"],
+        help="sandbox (default: bwrap, required; fallback: the weaker sandbox, named in the record)",
     )
 
 

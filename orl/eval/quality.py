@@ -184,8 +184,6 @@ def evaluate_quality(
             outcomes.append(engine.generate(chat(p["prompt"]) if chat else p["prompt"], max_new_tokens))
         except InputError as exc:
             outcomes.append(f"failed: not generated: {exc}")
-    generated = [(p, g) for p, g in zip(problems, outcomes, strict=True) if isinstance(g, Generation)]
-    generations = [g for _, g in generated]
     options = CheckOptions(
         chat=chat is not None,
         timeout_s=timeout_s,
@@ -194,6 +192,18 @@ def evaluate_quality(
         isolation=isolation,
         verdicts=verdicts,
     )
+    return score_outcomes(problems, outcomes, options, suite)
+
+
+def score_outcomes(
+    problems: Sequence[dict], outcomes: Sequence[Generation | str], options: CheckOptions, suite: str | None
+) -> QualityResult:
+    """pass@1 of one decode per problem: each Generation checked by the suite's checker, each string (why
+    that problem was not generated) a failure with that reason. evaluate_quality's second half, and how a
+    timed run's own completions are scored (orl/eval/quality_record.py scored_run_record).
+    """
+    generated = [(p, g) for p, g in zip(problems, outcomes, strict=True) if isinstance(g, Generation)]
+    generations = [g for _, g in generated]
     checked = iter(check_outputs(suite, [p for p, _ in generated], [g.text for g in generations], options))
     per_problem, results = [], []
     for p, g in zip(problems, outcomes, strict=True):
@@ -207,7 +217,7 @@ def evaluate_quality(
                 "completion": r.completion,
                 **g.counts(),
             }
-            if chat:
+            if options.chat:
                 row["response"] = g.text
             per_problem.append(row)
         else:

@@ -257,6 +257,11 @@ if _not_timed:
 SITTING_RUNS = runs_of([ROW[key] for key in _SITTING_KEYS if not missing(ROW[key])])
 SITTING_RUNS = SITTING_RUNS if len(SITTING_RUNS) > 1 else []  # one system alone is rule latency's
 SITTING_IDS = {run_id(row, seed) for row, seed in SITTING_RUNS}
+# A sitting also scores the completions it timed as its rows' test pass@1 (bench-latency --quality-out): the
+# quality record rule quality_row (a fixed row of Table 2) or point_quality (a swept row's chosen point)
+# would write by decoding the same prompts again. A swept row's choice on test is operating_point's record.
+SITTING_SCORED = {run_id(row, seed) for row, seed in SITTING_RUNS
+                  if (row.sweep and CHOOSE_SPLIT != "test") or (not row.sweep and row in QUALITY_ROWS)}  # fmt: skip
 
 
 SWEEP_JOBS = [(row, seed, suite) for row, seed in runs_of(SWEEP_ROWS) for suite in sweep_suites(row)]

@@ -110,7 +110,8 @@ rule relaxed_sweep:
 if CHOOSE_SPLIT != "test":
 
     rule point_quality:
-        # A swept row's pass@1 and TPF on test, at the operating point chosen on dev.
+        # A swept row's pass@1 and TPF on test, at the operating point chosen on dev (a sitting's rows: rule
+        # latency_sitting scores the completions it timed).
         input:
             lambda wc: row_inputs(*RUNS[wc.run], wc.suite),
         output:
@@ -119,7 +120,7 @@ if CHOOSE_SPLIT != "test":
             f"{LOGS}/point_quality_{{suite}}_{{run}}.log",
         wildcard_constraints:
             suite=one_of(SUITES),
-            run=one_of(run_id(row, seed) for row, seed, _ in SWEEP_JOBS),
+            run=one_of(sorted({run_id(row, seed) for row, seed, _ in SWEEP_JOBS} - SITTING_SCORED)),
         threads: THREADS
         resources:
             gpu=GPU,
@@ -158,7 +159,7 @@ if CHOOSE_SPLIT != "test":
 
 rule quality_row:
     # pass@1 of a Table 2 row that is not swept: the AR rows (the AR target among them), the speculative
-    # rows, and the quantized model at the +ORL operating point.
+    # rows, and the quantized model at the +ORL operating point (a sitting's rows: rule latency_sitting).
     input:
         lambda wc: row_inputs(*RUNS[wc.run], wc.suite),
     output:
@@ -167,7 +168,7 @@ rule quality_row:
         f"{LOGS}/quality_row_{{suite}}_{{run}}.log",
     wildcard_constraints:
         suite=one_of(SUITES),
-        run=one_of(runnable(QUALITY_JOBS, quality_file)),
+        run=one_of(sorted(set(runnable(QUALITY_JOBS, quality_file)) - SITTING_SCORED)),
     threads: THREADS
     resources:
         gpu=GPU,

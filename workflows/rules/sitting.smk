@@ -2,8 +2,9 @@
 # (common.smk SITTING_RUNS) are timed together on each suite by `orl bench-sitting`, every engine built and
 # warmed up first, then each prompt on every engine in turn, so that a busy machine slows every system
 # alike (docs/metrics.md "Sittings"). Each row's latency record is the one rule latency (or vllm_latency)
-# would write, with extra.sitting naming the sitting. On a CPU profile a vLLM row puts the whole sitting in
-# the vLLM environment (its Python has the project too, `make vllm-env`).
+# would write, with extra.sitting naming the sitting; the sitting also scores the completions it timed as the
+# rows' pass@1 on test (common.smk SITTING_SCORED: one decode of the suite per row). On a CPU profile a vLLM
+# row puts the whole sitting in the vLLM environment (its Python has the project too, `make vllm-env`).
 
 SITTING_VLLM = VLLM_CPU and any(row.engine == "vllm" for row, _ in SITTING_RUNS)
 SITTING_ORL = VLLM_ORL if SITTING_VLLM else ORL
@@ -23,6 +24,8 @@ def sitting_rows(suite: str) -> str:
     out = []
     for row, seed in SITTING_RUNS:
         flags = vllm_flags(row, suite) if row in VLLM_ROWS else row_flags(row, seed, suite)
+        if run_id(row, seed) in SITTING_SCORED:
+            flags += f" --quality-out {quality_file(row, seed, suite)}"
         out.append(f"--row {latency_file(row, seed, suite)} {shlex.quote(flags + ' ' + shared)}")
     return " ".join(out)
 
@@ -34,6 +37,11 @@ if SITTING_RUNS:
             lambda wc: sitting_inputs(wc.suite),
         output:
             [f"{RESULTS}/latency/{{suite}}/{run_id(row, seed)}.jsonl" for row, seed in SITTING_RUNS],
+            [
+                quality_file(row, seed, "{suite}")
+                for row, seed in SITTING_RUNS
+                if run_id(row, seed) in SITTING_SCORED
+            ],
         log:
             f"{LOGS}/latency_sitting_{{suite}}.log",
         benchmark:

@@ -28,6 +28,7 @@ vllm_ckpt, spec_file, vllm_inputs, vllm_flags = _VLLM.ckpt, _VLLM.spec_file, _VL
 VLLM_RUN = one_of(row.key for row in VLLM_ROWS)
 # vLLM rows timed on their own; those of config latency_sitting are rule latency_sitting's.
 VLLM_TIMED_ALONE = one_of(row.key for row in VLLM_ROWS if row.key not in SITTING_IDS)
+VLLM_SCORED_ALONE = one_of(row.key for row in VLLM_ROWS if row.key not in SITTING_SCORED)
 
 
 ruleorder: vllm_latency > latency
@@ -111,7 +112,7 @@ rule vllm_quality:
         f"{LOGS}/quality_row_{{suite}}_{{run}}.log",
     wildcard_constraints:
         suite=one_of(SUITES),
-        run=VLLM_RUN,
+        run=VLLM_SCORED_ALONE,
     threads: THREADS
     resources:
         gpu=GPU,
