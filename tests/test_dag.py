@@ -174,6 +174,10 @@ def test_reproduce_all_plans_on_every_profile(tmp_path, profile):
     for job in jobs:
         if orl_subcommand(job["command"]) in MODEL_COMMANDS:
             assert f"--device {'cuda' if profile == 'paper' else 'cpu'}" in job["command"], job["command"]
+    # Every job that asks for the `gpu` resource goes to the Slurm profile's GPU partition.
+    slurm = yaml.safe_load((REPO / "workflows" / "profiles" / "slurm" / "config.yaml").read_text())
+    gpu_rules = {rule for rule, res in slurm["set-resources"].items() if res.get("slurm_partition") == "gpu"}
+    assert {job["rule"] for job in jobs if "gpu=" in job["resources"]} <= gpu_rules
     config = profile_config(profile)
     # ORL and the ablations are trained once per seed where they are trained; the paper profile trains none.
     seeds = [] if profile == "paper" else config["seeds"]

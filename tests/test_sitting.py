@@ -201,6 +201,16 @@ def test_a_row_that_cannot_run_gets_a_not_run_quality_record_too(ar_ckpt_dir, tm
     assert quality["status"].startswith("not run: ") and quality["split"] == "test"
 
 
+def test_a_suite_file_that_is_absent_is_the_reason_of_both_records(tmp_path):
+    missing = tmp_path / "math500.jsonl"
+    flags = f"--ckpt {tmp_path / 'SDAR-4B-Chat'} --engine dlmrt --suite math500 --suite-file {missing}"
+    argv = _sitting((tmp_path / "l.jsonl", f"{flags} --quality-out {tmp_path / 'q.jsonl'}"))
+    assert main(argv) == 0
+    (latency,), (quality,) = load_records(tmp_path / "l.jsonl"), load_records(tmp_path / "q.jsonl")
+    assert latency["status"] == quality["status"] == f"not run: {missing} not found"
+    assert quality["kind"] == "quality" and quality["suite"] == "math500" and quality["split"] == "test"
+
+
 @pytest.fixture(scope="module")
 def claims():
     return load_claims(DEFAULT_CLAIMS_PATH)

@@ -33,7 +33,7 @@ SMOKE = ["reproduce_all", "--config", "profile=smoke", "vllm_python=", "cpu_line
 TARGET_RULES = {"reproduce_all"}
 # The job cancelled mid-run is a decoding one: it reruns from scratch, so the retry gives the same records
 # (a cancelled training resumes from its checkpoint, which need not be bit-identical to an uninterrupted run).
-CANCEL_RULES = ("sweep", "quality_row", "latency", "bench_engine", "entropy_profile")
+CANCEL_RULES = ("sweep", "latency_sitting", "bench_engine", "entropy_profile")
 # The table columns that do not depend on the clock: what ran, on which problems, pass@1, TPF, AUP and
 # their intervals and per-seed values. Timings (tokens/s, latency, speedups, wall, memory) differ per run.
 SAME_COLUMNS = re.compile(
