@@ -37,6 +37,10 @@ def snakemake(*args: str, cwd: Path, timeout: int = 600) -> subprocess.Completed
 MODEL_COMMANDS = {"train-ar", "convert", "train-orl", "bench-replay", "generate", "eval-quality", "sweep",
                   "entropy-profile", "bench-engine", "bench-latency"}  # fmt: skip
 DECODING_COMMANDS = MODEL_COMMANDS - {"train-ar", "convert", "train-orl", "bench-replay"}
+# The rules that decode without timing anything (config `decode_threads`), and those that time.
+DECODE_RULES = {"sweep", "relaxed_sweep", "point_quality", "reference_quality", "quality_row",
+                "quality_extra_suite", "entropy_profile"}  # fmt: skip
+TIMED_RULES = {"latency", "latency_sitting", "bench_engine", "bench_length", "serving_bench"}
 
 
 def paper_config(tmp_path: Path, keys=("ar", "draft", "dlm", "orl"), **extra) -> Path:
@@ -63,7 +67,9 @@ def planned_jobs(stdout: str) -> list[dict]:
             command = re.search(r"Shell command: (.*)", block)
             output = re.search(r"output: (.*)", block)
             inputs = re.search(r"\n\s*input: (.*)", block)
+            priority = re.search(r"\n\s*priority: (\d+)", block)
             jobs.append({"rule": match.group(1), "resources": resources.group(1) if resources else "",
+                         "priority": int(priority.group(1)) if priority else 0,
                          "command": command.group(1) if command else "",
                          "output": output.group(1).split(", ") if output else [],
                          "input": inputs.group(1).split(", ") if inputs else []})  # fmt: skip
@@ -110,6 +116,23 @@ def test_the_tiny_profile_copies_its_committed_base_instead_of_training_it(tmp_p
     assert run.returncode == 0, run.stderr[-2000:]
     planned = {job["rule"] for job in planned_jobs(run.stdout)}
     assert {"train_ar", "train_draft", "convert"} <= planned and "take_base" not in planned
+
+
+def test_trainings_start_first_then_what_gates_the_long_relaxed_sweeps(tmp_path):
+    """On 2 cores the order matters: a relaxed δ sweep waits on ORL's first seed's sweep and operating
+    point, and is the longest single-core job, so those go before the other sweeps (common.smk PRIORITY_*)."""
+    run = snakemake("-n", "-p", "reproduce_table2", "--config", "profile=tiny", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    jobs = planned_jobs(run.stdout)
+    priority = {}
+    for job in jobs:
+        key = "gate" if job["rule"] == "sweep" and "/orl_seed0.jsonl" in job["output"][0] else job["rule"]
+        priority.setdefault(key, set()).add(job["priority"])
+    first = {job["priority"] for job in jobs if job["rule"] == "train_orl" and "--seed 0 " in job["command"]}
+    assert len(priority["train_orl"]) == 2 and first == {max(priority["train_orl"])}  # ORL's first seed first
+    train, (gate,), (relaxed,) = min(priority["train_orl"]), priority["gate"], priority["relaxed_sweep"]
+    assert train > gate > relaxed and priority["reference_quality"] == priority["operating_point"] == {gate}
+    assert relaxed >= max(priority["sweep"]) and max(priority["latency_sitting"]) < relaxed
 
 
 def test_a_bare_dry_run_plans_table2(tmp_path):
@@ -179,6 +202,15 @@ def test_reproduce_all_plans_on_every_profile(tmp_path, profile):
     gpu_rules = {rule for rule, res in slurm["set-resources"].items() if res.get("slurm_partition") == "gpu"}
     assert {job["rule"] for job in jobs if "gpu=" in job["resources"]} <= gpu_rules
     config = profile_config(profile)
+    # Untimed decoding jobs run on `decode_threads` (the tiny profile: two at once on its 2 cores); timed
+    # jobs and training on `threads`, so that nothing runs beside them.
+    decode_threads = config.get("decode_threads", config["threads"])
+    for job in jobs:
+        threads = re.search(r"OMP_NUM_THREADS=(\d+)", job["command"])
+        if job["rule"] in DECODE_RULES:
+            assert threads and int(threads.group(1)) == decode_threads, job
+        elif job["rule"] in TIMED_RULES | {"train_orl", "train_ablation"}:
+            assert threads and int(threads.group(1)) == config["threads"], job
     # ORL and the ablations are trained once per seed where they are trained; the paper profile trains none.
     seeds = [] if profile == "paper" else config["seeds"]
     ablations = config.get("ablations", list(rows.ABLATIONS))

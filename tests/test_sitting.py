@@ -164,6 +164,31 @@ def test_a_sitting_scores_the_completions_it_timed_as_eval_quality_would(ar_ckpt
     assert "passed" in capsys.readouterr().out
 
 
+def test_a_sitting_runs_a_program_its_rows_share_in_the_sandbox_once(ar_ckpt_dir, tmp_path, monkeypatch):
+    from orl.sandbox import batch
+
+    programs = []
+    check = batch.check_completion
+
+    def counted(problem, completion, *args, **kwargs):
+        programs.append((problem["task_id"], completion))
+        return check(problem, completion, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "check_completion", counted)
+    rows = [
+        (
+            tmp_path / f"{engine}.jsonl",
+            _row(ar_ckpt_dir, "--engine", engine, "--quality-out", f"{tmp_path / engine}_q.jsonl"),
+        )
+        for engine in ("hf", "ar-compiled")
+    ]
+    assert main(_sitting(*rows)) == 0
+    hf, compiled = (load_records(tmp_path / f"{engine}_q.jsonl")[0] for engine in ("hf", "ar-compiled"))
+    # Both rows decode the target's greedy tokens: the second row's programs were all run for the first.
+    assert hf["per_problem"] == compiled["per_problem"] and len(hf["per_problem"]) == 3
+    assert sorted(programs) == sorted((p["task_id"], p["completion"]) for p in hf["per_problem"])
+
+
 def test_bench_latency_scores_its_own_completions(ar_ckpt_dir, tmp_path):
     flags = shlex.split(_row(ar_ckpt_dir, "--engine", "hf"))
     latency, scored, evaluated = tmp_path / "l.jsonl", tmp_path / "q.jsonl", tmp_path / "e.jsonl"

@@ -72,8 +72,11 @@ def check_quality_out(args) -> None:
         )
 
 
-def write_run_quality(args, problems: list[dict], run, info, sitting: dict | None = None) -> None:
-    """The row's `quality` record, from the completions of its timed run, to --quality-out (if given)."""
+def write_run_quality(
+    args, problems: list[dict], run, info, sitting: dict | None = None, verdicts: dict | None = None
+) -> None:
+    """The row's `quality` record, from the completions of its timed run, to --quality-out (if given);
+    `verdicts` (orl.sandbox.check_many's) is kept across a sitting's rows, whose completions often agree."""
     from orl.eval.quality import CheckOptions
     from orl.eval.quality_record import QualityRow, quality_lines, scored_run_record
     from orl.records import write_records
@@ -86,6 +89,7 @@ def write_run_quality(args, problems: list[dict], run, info, sitting: dict | Non
         workers=args.workers,
         progress=not args.no_progress,
         isolation=args.isolation,
+        verdicts=verdicts,
     )
     row = QualityRow(args.engine, args.suite, args.split, args.system, args.max_new_tokens)
     record, result = scored_run_record(problems, run, info, options, row, sitting)

@@ -143,10 +143,13 @@ def run_bench_sitting(args) -> int:
         for (row, _, fields), info, run in zip(running, infos, runs, strict=True)
     ]
     sitting["systems"] = [record["system"] for record in records]
+    # A completion several rows decoded alike (greedy AR, its strict speculative rows) runs in the sandbox
+    # once: a verdict depends only on the program and the sandbox's settings (orl.sandbox.check_many).
+    verdicts: dict = {}
     for (row, _, _), info, record, run in zip(running, infos, records, runs, strict=True):
         record["extra"]["sitting"] = sitting
         write_records(row.out, [record])
-        bench_latency.write_run_quality(row, problems, run, info, sitting)
+        bench_latency.write_run_quality(row, problems, run, info, sitting, verdicts)
         summary = run.summary
         print(f"{record['system']}: tokens_per_s={summary.tokens_per_s:.1f} median_s={summary.median_s:.4f}")
     print(f"sitting={sitting['id']} rows={len(records)}")

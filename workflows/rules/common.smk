@@ -57,8 +57,24 @@ CKPT = f"{RESULTS}/ckpt"
 LOGS = f"{RESULTS}/logs"
 GATE = f"results/gate/{PROFILE}.jsonl"  # outside RESULTS: the renderer reads every record file there
 THREADS = config["threads"]
-# The `orl` command of the environment running snakemake, with every job's thread settings.
-ORL = f"OMP_NUM_THREADS={THREADS} TQDM_MININTERVAL=5 {sys.executable} -m orl.cli"
+# Untimed decoding jobs (sweeps, pass@1 rows) take `decode_threads`: at batch 1 a small model decodes
+# as fast or faster on one thread, and two such jobs then share a 2-core machine. Timed jobs and
+# training keep `threads` (all of a job's cores, so they run alone).
+DECODE_THREADS = config.get("decode_threads", THREADS)
+
+
+def orl_command(threads):
+    """The `orl` command of the environment running snakemake, with a job's thread settings."""
+    return f"OMP_NUM_THREADS={threads} TQDM_MININTERVAL=5 {sys.executable} -m orl.cli"
+
+
+ORL = orl_command(THREADS)
+ORL_DECODE = orl_command(DECODE_THREADS)
+# Which ready job starts first on few cores (Snakemake's `priority`): trainings, which take every core
+# (ORL's first seed first), then the jobs that gate a long chain (the AR target's dev pass@1, operating
+# points, the sweeps the relaxed δ sweeps are matched against), then the sweeps, so that no core idles
+# at the end waiting on the longest single-core job (a relaxed sweep); the rest (sittings) comes last.
+PRIORITY_TRAIN, PRIORITY_GATE, PRIORITY_SWEEP = 3, 2, 1
 GPU = 1 if config["device"].startswith("cuda") else 0  # per model-running job (workflows/profiles/slurm)
 # vLLM's CPU build lives in its own environment (`make vllm-env`); a CPU profile runs its vLLM rows there
 # (vllm.smk), and says "not run: vLLM environment missing (make vllm-env)" without it (or with vllm_python "").

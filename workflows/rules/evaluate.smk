@@ -23,7 +23,8 @@ rule sweep:
     wildcard_constraints:
         suite=one_of(SUITES),
         run=one_of(run_id(row, seed) for row, seed, _ in SWEEP_JOBS),
-    threads: THREADS
+    priority: lambda wc: PRIORITY_GATE if wc.run == RELAXED_REFERENCE_RUN else PRIORITY_SWEEP
+    threads: DECODE_THREADS
     resources:
         gpu=GPU,
     params:
@@ -37,7 +38,7 @@ rule sweep:
         split=CHOOSE_SPLIT,
         match_tolerance=config["match_tolerance"],
     shell:
-        "{ORL} sweep --ckpt {params.ckpt} --suite {wildcards.suite} --split {params.split} "
+        "{ORL_DECODE} sweep --ckpt {params.ckpt} --suite {wildcards.suite} --split {params.split} "
         "--policy {params.policy} --values {params.values} {params.limit} --reference {input.reference} "
         "--tolerance {params.match_tolerance} "
         "{params.block} --max-new-tokens {params.max_new_tokens} --system '{params.system}' "
@@ -64,6 +65,7 @@ rule operating_point:
     wildcard_constraints:
         suite=one_of(SUITES),
         run=one_of(run_id(row, seed) for row, seed, _ in SWEEP_JOBS),
+    priority: PRIORITY_GATE
     params:
         match_tolerance=config["match_tolerance"],
     shell:
@@ -72,6 +74,7 @@ rule operating_point:
 
 
 RELAXED_REFERENCE = ROW[rows.RELAXED_REFERENCE]
+RELAXED_REFERENCE_RUN = run_id(RELAXED_REFERENCE, seeds_of(RELAXED_REFERENCE)[0])  # its sweep gates them
 
 
 rule relaxed_sweep:
@@ -89,7 +92,8 @@ rule relaxed_sweep:
     wildcard_constraints:
         suite=one_of(SUITES),
         row=one_of(row.key for row in RELAXED_ROWS),
-    threads: THREADS
+    priority: PRIORITY_SWEEP
+    threads: DECODE_THREADS
     resources:
         gpu=GPU,
     params:
@@ -100,7 +104,7 @@ rule relaxed_sweep:
         limit=limit_flag(config["eval_limit"]),
         split=CHOOSE_SPLIT,
     shell:
-        "{ORL} spec-sweep {params.flags} --suite {wildcards.suite} --split {params.split} {params.limit} "
+        "{ORL_DECODE} spec-sweep {params.flags} --suite {wildcards.suite} --split {params.split} {params.limit} "
         "--deltas {params.deltas} "
         "--reference {input.reference} --tolerance {params.tolerance} "
         "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
@@ -121,7 +125,7 @@ if CHOOSE_SPLIT != "test":
         wildcard_constraints:
             suite=one_of(SUITES),
             run=one_of(sorted({run_id(row, seed) for row, seed, _ in SWEEP_JOBS} - SITTING_SCORED)),
-        threads: THREADS
+        threads: DECODE_THREADS
         resources:
             gpu=GPU,
         params:
@@ -129,7 +133,7 @@ if CHOOSE_SPLIT != "test":
             flags=lambda wc: row_flags(*RUNS[wc.run], wc.suite),
             limit=limit_flag(config["eval_limit"]),
         shell:
-            "{ORL} eval-quality {params.flags} --suite {wildcards.suite} --split test {params.limit} "
+            "{ORL_DECODE} eval-quality {params.flags} --suite {wildcards.suite} --split test {params.limit} "
             "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
             "{params.chat} --out {output} --no-progress > {log} 2>&1"
 
@@ -143,7 +147,8 @@ if CHOOSE_SPLIT != "test":
             f"{LOGS}/reference_quality_{{suite}}.log",
         wildcard_constraints:
             suite=one_of(SUITES),
-        threads: THREADS
+        priority: PRIORITY_GATE
+        threads: DECODE_THREADS
         resources:
             gpu=GPU,
         params:
@@ -152,7 +157,7 @@ if CHOOSE_SPLIT != "test":
             limit=limit_flag(config["eval_limit"]),
             split=CHOOSE_SPLIT,
         shell:
-            "{ORL} eval-quality {params.flags} --suite {wildcards.suite} --split {params.split} {params.limit} "
+            "{ORL_DECODE} eval-quality {params.flags} --suite {wildcards.suite} --split {params.split} {params.limit} "
             "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
             "{params.chat} --out {output} --no-progress > {log} 2>&1"
 
@@ -169,7 +174,7 @@ rule quality_row:
     wildcard_constraints:
         suite=one_of(SUITES),
         run=one_of(sorted(set(runnable(QUALITY_JOBS, quality_file)) - SITTING_SCORED)),
-    threads: THREADS
+    threads: DECODE_THREADS
     resources:
         gpu=GPU,
     params:
@@ -177,7 +182,7 @@ rule quality_row:
         flags=lambda wc: row_flags(*RUNS[wc.run], wc.suite),
         limit=limit_flag(config["eval_limit"]),
     shell:
-        "{ORL} eval-quality {params.flags} --suite {wildcards.suite} {params.limit} "
+        "{ORL_DECODE} eval-quality {params.flags} --suite {wildcards.suite} {params.limit} "
         "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
         "{params.chat} --out {output} --no-progress > {log} 2>&1"
 
@@ -196,7 +201,7 @@ if EXTRA_SUITES:
         wildcard_constraints:
             suite=one_of(EXTRA_SUITES),
             run=one_of(run_id(row, seed) for row, seed, _ in EXTRA_JOBS),
-        threads: THREADS
+        threads: DECODE_THREADS
         resources:
             gpu=GPU,
         params:
@@ -204,7 +209,7 @@ if EXTRA_SUITES:
             flags=lambda wc: row_flags(*RUNS[wc.run], MAIN),
             suite_file=lambda wc: suite_file_flag(wc.suite),
         shell:
-            "{ORL} eval-quality {params.flags} --suite {wildcards.suite} {params.suite_file} "
+            "{ORL_DECODE} eval-quality {params.flags} --suite {wildcards.suite} {params.suite_file} "
             "--max-new-tokens {params.max_new_tokens} "
             "--device {params.device} --dtype {params.dtype} {params.chat} --out {output} --no-progress > {log} 2>&1"
 
@@ -218,7 +223,7 @@ rule entropy_profile:
         f"{LOGS}/entropy_{{run}}.log",
     wildcard_constraints:
         run=one_of(run_id(row, seeds_of(row)[0]) for row in ENTROPY_ROWS),
-    threads: THREADS
+    threads: DECODE_THREADS
     resources:
         gpu=GPU,
     params:
@@ -228,7 +233,7 @@ rule entropy_profile:
         system=lambda wc: RUNS[wc.run][0].system,
         limit=limit_flag(config["bench_limit"]),
     shell:
-        "{ORL} entropy-profile --ckpt {params.ckpt} --suite {params.suite} --policy fixed:1 {params.limit} "
+        "{ORL_DECODE} entropy-profile --ckpt {params.ckpt} --suite {params.suite} --policy fixed:1 {params.limit} "
         "--max-new-tokens {params.max_new_tokens} --system '{params.system}' --device {params.device} "
         "--dtype {params.dtype} {params.chat} --out {output} --no-progress > {log} 2>&1"
 

@@ -182,6 +182,7 @@ if TRAINS:
             f"{RESULTS}/benchmarks/train_orl_seed{{seed}}.tsv"
         wildcard_constraints:
             seed=one_of(SEEDS),
+        priority: lambda wc: PRIORITY_TRAIN + (int(wc.seed) == SEEDS[0])  # the seed the relaxed sweeps match
         threads: THREADS
         resources:
             gpu=TRAIN_GPUS,
@@ -212,6 +213,7 @@ if TRAINS:
         wildcard_constraints:
             ablation=one_of(ABLATIONS),
             seed=one_of(SEEDS),
+        priority: PRIORITY_TRAIN
         threads: THREADS
         resources:
             gpu=TRAIN_GPUS,
