@@ -57,8 +57,9 @@ CKPT = f"{RESULTS}/ckpt"
 LOGS = f"{RESULTS}/logs"
 GATE = f"results/gate/{PROFILE}.jsonl"  # outside RESULTS: the renderer reads every record file there
 THREADS = config["threads"]
-# Untimed decoding jobs (sweeps, pass@1 rows) take `decode_threads`: at batch 1 a small model decodes
-# as fast or faster on one thread, and two such jobs then share a 2-core machine. Timed jobs and
+# Untimed decoding jobs (sweeps, pass@1 rows) take `decode_threads`: at batch 1 a small model gains
+# little from a second thread (a tinymath dev sweep on a Xeon: 22.1 s on 2 threads, 27.6 s on 1), so two
+# 1-thread jobs side by side finish well before two 2-thread jobs one after the other. Timed jobs and
 # training keep `threads` (all of a job's cores, so they run alone).
 DECODE_THREADS = config.get("decode_threads", THREADS)
 
