@@ -7,10 +7,12 @@ times that product for Qwen3-0.6B's weight shapes in fp32 two ways, each against
 - MKL's packed sgemm (`torch.ops.mkl._mkl_linear` on a weight whose panel layout was built
   once by `_mkl_reorder_linear_weight`);
 - oneDNN on its packed weight (orl.kernels.onednn, what dlmrt's `cpu_linear` "onednn" runs).
-The small projections fit in the last-level cache when timed alone, so their ratios are
-optimistic; the LM head (151,936 x 1,024, 622 MB) streams from memory like a whole model does.
+A forward reads each weight once from memory, so every shape is timed on `--cache-mb` worth of
+distinct copies of its weight, one after the other: a projection timed alone would sit in the
+last-level cache and look faster than it runs in a forward. `--fused` takes the shapes dlmrt runs
+with oneDNN (q/k/v and gate/up concatenated, orl/model/fusion.py).
 
-    python scripts/cpu_gemm_floor.py [--rows 16] [--threads 0]
+    python scripts/cpu_gemm_floor.py [--rows 16] [--threads 0] [--fused] [--cache-mb 128]
 """
 
 from __future__ import annotations
@@ -26,21 +28,37 @@ from orl.kernels.onednn import onednn_linear
 # (in_features, out_features, how many per forward) of Qwen3-0.6B: 28 layers, tied LM head.
 SHAPES = [(1024, 2048, 28), (1024, 1024, 56), (2048, 1024, 28), (1024, 3072, 56), (3072, 1024, 28),
           (1024, 151936, 1)]  # fmt: skip
+FUSED_SHAPES = [(1024, 4096, 28), (2048, 1024, 28), (1024, 6144, 28), (3072, 1024, 28), (1024, 151936, 1)]
 
 
-def seconds(fn, repeats: int = 20) -> float:
-    for _ in range(3):
-        fn()
+def seconds(fn, copies: int, repeats: int = 20) -> float:
+    """Mean seconds of fn(i) over `repeats` calls after a warm-up, i cycling through the weight copies."""
+    for i in range(max(3, copies)):
+        fn(i % copies)
     start = time.perf_counter()
-    for _ in range(repeats):
-        fn()
+    for i in range(repeats):
+        fn(i % copies)
     return (time.perf_counter() - start) / repeats
+
+
+def three_ways(x: torch.Tensor, ws: list[torch.Tensor]) -> tuple[float, float, float]:
+    """Seconds of x @ w.T through aten, MKL packed and oneDNN packed, w cycling through the copies `ws`."""
+    rows, copies = x.shape[0], len(ws)
+    packed = [torch.ops.mkl._mkl_reorder_linear_weight(w, rows) for w in ws]
+    aten = seconds(lambda i: torch.nn.functional.linear(x, ws[i]), copies)
+    mkl = seconds(lambda i: torch.ops.mkl._mkl_linear(x, packed[i], ws[i], None, rows), copies)
+    onednn = seconds(lambda i: onednn_linear(x, ws[i]), copies)
+    return aten, mkl, onednn
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=16, help="rows of the activation (a block's tokens)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--fused", action="store_true", help="q/k/v and gate/up as one weight each (dlmrt)")
+    parser.add_argument(
+        "--cache-mb", type=int, default=128, help="distinct weight copies per shape, at least this many MB"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -48,15 +66,12 @@ def main() -> int:
     print(f"copy bandwidth {bandwidth / 1e9:.2f} GB/s, {torch.get_num_threads()} threads, {args.rows} rows")
     generator = torch.Generator().manual_seed(0)
     totals = {"aten": 0.0, "mkl": 0.0, "onednn": 0.0, "floor": 0.0}
-    for k, n, count in SHAPES:
+    for k, n, count in FUSED_SHAPES if args.fused else SHAPES:
         x = torch.randn(args.rows, k, generator=generator)
-        w = torch.randn(n, k, generator=generator) * 0.02
-        packed = torch.ops.mkl._mkl_reorder_linear_weight(w, args.rows)
-        aten = seconds(lambda x=x, w=w: torch.nn.functional.linear(x, w))
-        mkl = seconds(
-            lambda x=x, w=w, packed=packed: torch.ops.mkl._mkl_linear(x, packed, w, None, args.rows)
-        )
-        onednn = seconds(lambda x=x, w=w: onednn_linear(x, w))
+        copies = min(count, max(1, -(-args.cache_mb * 2**20 // (4 * k * n))))
+        ws = [torch.randn(n, k, generator=generator) * 0.02 for _ in range(copies)]
+        aten, mkl, onednn = three_ways(x, ws)
+        w = ws[0]
         floor = w.numel() * w.element_size() / bandwidth
         print(
             f"{k:>5} x {n:<6} x{count:<3} aten {aten * 1e3:8.3f} ms ({aten / floor:.2f}x floor)   "

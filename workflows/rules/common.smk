@@ -72,10 +72,16 @@ def orl_command(threads):
 ORL = orl_command(THREADS)
 ORL_DECODE = orl_command(DECODE_THREADS)
 # Which ready job starts first on few cores (Snakemake's `priority`): trainings, which take every core
-# (ORL's first seed first), then the jobs that gate a long chain (the AR target's dev pass@1, operating
-# points, the sweeps the relaxed δ sweeps are matched against), then the sweeps, so that no core idles
-# at the end waiting on the longest single-core job (a relaxed sweep); the rest (sittings) comes last.
-PRIORITY_TRAIN, PRIORITY_GATE, PRIORITY_SWEEP = 3, 2, 1
+# (ORL's first seed first), then the jobs on the long chain to the sittings (the AR target's dev pass@1,
+# operating points, the sweeps the relaxed δ sweeps are matched against, the relaxed δ sweeps, the longest
+# single-core jobs), then the other sweeps; the rest (sittings) comes last. Snakemake's scheduler maximises
+# the *sum* of the priorities of the jobs it starts at once, so with tiers 3, 2, 1 two single-core sweeps
+# (2 + 1) tied with a training (3) and took the cores it waited for (a 2-core Xeon run: a relaxed sweep
+# alone on one core for 306 s while an ORL seed waited to train). Each tier is 100 times the one below, so
+# one job outweighs any 99 jobs of lower tiers started beside it.
+PRIORITY_SWEEP = 1
+PRIORITY_GATE = 100 * PRIORITY_SWEEP
+PRIORITY_TRAIN = 100 * PRIORITY_GATE
 GPU = 1 if config["device"].startswith("cuda") else 0  # per model-running job (workflows/profiles/slurm)
 # vLLM's CPU build lives in its own environment (`make vllm-env`); a CPU profile runs its vLLM rows there
 # (vllm.smk), and says "not run: vLLM environment missing (make vllm-env)" without it (or with vllm_python "").

@@ -92,7 +92,7 @@ rule relaxed_sweep:
     wildcard_constraints:
         suite=one_of(SUITES),
         row=one_of(row.key for row in RELAXED_ROWS),
-    priority: PRIORITY_SWEEP
+    priority: PRIORITY_GATE
     threads: DECODE_THREADS
     resources:
         gpu=GPU,
