@@ -1,7 +1,7 @@
 """How close a batch-1 block forward's matmuls can come to the copy-bandwidth floor on this CPU.
 
 A dlmrt step multiplies a block of B rows (16 by default) by every weight of the model. This
-times that product for Qwen3-0.6B's weight shapes in fp32 two ways, each against its floor
+times that product for Qwen3-0.6B's weight shapes in fp32 three ways, each against its floor
 (weight bytes / the copy bandwidth measured here, orl/eval/scale.py):
 - aten's `linear` (what the model runs);
 - MKL's packed sgemm (`torch.ops.mkl._mkl_linear` on a weight whose panel layout was built
