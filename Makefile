@@ -41,9 +41,25 @@ slurm-check: venv
 # lock is released, half-written outputs are redone, and training resumes from its last checkpoint.
 SNAKEMAKE = $(VENV)/bin/snakemake -c$(CORES) --rerun-incomplete
 # A clone carries the tiny profile's records and reports, already up to date: `make reproduce` then
-# only checks them. FORCE=1 retrains and remeasures everything (trained stages still resume).
+# only checks them. FORCE=1 retrains ORL and its ablations from the base (results/tiny/base, or the base
+# this checkout trained) and measures again everything that descends from them. What the base alone
+# decides stays as recorded: the base dLLM's dev sweeps, the AR target's dev pass@1, the relaxed rows'
+# δ points, the drafters. FORCE=all measures everything again, as does FORCE with TRAIN_BASE=1, which
+# retrains the base too. Trained stages still resume from their last checkpoint.
 FORCE ?=
-FORCE_FLAG = $(if $(FORCE),--forceall)
+# The ORL-stage trainings FORCE=1 reruns, those this profile defines (the paper profile without a
+# preset trains none: then FORCE=1 reruns everything).
+ORL_STAGE_RULES = train_orl train_ablation
+# Snakemake's flags for FORCE, computed in the recipe's shell (it lists the profile's rules). Before them
+# the base checkpoints are made if missing (target base_checkpoints): their copies are as old as the base,
+# so Snakemake keeps the records measured from it.
+FORCE_FLAGS = $$(if [ -z "$(FORCE)" ]; then :; \
+	  elif [ "$(FORCE)" = all ] || [ -n "$(TRAIN_BASE)" ]; then echo --forceall; \
+	  else rules=$$($(VENV)/bin/snakemake --list-rules --config profile=$(PROFILE) $(BASE_FLAG) 2>/dev/null \
+	    | grep -xE "$$(echo $(ORL_STAGE_RULES) | tr ' ' '|')" | tr '\n' ' '); \
+	    if [ -n "$$rules" ]; then echo --forcerun $$rules; else echo --forceall; fi; fi)
+BASE_FIRST = if [ -n "$(FORCE)" ] && [ "$(FORCE)" != all ] && [ -z "$(TRAIN_BASE)" ]; then \
+	  $(SNAKEMAKE) base_checkpoints --config profile=$(PROFILE) || exit 1; fi
 # The tiny profile copies its AR target, draft and dLLM from the committed results/tiny/base; TRAIN_BASE=1
 # trains them here instead (config `base` emptied), e.g. `make reproduce FORCE=1 TRAIN_BASE=1`.
 TRAIN_BASE ?=
@@ -63,13 +79,16 @@ reproduce: venv clone-times
 	$(VENV)/bin/snakemake --unlock --config profile=$(PROFILE) >/dev/null 2>&1 || true
 	@start=$$(date +%s); before=$$(mktemp); trap 'rm -f "$$before"' EXIT; trap 'exit 130' INT TERM; \
 	  cp reports/$(PROFILE)/table2.csv "$$before" 2>/dev/null || :; \
-	  echo "$(SNAKEMAKE) reproduce_table2 $(FORCE_FLAG) --config profile=$(PROFILE) $(BASE_FLAG)"; \
-	  $(SNAKEMAKE) reproduce_table2 $(FORCE_FLAG) --config profile=$(PROFILE) $(BASE_FLAG) \
+	  $(BASE_FIRST); force="$(FORCE_FLAGS)"; \
+	  echo "$(SNAKEMAKE) reproduce_table2 $$force --config profile=$(PROFILE) $(BASE_FLAG)"; \
+	  $(SNAKEMAKE) reproduce_table2 $$force --config profile=$(PROFILE) $(BASE_FLAG) \
 	  && $(PY) -m orl.report.summary --profile $(PROFILE) --table 2 --since $$start --against "$$before"
 
 reproduce-all: venv clone-times
 	$(VENV)/bin/snakemake --unlock --config profile=$(PROFILE) >/dev/null 2>&1 || true
-	$(SNAKEMAKE) reproduce_all $(FORCE_FLAG) --config profile=$(PROFILE) $(BASE_FLAG)
+	@$(BASE_FIRST); force="$(FORCE_FLAGS)"; \
+	  echo "$(SNAKEMAKE) reproduce_all $$force --config profile=$(PROFILE) $(BASE_FLAG)"; \
+	  $(SNAKEMAKE) reproduce_all $$force --config profile=$(PROFILE) $(BASE_FLAG)
 
 # The HTML report (figures and tables) of a finished run: reports/<profile>/report.html.
 report: venv

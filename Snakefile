@@ -49,6 +49,19 @@ for _n in range(1, 6):
             ],
 
 
+rule base_checkpoints:
+    # The base the ORL stage starts from (AR target, draft model, converted dLLM), copied from the committed
+    # base or trained: `make reproduce FORCE=1` makes it before it forces the ORL-stage trainings. Copies of
+    # the committed base are then given its age (settle_copies), so that the records measured from it stay
+    # up to date; a changed base (a newer manifest) still reruns them.
+    input:
+        [] if PAPER else [ckpt_done(name) for name in BASE_CHECKPOINTS],
+    run:
+        if BASE_FILES:
+            settled = settle_copies(Path(BASE), Path(CKPT))
+            print(f"{CKPT}: copies of {BASE} as old as it: {', '.join(settled) or 'none'}")
+
+
 rule reproduce_figures:
     input:
         expand(f"{REPORTS}/figures/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf"]),

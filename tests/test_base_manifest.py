@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -16,6 +17,7 @@ from orl.model.base_manifest import (
     base_problem,
     check_manifest,
     copy_base,
+    settle_copies,
     take_base,
 )
 from orl.model.checkpoint import load_checkpoint
@@ -91,6 +93,24 @@ def test_taking_the_base_copies_checked_files(tmp_path):
     with pytest.raises(CheckpointError, match="sha256 differs"):
         take_base(base, "draft", tmp_path / "ckpt" / "draft")
     assert not (tmp_path / "ckpt" / "draft" / "config.json").exists()
+
+
+def test_settled_copies_are_as_old_as_the_base_and_others_are_left_alone(tmp_path):
+    """A copy of the base gets the time of the newest base file it came from (Snakemake's fresh time would
+    make every record measured from the base look older than it); a folder that is not a copy keeps its."""
+    base = _fake_base(tmp_path, {"ar": "aaaa", "draft": "bbbb", "dlm": "cccc"})
+    ckpt = tmp_path / "ckpt"
+    for name in ("ar", "dlm"):
+        take_base(base, name, ckpt / name)
+    old = 1_700_000_000
+    for path in base.rglob("*"):
+        os.utime(path, (old, old))
+    os.utime(base / "dlm" / "config.json", (old + 5, old + 5))  # the newest file the dlm copy came from
+    (ckpt / "ar" / "model.safetensors").write_bytes(b"trained here")  # no longer the base's: left alone
+    before = (ckpt / "ar" / "config.json").stat().st_mtime
+    assert settle_copies(base, ckpt) == ["dlm"]  # draft was never taken
+    assert {path.stat().st_mtime for path in (ckpt / "dlm").iterdir()} == {old + 5}
+    assert (ckpt / "ar" / "config.json").stat().st_mtime == before
 
 
 @pytest.mark.skipif(not (BASE / MANIFEST).is_file(), reason=f"no committed base checkpoints under {BASE}")

@@ -38,8 +38,8 @@ MODEL_COMMANDS = {"train-ar", "convert", "train-orl", "bench-replay", "generate"
                   "entropy-profile", "bench-engine", "bench-latency"}  # fmt: skip
 DECODING_COMMANDS = MODEL_COMMANDS - {"train-ar", "convert", "train-orl", "bench-replay"}
 # The rules that decode without timing anything (config `decode_threads`), and those that time.
-DECODE_RULES = {"sweep", "relaxed_sweep", "point_quality", "reference_quality", "quality_row",
-                "quality_extra_suite", "entropy_profile"}  # fmt: skip
+DECODE_RULES = {"sweep", "relaxed_points", "relaxed_sweep", "point_quality", "reference_quality",
+                "quality_row", "quality_extra_suite", "entropy_profile"}  # fmt: skip
 TIMED_RULES = {"latency", "latency_sitting", "bench_engine", "bench_length", "serving_bench"}
 
 
@@ -133,7 +133,7 @@ def test_trainings_start_first_then_what_gates_the_long_relaxed_sweeps(tmp_path)
     first = {job["priority"] for job in jobs if job["rule"] == "train_orl" and "--seed 0 " in job["command"]}
     assert len(priority["train_orl"]) == 2 and first == {max(priority["train_orl"])}  # ORL's first seed first
     train, (gate,), (sweep,) = min(priority["train_orl"]), priority["gate"], priority["sweep"]
-    on_the_chain = ("reference_quality", "operating_point", "relaxed_sweep")
+    on_the_chain = ("reference_quality", "operating_point", "relaxed_points", "relaxed_sweep")
     assert all(priority[rule] == {gate} for rule in on_the_chain)
     assert train > 2 * gate and gate > 2 * sweep and max(priority["latency_sitting"]) < sweep
 
@@ -548,9 +548,13 @@ def test_smoke_profile_reproduces_everything(tmp_path):
 
 
 @pytest.mark.skipif(not (REPO / ".git").exists(), reason="needs the repository's git history (a clone of it)")
-def test_a_fresh_clone_plans_nothing_for_the_committed_tiny_records(tmp_path):
+def test_a_fresh_clone_plans_nothing_and_force_plans_the_orl_stage(tmp_path):
     """`make reproduce` in a fresh clone only checks the committed records: the checkout writes them one
-    after another, and `make clone-times` gives them one time before the DAG's first run there."""
+    after another, and `make clone-times` gives them one time before the DAG's first run there.
+
+    `make reproduce FORCE=1` then makes the base checkpoints (copies of results/tiny/base, settled to its
+    age) and plans ORL's trainings and everything downstream of them; what the base alone decides (the AR
+    target's dev pass@1, the base dLLM's dev sweeps, the relaxed rows' δ points) keeps its records."""
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=300)
     subprocess.run(["make", "-s", "clone-times"], cwd=clone, check=True, timeout=120)
@@ -563,6 +567,28 @@ def test_a_fresh_clone_plans_nothing_for_the_committed_tiny_records(tmp_path):
     )
     assert planned.returncode == 0, planned.stderr[-3000:]
     assert "Nothing to be done" in planned.stdout + planned.stderr, (planned.stdout + planned.stderr)[-3000:]
+
+    made = snakemake("-c2", "base_checkpoints", "--config", "profile=tiny", cwd=clone)
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert "as old as it: ar, dlm, draft" in made.stdout + made.stderr
+    venv = Path(sys.prefix)  # the test's environment stands in for the Makefile's .venv: nothing installed
+    dry = f"SNAKEMAKE={venv}/bin/python -m snakemake -c2 -n -p"
+    force = subprocess.run(
+        ["make", "-s", "-o", f"{venv}/.installed", "reproduce", "FORCE=1", f"VENV={venv}", dry],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert force.returncode == 0, (force.stdout + force.stderr)[-3000:]
+    assert "reproduce_table2 --forcerun train_orl train_ablation " in force.stdout, force.stdout[:3000]
+    jobs = planned_jobs(force.stdout)
+    rules = [job["rule"] for job in jobs]
+    assert rules.count("train_orl") == 3 and rules.count("latency_sitting") == 2, rules
+    assert not {"take_base", "reference_quality", "relaxed_points"} & set(rules), rules
+    swept = [job["output"][0] for job in jobs if job["rule"] == "sweep"]
+    assert swept and all("/orl_seed" in path for path in swept), swept
+    assert rules.count("relaxed_sweep") == 4  # the δ choice against ORL's accuracy: it descends from ORL
 
 
 def test_rows_of_latency_sitting_are_timed_in_one_sitting_per_suite(tmp_path):

@@ -300,14 +300,12 @@ def test_choose_delta_is_the_fastest_point_within_half_a_point_of_the_reference(
     assert chosen.to_dict()["delta"] == 0.5
 
 
-def test_spec_sweep_deltas_writes_a_choice_the_engines_read(tmp_path, capsys):
-    from orl.cli import main
-    from orl.commands.choice_files import verification_arg
+def _failing_reference(tmp_path, problems) -> Path:
+    """An ORL quality record that fails every problem: every δ matches it."""
     from orl.records import make_record, write_records
-    from orl.tasks import load_suite
 
-    problems = load_suite("tinycode", limit=1)
     reference = tmp_path / "orl.jsonl"
+    outcome = {"passed": False, "result": "failed", "completion": "", "nfe": 1, "tokens": 1}
     write_records(
         reference,
         [
@@ -319,23 +317,16 @@ def test_spec_sweep_deltas_writes_a_choice_the_engines_read(tmp_path, capsys):
                 metrics={"pass_at_1": 0.0},
                 suite="tinycode",
                 split="test",
-                n_problems=1,
-                per_problem=[
-                    {
-                        "task_id": p["task_id"],
-                        "passed": False,
-                        "result": "failed",
-                        "completion": "",
-                        "nfe": 1,
-                        "tokens": 1,
-                    }
-                    for p in problems
-                ],
+                n_problems=len(problems),
+                per_problem=[{"task_id": p["task_id"], **outcome} for p in problems],
             )
         ],
     )
-    out = tmp_path / "delta.json"
-    base = [
+    return reference
+
+
+def _spec_sweep_args(out: Path, limit: int = 1) -> list[str]:
+    return [
         "spec-sweep",
         "--engine",
         "hf-assisted",
@@ -344,13 +335,23 @@ def test_spec_sweep_deltas_writes_a_choice_the_engines_read(tmp_path, capsys):
         "--draft",
         str(BASE / "draft"),
         "--limit",
-        "1",
+        str(limit),
         "--max-new-tokens",
         "8",
         "--out",
         str(out),
         "--no-progress",
     ]
+
+
+def test_spec_sweep_deltas_writes_a_choice_the_engines_read(tmp_path, capsys):
+    from orl.cli import main
+    from orl.commands.choice_files import verification_arg
+    from orl.tasks import load_suite
+
+    reference = _failing_reference(tmp_path, load_suite("tinycode", limit=1))
+    out = tmp_path / "delta.json"
+    base = _spec_sweep_args(out)
     assert main([*base, "--deltas", "1,0.5", "--reference", str(reference)]) == 0
     printed = capsys.readouterr().out
     written = json.loads(out.read_text())
@@ -361,9 +362,49 @@ def test_spec_sweep_deltas_writes_a_choice_the_engines_read(tmp_path, capsys):
     assert written["verification"] in ("relaxed:1", "relaxed:0.5") and written["split"] == "test"
     assert printed.strip().splitlines()[-1] == f"verification={written['verification']}"
     assert verification_arg(f"@{out}") == Verification.parse(written["verification"])
-    assert main([*base, "--deltas", "1,0"]) == 2  # no reference, and a bad δ: refused before any run
+    assert main([*base, "--deltas", "1,0"]) == 2  # a bad δ: refused before any run, with or without reference
     assert main([*base, "--deltas", "1,0", "--reference", str(reference)]) == 2
     assert "delta must be a number in (0, 1]" in capsys.readouterr().err
+
+
+def test_delta_points_measured_once_give_the_same_choice(tmp_path, capsys):
+    """The DAG measures a relaxed row's δ grid once per base (no --reference: points with their per-problem
+    outcomes) and chooses per ORL run (--measured): the same document as one sweep that measures all,
+    decoding only the grid's extension; points of another sweep are refused, naming the field."""
+    from orl.cli import main
+    from orl.tasks import load_suite
+
+    reference = _failing_reference(tmp_path, load_suite("tinycode", limit=2))
+    once, points, chosen = tmp_path / "once.json", tmp_path / "points.json", tmp_path / "chosen.json"
+    grid = ["--deltas", "1,0.5"]
+    assert main([*_spec_sweep_args(once, limit=2), *grid, "--reference", str(reference)]) == 0
+    assert main([*_spec_sweep_args(points, limit=2), *grid]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("points=2 ")
+    measured = json.loads(points.read_text())
+    assert [p["delta"] for p in measured["points"]] == [1.0, 0.5] and len(measured["task_ids"]) == 2
+    assert all("completion" not in e and "passed" in e for p in measured["points"] for e in p["per_problem"])
+    choice = [*grid, "--reference", str(reference), "--measured", str(points)]
+    args = [*_spec_sweep_args(chosen, limit=2), *choice]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "delta=1:" not in printed and "delta=0.5:" not in printed  # the grid was not decoded again
+    assert "delta=0.25:" in printed  # its extension was
+    timed = ("tokens_per_s",)
+    decoded = [{k: v for k, v in p.items() if k not in timed} for p in json.loads(once.read_text())["points"]]
+    again = json.loads(chosen.read_text())
+    assert [{k: v for k, v in p.items() if k not in timed} for p in again["points"]] == decoded
+    assert {k: v for k, v in again.items() if k != "points"} == {
+        k: v for k, v in json.loads(once.read_text()).items() if k != "points"
+    }
+    # Points of another sweep: another budget, other problems, another grid; and --measured alone.
+    assert main([*args, "--max-new-tokens", "9"]) == 2
+    assert f"{points}: max_new_tokens: expected 9" in capsys.readouterr().err
+    assert main([*_spec_sweep_args(chosen, limit=1), *choice]) == 2
+    assert f"{points}: task_ids: expected the task ids of this sweep's 1 problems" in capsys.readouterr().err
+    assert main([*_spec_sweep_args(chosen, limit=2), "--deltas", "1,0.7", *args[-4:]]) == 2
+    assert f"{points}: points: expected the deltas [1.0, 0.7]" in capsys.readouterr().err
+    assert main([*_spec_sweep_args(chosen, limit=2), *grid, "--measured", str(points)]) == 2
+    assert "--measured: reused points are for a choice; it needs --reference" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("engine", ["hf", "ar-compiled", "reference"])

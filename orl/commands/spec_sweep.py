@@ -16,9 +16,16 @@ comparison, within 0.5 points of ORL's accuracy) and the acceptance length as th
 matching δ, else the most accurate. A match at the grid's lowest δ measures lower ones (the grid's
 spacing, halved where it would reach 0 or below), up to four, until accuracy falls off (METHOD §4's
 grid-edge extension). `--verification @FILE.json` reads it.
+
+The δ points depend on the row and the problems only, the choice on the reference too. Without --reference
+the sweep measures the δ and writes them as points (each with its per-problem outcomes); a sweep with
+--reference and --measured reuses those points and measures only the extension it needs. The DAG measures
+the points once per base (rule relaxed_points) and chooses per ORL run (rule relaxed_sweep).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from orl.commands import flags
 from orl.commands.checks import parse_tokens, sweep_values
@@ -40,7 +47,9 @@ def register(subparsers) -> None:
         "on the first --limit problems; the chosen delta is the fastest (acceptance length) whose pass@1 "
         "matches --reference within --tolerance and is not shown worse by the paired test (else the most "
         "accurate); a match at the lowest delta measures lower ones, halving the step toward 0, until "
-        "accuracy falls off (at most four); prints 'verification=relaxed:<delta>' last.",
+        "accuracy falls off (at most four); prints 'verification=relaxed:<delta>' last. Without "
+        "--reference the deltas are only measured and written as points (per-problem outcomes included), "
+        "which a later sweep with --reference reads back through --measured.",
     )
     add_engine_args(p, None)
     flags.add_suite_flags(p)
@@ -65,7 +74,17 @@ def _add_grid_flags(p) -> None:
         help="the relaxed deltas to try, comma-separated, each in (0, 1] (e.g. 1,0.9,0.7,0.5,0.3,0.1)",
     )
     p.add_argument(
-        "--reference", default=None, help="--deltas: quality record of the system to match (ORL's)"
+        "--reference",
+        default=None,
+        help="--deltas: quality record of the system to match (ORL's); without it the deltas are measured "
+        "and written as points, nothing chosen (what --measured reads)",
+    )
+    p.add_argument(
+        "--measured",
+        default=None,
+        metavar="FILE.json",
+        help="--deltas with --reference: the points of a sweep without --reference on the same row and "
+        "problems; its deltas are reused, only the grid's extension is measured here",
     )
     p.add_argument(
         "--tolerance",
@@ -118,22 +137,25 @@ def run_spec_sweep(args) -> int:
 
 
 def run_delta_sweep(args) -> int:
-    """--deltas: pass@1 and acceptance length per relaxed δ, the δ chosen at matched accuracy (module
-    docstring)."""
+    """--deltas: pass@1 and acceptance length per relaxed δ, and with --reference the δ chosen at matched
+    accuracy (module docstring)."""
     from orl.decoding.verify import Verification
     from orl.errors import InputError
-    from orl.eval.speculative import delta_sweep, reference_record
+    from orl.eval.speculative import delta_sweep, measure_deltas, reference_record
     from orl.io import atomic_write_json
 
     if args.verification != "strict":
         raise InputError("--verification: spec-sweep --deltas sets it from --deltas")
-    if args.reference is None:
-        raise InputError("--reference: a --deltas sweep matches pass@1 to a reference quality record (ORL's)")
+    if args.measured is not None and args.reference is None:
+        raise InputError("--measured: reused points are for a choice; it needs --reference")
     if not 0 <= args.tolerance <= 1:
         raise InputError(f"--tolerance: expected a pass@1 difference in [0, 1], got {args.tolerance}")
-    reference = reference_record(args.reference)
+    reference = reference_record(args.reference) if args.reference is not None else None
     rules = [Verification.checked("relaxed", delta, "--deltas") for delta in args.deltas]  # all checked first
     problems = load_problems(args)
+    # δ is measured and chosen on these problems: the dev split's, for a choice measured on test.
+    row = {"system": args.system, "method": args.method, "suite": args.suite}
+    measured = read_measured(args, row, problems) if args.measured is not None else None
 
     def build(rule):
         args.verification = str(rule)
@@ -141,12 +163,49 @@ def run_delta_sweep(args) -> int:
 
     budget = {"max_new_tokens": args.max_new_tokens, "timeout_s": args.timeout}
     options = {"progress": not args.no_progress, "chat": chat_renderer(args), **budget}
-    sweep = delta_sweep(build, rules, problems, reference, args.reference, args.tolerance, **options)
+    if reference is None:
+        points = measure_deltas(build, rules, problems, **options)
+        written = {**row, "max_new_tokens": args.max_new_tokens, **points, "split": args.split}
+        atomic_write_json(args.out, written)
+        print(f"points={len(points['points'])} (no --reference: measured, nothing chosen)")
+        return 0
+    sweep = delta_sweep(
+        build, rules, problems, reference, args.reference, args.tolerance, measured=measured, **options
+    )
     matched, why = sweep.pop("matched"), sweep.pop("why")
-    # δ is chosen on these problems: the dev split's, for a choice measured on test.
-    row = {"system": args.system, "method": args.method, "suite": args.suite}
     atomic_write_json(args.out, {**row, "max_new_tokens": args.max_new_tokens, **sweep, "split": args.split})
     status = "matched" if matched else "NOT matched (most accurate point used)"
     print(f"{status}: {why}" + (f"; {sweep['edge_note']}" if sweep["edge_note"] else ""))
     print(f"verification={sweep['verification']}")
     return 0
+
+
+def read_measured(args, row: dict, problems: list[dict]) -> dict:
+    """The points document of --measured, checked against this sweep: the same row, suite, split and
+    budget, the same problems, and a point for every δ of --deltas (InputError naming the field)."""
+    from orl.errors import InputError
+    from orl.io import read_json_object
+
+    path = Path(args.measured)
+    if not path.is_file():
+        raise InputError(f"--measured: {path} not found")
+    doc = read_json_object(path)
+    expected = {
+        **row,
+        "split": args.split,
+        "max_new_tokens": args.max_new_tokens,
+        "task_ids": [p["task_id"] for p in problems],
+    }
+    for field, want in expected.items():
+        got = doc.get(field)
+        if got != want:
+            if field == "task_ids":
+                raise InputError(
+                    f"{path}: task_ids: expected the task ids of this sweep's {len(want)} problems, in "
+                    f"order; got {len(got) if isinstance(got, list) else got!r} other ones"
+                )
+            raise InputError(f"{path}: {field}: expected {want!r} (this sweep's), got {got!r}")
+    have = [p.get("delta") for p in doc.get("points") or []]
+    if have != list(args.deltas):
+        raise InputError(f"{path}: points: expected the deltas {list(args.deltas)} (--deltas), got {have}")
+    return doc

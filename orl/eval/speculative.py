@@ -238,30 +238,36 @@ def delta_sweep(
     progress: bool = True,
     chat=None,
     timeout_s: float = 5.0,
+    measured: dict | None = None,
 ) -> dict:
     """`orl spec-sweep --deltas`: every relaxed δ of `rules` evaluated on `problems` (an engine built per δ
     by `build`), and the δ chosen at matched accuracy against `reference` (ORL's quality record, read from
-    `reference_file`); the choice document `--verification @FILE.json` reads, with every point."""
+    `reference_file`); the choice document `--verification @FILE.json` reads, with every point.
+
+    `measured`: a points document of `measure_deltas` on the same problems (`--measured`); its δ are
+    taken as measured there, and only the grid's extension, which depends on the reference, decodes here.
+    The δ points do not depend on the reference, so they are measured once per base, not per ORL run."""
+    known = {p["delta"]: p for p in (measured or {}).get("points", [])}
+    engine = {k: measured[k] for k in ("engine", "device")} if measured else {}
     points: list[dict] = []
-    info, verdicts = None, {}  # the δ points share their sandboxed verdicts
+    verdicts: dict = {}  # the δ points measured here share their sandboxed verdicts
 
     def measure(rule: Verification) -> Candidate:
-        nonlocal info
-        point, info = delta_point(
-            build(rule),
-            rule,
-            problems,
-            max_new_tokens=max_new_tokens,
-            progress=progress,
-            chat=chat,
-            timeout_s=timeout_s,
-            verdicts=verdicts,
-        )
+        point = known.get(rule.delta)
+        if point is None:
+            point, info = delta_point(
+                build(rule),
+                rule,
+                problems,
+                max_new_tokens=max_new_tokens,
+                progress=progress,
+                chat=chat,
+                timeout_s=timeout_s,
+                verdicts=verdicts,
+            )
+            engine.update(engine=info.name, device=info.device)
+            print_delta_point(point)
         points.append(point)
-        print(
-            f"delta={rule.delta:g}: pass@1={point['pass_at_1']:.4f} acceptance length "
-            f"{point['acceptance_length'] or float('nan'):.3f} {point['tokens_per_s'] or 0:.1f} tokens/s"
-        )
         return delta_candidate(point, reference_file)
 
     grid = [measure(rule) for rule in rules]
@@ -270,9 +276,8 @@ def delta_sweep(
     extend_grid(grid, measure, outcomes(reference, reference_file), tolerance)
     chosen = choose_delta(points, reference, reference_file, tolerance)
     return {
-        "engine": info.name,
+        **engine,
         "n_problems": len(problems),
-        "device": info.device,
         "verification": chosen.policy,
         "delta": chosen.value,
         "chosen_by": "acceptance_length at matched accuracy",
@@ -290,3 +295,47 @@ def delta_sweep(
         "why": chosen.why,
         "points": [{k: v for k, v in p.items() if k != "per_problem"} for p in points],
     }
+
+
+def measure_deltas(
+    build: Callable[[Verification], Engine],
+    rules: Sequence[Verification],
+    problems: Sequence[dict],
+    *,
+    max_new_tokens: int,
+    progress: bool = True,
+    chat=None,
+    timeout_s: float = 5.0,
+) -> dict:
+    """`orl spec-sweep --deltas` without --reference: every δ of `rules` evaluated on `problems`, and no
+    choice; the points document `delta_sweep(measured=...)` reads. Each point keeps its per-problem
+    outcomes (the paired test of the choice needs them), without the completions."""
+    points, info, verdicts = [], None, {}
+    for rule in rules:
+        point, info = delta_point(
+            build(rule),
+            rule,
+            problems,
+            max_new_tokens=max_new_tokens,
+            progress=progress,
+            chat=chat,
+            timeout_s=timeout_s,
+            verdicts=verdicts,
+        )
+        print_delta_point(point)
+        outcomes_only = [{k: v for k, v in e.items() if k != "completion"} for e in point["per_problem"]]
+        points.append({**point, "per_problem": outcomes_only})
+    return {
+        "engine": info.name,
+        "device": info.device,
+        "n_problems": len(problems),
+        "task_ids": [p["task_id"] for p in problems],
+        "points": points,
+    }
+
+
+def print_delta_point(point: dict) -> None:
+    print(
+        f"delta={point['delta']:g}: pass@1={point['pass_at_1']:.4f} acceptance length "
+        f"{point['acceptance_length'] or float('nan'):.3f} {point['tokens_per_s'] or 0:.1f} tokens/s"
+    )

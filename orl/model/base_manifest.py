@@ -11,6 +11,7 @@ whose files do not match it, so a record can always say which base it descends f
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -134,3 +135,33 @@ def take_base(base_dir: Path, name: str, out_dir: Path) -> None:
         partial = out_dir / f".{file}.partial"
         shutil.copyfile(base_dir / name / file, partial)
         partial.replace(out_dir / file)
+
+
+def settle_copies(base_dir: Path, ckpt_dir: Path) -> list[str]:
+    """Give every copy of a base checkpoint under ckpt_dir/<name>/ (what take_base wrote: each file the
+    manifest names, byte for byte) the modification time of the newest base file it was made from, the
+    manifest included. Returns the names settled; a folder that differs from the base (trained here, or
+    half written) is left alone.
+
+    Snakemake marks a job's outputs with the time the job finished, so a fresh copy looks newer than
+    every record measured from the base it copies, and those records would be measured again. Settled,
+    the copy is as old as the committed base: the records stay up to date, and a changed base (a newer
+    manifest) still reruns them. `make reproduce FORCE=1` relies on it to retrain only the ORL stage."""
+    manifest = read_manifest(base_dir)
+    settled = []
+    for name, entry in manifest["checkpoints"].items():
+        copy = ckpt_dir / name
+        files = entry["files"]
+        if not all(
+            (copy / file).is_file()
+            and (copy / file).stat().st_size == expected["bytes"]
+            and file_sha256(copy / file) == expected["sha256"]
+            for file, expected in files.items()
+        ):
+            continue
+        sources = [base_dir / MANIFEST, *(base_dir / name / file for file in files)]
+        made = max(source.stat().st_mtime_ns for source in sources)
+        for file in files:
+            os.utime(copy / file, ns=(made, made))
+        settled.append(name)
+    return settled

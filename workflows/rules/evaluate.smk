@@ -77,13 +77,45 @@ RELAXED_REFERENCE = ROW[rows.RELAXED_REFERENCE]
 RELAXED_REFERENCE_RUN = run_id(RELAXED_REFERENCE, seeds_of(RELAXED_REFERENCE)[0])  # its sweep gates them
 
 
+rule relaxed_points:
+    # A relaxed row's δ grid (orl.rows.RELAXED_DELTAS) measured on the choosing split: pass@1 and acceptance
+    # length per δ. They depend on the base models only, not on ORL, so an ORL retrain (make reproduce
+    # FORCE=1) reuses them and rule relaxed_sweep measures only the grid's extension.
+    input:
+        lambda wc: row_inputs(ROW[wc.row], None, wc.suite, relaxed=False),
+    output:
+        f"{RESULTS}/oppoint/{{suite}}/relaxed_points_{{row}}.json",
+    log:
+        f"{LOGS}/relaxed_points_{{suite}}_{{row}}.log",
+    wildcard_constraints:
+        suite=one_of(SUITES),
+        row=one_of(row.key for row in RELAXED_ROWS),
+    priority: PRIORITY_GATE
+    threads: DECODE_THREADS
+    resources:
+        gpu=GPU,
+    params:
+        **DECODE,
+        flags=lambda wc: row_flags(ROW[wc.row], None, wc.suite, relaxed=False),
+        deltas=",".join(str(d) for d in rows.RELAXED_DELTAS),
+        limit=limit_flag(config["eval_limit"]),
+        split=CHOOSE_SPLIT,
+    shell:
+        "{ORL_DECODE} spec-sweep {params.flags} --suite {wildcards.suite} --split {params.split} {params.limit} "
+        "--deltas {params.deltas} "
+        "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
+        "{params.chat} --out {output} --no-progress > {log} 2>&1"
+
+
 rule relaxed_sweep:
     # Relaxed verification (docs/metrics.md): a relaxed row's δ, the fastest of orl.rows.RELAXED_DELTAS
     # whose pass@1 is within RELAXED_TOLERANCE of ORL's (the page's relaxed comparison) and not shown worse.
-    # On the choosing split, against ORL's pass@1 there (its chosen point's record); a match at the lowest δ
-    # extends the grid toward 0, halving the step (docs/metrics.md, Splits).
+    # On the choosing split, against ORL's pass@1 there (its chosen point's record), from the points of rule
+    # relaxed_points; a match at the lowest δ extends the grid toward 0, halving the step, and only those
+    # δ are measured here (docs/metrics.md, Splits).
     input:
         lambda wc: row_inputs(ROW[wc.row], None, wc.suite, relaxed=False),
+        points=f"{RESULTS}/oppoint/{{suite}}/relaxed_points_{{row}}.json",
         reference=lambda wc: choose_file(RELAXED_REFERENCE, seeds_of(RELAXED_REFERENCE)[0], wc.suite),
     output:
         f"{RESULTS}/oppoint/{{suite}}/relaxed_{{row}}.json",
@@ -105,7 +137,7 @@ rule relaxed_sweep:
         split=CHOOSE_SPLIT,
     shell:
         "{ORL_DECODE} spec-sweep {params.flags} --suite {wildcards.suite} --split {params.split} {params.limit} "
-        "--deltas {params.deltas} "
+        "--deltas {params.deltas} --measured {input.points} "
         "--reference {input.reference} --tolerance {params.tolerance} "
         "--max-new-tokens {params.max_new_tokens} --device {params.device} --dtype {params.dtype} "
         "{params.chat} --out {output} --no-progress > {log} 2>&1"

@@ -10,7 +10,7 @@
 
 from orl.model.base_manifest import CHECKPOINTS as BASE_CHECKPOINTS
 from orl.model.base_manifest import STAGES as BASE_STAGES
-from orl.model.base_manifest import base_problem, read_manifest, take_base
+from orl.model.base_manifest import base_problem, read_manifest, settle_copies, take_base
 
 # The committed base (config `base`, results/tiny/base on the tiny profile): when its manifest matches the
 # preset, the AR target, draft model and converted dLLM are copied from it instead of trained (about 40
