@@ -50,7 +50,8 @@ def summary(
     if files and not fresh:
         lines.append(
             f"This run wrote no record: the {len(files)} record files under {results}/ were already up to "
-            "date, so nothing was trained or measured (FORCE=1 trains and measures again)."
+            "date, so nothing was trained or measured (FORCE=1 retrains ORL from the base and measures what "
+            "descends from it again; FORCE=all everything)."
         )
     else:
         lines.append(f"This run wrote {len(fresh)} of the {len(files)} record files under {results}/.")
