@@ -86,3 +86,21 @@ def test_a_bias_of_the_wrong_layout_is_refused():
         grouped_attention(
             q, k, k.clone(), attention_bias(torch.ones(1, 16, 40, dtype=torch.bool), 2, q.dtype)
         )
+
+
+@pytest.mark.parametrize("length", range(17, 70, 4))
+def test_queries_as_a_suffix_attend_exactly_as_in_the_whole_forward(length):
+    """A block's last 16 queries over the whole sequence's keys (a later step with the context in the
+    cache), given `suffix_of`, equal the same rows of the forward over all queries bit for bit."""
+    gen = torch.Generator().manual_seed(length)
+    b, n_heads, n_kv, d, t = 3, 4, 2, 64, 16
+    q = torch.randn(b, length, n_heads, d, generator=gen).transpose(1, 2)
+    k, v = torch.randn(b, n_kv, length, d, generator=gen), torch.randn(b, n_kv, length, d, generator=gen)
+    mask = torch.ones(length, length, dtype=torch.bool).tril()
+    mask[-t:, -t:] = True
+    mask = mask.expand(b, length, length)
+    whole = grouped_attention(q, k, v, attention_bias(mask, n_heads // n_kv, q.dtype))
+    suffix = grouped_attention(
+        q[:, :, -t:], k, v, attention_bias(mask[:, -t:], n_heads // n_kv, q.dtype, suffix_of=length)
+    )
+    assert torch.equal(suffix, whole[:, :, -t:])

@@ -355,6 +355,7 @@ class EosAt(torch.nn.Module):
         b, t = logits.shape[:2]
         if positions is None:
             positions = torch.arange(t, device=logits.device).expand(b, t)
+        positions = positions[:, positions.shape[1] - t :]  # the positions whose logits came back
         boost = F.one_hot(torch.tensor(self.eos_id), logits.shape[-1]).to(logits.dtype) * 100.0
         return logits + (positions == self.position).to(logits.dtype)[..., None] * boost
 

@@ -396,7 +396,9 @@ class _ScriptedModel(torch.nn.Module):
     def residual_term(self, z: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return weight[..., None] * z  # no adapter: the entropy-weighted form
 
-    def forward(self, inputs_embeds, positions, mask):
+    def forward(self, inputs_embeds, positions, mask, logits_to_keep=None):
+        if logits_to_keep is not None:
+            positions = positions[:, -logits_to_keep:]
         logits = torch.zeros(*positions.shape, self.vocab)
         for row, pos in enumerate(positions.tolist()):
             for col, p in enumerate(pos):

@@ -10,8 +10,10 @@ The current model decodes a batch of training prompts with the decoders' own cod
   smaller for every model here and exact, so replay reproduces the rollout);
 - the entropies H^{(k-1)} and confidences c^{(k-1)} for the AEC loss.
 
-Each forward recomputes the whole sequence, which is what makes a captured state replay to
-the identical logits (orl/train/replay.py).
+Each block's first forward recomputes the whole sequence, and its later steps reuse the context's
+keys and values with the logits a full recompute gives bit for bit (orl.decoding.recompute
+`reuse_context`), which is what makes a captured state replay to the identical logits
+(orl/train/replay.py).
 """
 
 from __future__ import annotations
@@ -239,6 +241,7 @@ def rollout(
         observer=capture,
         temperature=temperature,
         seeds=seeds,
+        reuse_context=True,
     )
     entropy = [capture.entropy_per_step.get(i, []) for i in range(len(prompts))]
     return RolloutResult(result.completions, result.nfe, capture.states(), entropy)
@@ -299,8 +302,8 @@ class Rollout(Protocol):
 
 @dataclass(frozen=True)
 class RecomputeRollout:
-    """`rollout` above: the batch decoded together by full recompute (replay reproduces its logits
-    exactly)."""
+    """`rollout` above: the batch decoded together, each block recomputed from the whole sequence
+    (replay reproduces its logits exactly)."""
 
     name: str = "recompute"
 

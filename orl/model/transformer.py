@@ -163,10 +163,15 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
 
-def attention_bias(mask: torch.Tensor | None, group: int, dtype: torch.dtype) -> torch.Tensor | None:
+def attention_bias(
+    mask: torch.Tensor | None, group: int, dtype: torch.dtype, suffix_of: int | None = None
+) -> torch.Tensor | None:
     """The bool mask [b, t, s] (True: the query may read the key) as the additive bias grouped_attention
     takes: [b, 1, G·t, s], 0 where allowed and -inf elsewhere, its rows repeated for the G query heads
     of a group (row g·t + i is query i of group member g). None stays None (causal).
+
+    With `suffix_of` = S > t the t queries are the last t of S: the bias has G·S rows, theirs last in each
+    member's S (the others 0), and grouped_attention runs S query rows per member (see there).
 
     Built once per forward: every layer reads the same bias, and SDPA would otherwise turn a bool mask
     into this float bias in every layer (on CUDA two kernels a layer, with the repeat).
@@ -174,6 +179,9 @@ def attention_bias(mask: torch.Tensor | None, group: int, dtype: torch.dtype) ->
     if mask is None:
         return None
     bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+    b, t, s = mask.shape
+    if suffix_of is not None and suffix_of > t:
+        bias = torch.cat([bias.new_zeros(b, suffix_of - t, s), bias], dim=1)
     return bias[:, None].repeat(1, 1, group, 1)
 
 
@@ -189,14 +197,29 @@ def grouped_attention(
     Instead the G query heads of one group are stacked along the query axis (t -> G·t), as the bias's
     rows already are: plain multi-head attention over the Hkv heads, which the memory-efficient kernel
     runs, with the same result (each stacked query row still sees exactly its own mask row).
+
+    A bias laid out for S > t rows per member (attention_bias's `suffix_of`: the queries are the last t
+    of a sequence whose other positions sit in the cache) runs S rows per member, the others zero, and
+    returns the last t. SDPA's CPU kernel tiles query rows by their index, and a row's result depends on
+    its place in its tile (measured: a block's 16 queries alone differ in the last bits from the same rows
+    of a forward over the whole sequence, at key lengths 17, 33, 49, ...); at its index in S rows it
+    is computed exactly as that forward computes it.
     """
     b, n_heads, t, d = q.shape
     n_kv = k.shape[1]
     if bias is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=n_heads != n_kv)
     group = n_heads // n_kv
-    if bias.shape[-2] != group * t:
-        raise ValueError(f"attention bias has {bias.shape[-2]} rows, expected {group} x {t} (attention_bias)")
+    rows = bias.shape[-2] // group
+    if bias.shape[-2] != group * rows or rows < t:
+        raise ValueError(
+            f"attention bias has {bias.shape[-2]} rows, expected {group} x {t} or more (attention_bias)"
+        )
+    if rows > t:
+        stacked = q.reshape(b, n_kv, group, t, d)
+        stacked = torch.cat([stacked.new_zeros(b, n_kv, group, rows - t, d), stacked], dim=3)
+        out = F.scaled_dot_product_attention(stacked.reshape(b, n_kv, group * rows, d), k, v, attn_mask=bias)
+        return out.reshape(b, n_kv, group, rows, d)[:, :, :, rows - t :].reshape(b, n_heads, t, d)
     stacked = q.reshape(b, n_kv, group * t, d)  # heads kv·G + g -> rows g·t + i of kv head `kv`
     if splits_the_cache(stacked, k):
         from orl.kernels.triton_attention import split_kv_attention  # triton: CUDA installs only
@@ -353,8 +376,10 @@ class Transformer(nn.Module):
         slots: torch.Tensor | None = None,
         residual: torch.Tensor | None = None,
         residual_weight: torch.Tensor | None = None,
+        logits_to_keep: int | None = None,
+        suffix_of: int | None = None,
     ) -> torch.Tensor:
-        """Logits [batch, seq, vocab].
+        """Logits [batch, seq, vocab] (the last `logits_to_keep` positions only, when given).
 
         Args:
             input_ids: [b, t] token ids, or None when `inputs_embeds` is given (residual context).
@@ -368,6 +393,12 @@ class Transformer(nn.Module):
                 `residual_weight` [b, t] (α or the entropy weight where masked, 0 elsewhere): the forward
                 adds `residual_term(z, w)` to the token embeddings, so E[MASK] + α·g_ϕ(z) is formed here,
                 where a sharded embedding and adapter are whole and the adapter gets its gradient.
+
+            logits_to_keep: the LM head runs on the last this many positions only (a block decoder reads
+                the block's logits; the context's would be computed for nothing).
+            suffix_of: the inputs are the last t positions of a sequence this long whose other positions
+                are already in `cache`: attention runs as a forward over the whole sequence runs it, so
+                the logits are that forward's, bit for bit (grouped_attention).
         """
         x = self.model.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         if residual is not None:
@@ -382,13 +413,15 @@ class Transformer(nn.Module):
         cos, sin = rope_tables(positions, self.config.head_dim, self.config.rope_theta)
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         group = self.config.num_attention_heads // self.config.num_key_value_heads
-        bias = attention_bias(mask, group, x.dtype)
+        bias = attention_bias(mask, group, x.dtype, suffix_of)
         for i, layer in enumerate(self.model.layers):
             k_cache, v_cache = (cache.k[i], cache.v[i]) if cache is not None else (None, None)
             if self.activation_checkpointing and torch.is_grad_enabled():
                 x = checkpoint(layer, x, cos, sin, bias, k_cache, v_cache, slots, use_reentrant=False)
             else:
                 x = layer(x, cos, sin, bias, k_cache, v_cache, slots)
+        if logits_to_keep is not None:
+            x = x[:, -logits_to_keep:]
         return self.lm_head(self.model.norm(x))
 
 
