@@ -228,9 +228,11 @@ def rollout(
     pad_id: int,
     temperature: float = 0.0,
     seeds: list[int] | None = None,
+    reuse_context: bool = True,
 ) -> RolloutResult:
     """Decode `prompts` (token ids) together; returns completions, NFE and the captured states.
-    `temperature` > 0 samples token values, row i from a generator seeded `seeds[i]`."""
+    `temperature` > 0 samples token values, row i from a generator seeded `seeds[i]`. `reuse_context`:
+    decode_blocks's (off: the whole sequence of every row at every step, the same states slower)."""
     capture = StateCapture(mask_origins(prompts, rule))
     result = decode_blocks(
         model,
@@ -241,7 +243,7 @@ def rollout(
         observer=capture,
         temperature=temperature,
         seeds=seeds,
-        reuse_context=True,
+        reuse_context=reuse_context,
     )
     entropy = [capture.entropy_per_step.get(i, []) for i in range(len(prompts))]
     return RolloutResult(result.completions, result.nfe, capture.states(), entropy)
@@ -303,9 +305,11 @@ class Rollout(Protocol):
 @dataclass(frozen=True)
 class RecomputeRollout:
     """`rollout` above: the batch decoded together, each block recomputed from the whole sequence
-    (replay reproduces its logits exactly)."""
+    (replay reproduces its logits exactly). `reuse_context=False` recomputes every row at every step: the
+    same states, for the benchmark that times the reuse (scripts/measure_rollout_engines.py)."""
 
     name: str = "recompute"
+    reuse_context: bool = True
 
     def __call__(
         self,
@@ -326,4 +330,5 @@ class RecomputeRollout:
             pad_id=pad_id,
             temperature=temperature,
             seeds=seeds,
+            reuse_context=self.reuse_context,
         )

@@ -20,12 +20,12 @@ import random
 import torch
 
 from orl.decoding import Policy, decode_rule
-from orl.decoding.rollout import attach_targets, concat_states, prompt_prefixes, rollout
+from orl.decoding.rollout import RecomputeRollout, attach_targets, concat_states, prompt_prefixes
 from orl.model.checkpoint import load_checkpoint
 from orl.timing import synchronizer, timed
 from orl.train.config import TrainPreset
 from orl.train.losses import aec_parts, gate_split, masked_ce_terms, mean
-from orl.train.orl_rollouts import rollout_groups, rollout_prompts, sample_seed, select_states
+from orl.train.orl_rollouts import decode_rollout_groups, rollout_prompts, select_states
 from orl.train.replay import context_groups, packed_layout, padded_layout, replay_logits
 
 
@@ -37,19 +37,18 @@ def capture_batch(model, tok, preset: TrainPreset, rollouts_per_prompt: int):
     rows = [p for p in problems for _ in range(rollouts_per_prompt)]
     rule = decode_rule(model.config, tok.eos_ids, Policy("threshold", cfg.tau_train), residual=True)
     parts, offsets = [], []
-    for indices, budget in rollout_groups(rows, preset):
-        prompts = [tok.encode(rows[i]["prompt"]) for i in indices]
-        seeds = [sample_seed(cfg.seed, 0, i) for i in indices]
-        with torch.no_grad():
-            result = rollout(
-                model,
-                prompts,
-                rule,
-                max_new_tokens=budget,
-                pad_id=tok.pad_id,
-                temperature=cfg.rollout_temperature,
-                seeds=seeds,
-            )
+    groups = decode_rollout_groups(
+        RecomputeRollout(),
+        model,
+        tok,
+        rows,
+        preset,
+        rule,
+        seed=cfg.seed,
+        update=0,
+        temperature=cfg.rollout_temperature,
+    )
+    for indices, prompts, result in groups:
         states = result.states
         attach_targets(
             states, result.completion_ids, model.config.block_size, tok.eos_id, prompt_prefixes(prompts, rule)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -16,6 +17,7 @@ from orl.decoding.rollout import (
     CapturedStates,
     RecomputeRollout,
     Rollout,
+    RolloutResult,
     attach_targets,
     concat_states,
     prompt_prefixes,
@@ -78,6 +80,36 @@ def sample_seed(seed: int, update: int, row: int) -> int:
     return (seed * 1_000_003 + update) * 100_003 + row
 
 
+def decode_rollout_groups(
+    rollout: Rollout,
+    model,
+    tokenizer,
+    rows: list[dict],
+    preset: TrainPreset,
+    rule,
+    *,
+    seed: int,
+    update: int,
+    temperature: float,
+    first_request: int = 0,
+) -> Iterator[tuple[list[int], list[list[int]], RolloutResult]]:
+    """Decode `rows` (training problems, one per rollout) in their token-budget groups (rollout_groups),
+    row i sampled with the seed sample_seed(seed, update, first_request + i): per group, the indices of
+    its rows, their prompt ids and the rollout's result."""
+    for indices, budget in rollout_groups(rows, preset):
+        prompts = [tokenizer.encode(rows[i]["prompt"]) for i in indices]
+        result = rollout(
+            model,
+            prompts,
+            rule,
+            max_new_tokens=budget,
+            pad_id=tokenizer.pad_id,
+            temperature=temperature,
+            seeds=[sample_seed(seed, update, first_request + i) for i in indices],
+        )
+        yield indices, prompts, result
+
+
 def select_states(states: CapturedStates, per_block: int, rng: random.Random) -> CapturedStates:
     """At most `per_block` states of each (trajectory, block), uniformly among its steps (docs/method.md §3),
     ordered by (trajectory, block, step) so that states sharing a clean context sit together."""
@@ -124,19 +156,20 @@ def collect_states(
         model.config, tokenizer.eos_ids, Policy("threshold", cfg.tau_train), residual=alpha > 0
     )
     kept, passed_count, self_generated, reference_targets, tokens, nfe = [], 0, 0, 0, 0, 0
-    for indices, budget in rollout_groups(mine, preset):
+    groups = decode_rollout_groups(
+        rollout,
+        model,
+        tokenizer,
+        mine,
+        preset,
+        rule,
+        seed=cfg.seed,
+        update=update,
+        temperature=cfg.rollout_temperature,
+        first_request=request_offset + share.start,
+    )
+    for indices, prompts, result in groups:
         group = [mine[i] for i in indices]
-        prompts = [tokenizer.encode(p["prompt"]) for p in group]
-        seeds = [sample_seed(cfg.seed, update, request_offset + share.start + i) for i in indices]
-        result = rollout(
-            model,
-            prompts,
-            rule,
-            max_new_tokens=budget,
-            pad_id=tokenizer.pad_id,
-            temperature=cfg.rollout_temperature,
-            seeds=seeds,
-        )
         texts = [tokenizer.decode_completion(ids) for ids in result.completion_ids]
         verdicts = check_many(group, texts, progress=False, timeout_s=3.0, isolation=cfg.isolation)
         passed = torch.tensor([v.passed for v in verdicts], dtype=torch.bool)
