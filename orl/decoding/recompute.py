@@ -267,22 +267,22 @@ def block_logits(
     rows = masked.any(-1).nonzero().flatten()
     block = mix_residual(model, tokens[rows], masked[rows], residual[rows], weight[rows], rule.mask_id)
     if context is None:  # the block's first step: the whole sequence, its keys and values kept
-        embeds, cols = model.embedding[seq[rows, :hi]], torch.arange(hi, device=seq.device)
+        first = 0
+        embeds = model.embedding[seq[rows, :hi]]
         embeds[:, lo:hi] = block
         context = ContextCache(rows, KVCache.allocate(model.config, len(rows), hi, seq.device, embeds.dtype))
         kv = context.kv
     else:
-        embeds, cols = block, torch.arange(lo, hi, device=seq.device)
-        kv = context.kv
+        first, embeds, kv = lo, block, context.kv
         if len(rows) < len(context.rows):  # rows ⊆ context.rows: a row stays active until its block is done
             keep = torch.searchsorted(context.rows, rows)
             kv = KVCache([k[keep] for k in kv.k], [v[keep] for v in kv.v])
     out = model(
         inputs_embeds=embeds,
-        positions=positions[rows][:, cols],
-        mask=mask[rows][:, cols, :hi],
+        positions=positions[rows, first:hi],
+        mask=mask[rows, first:hi, :hi],
         cache=kv,
-        slots=cols,
+        slots=torch.arange(first, hi, device=seq.device),
         logits_to_keep=hi - lo,
         suffix_of=hi,
     )
