@@ -132,10 +132,17 @@ def test_trainings_start_first_then_what_gates_the_long_relaxed_sweeps(tmp_path)
         priority.setdefault(key, set()).add(job["priority"])
     first = {job["priority"] for job in jobs if job["rule"] == "train_orl" and "--seed 0 " in job["command"]}
     assert len(priority["train_orl"]) == 2 and first == {max(priority["train_orl"])}  # ORL's first seed first
-    train, (gate,), (sweep,) = min(priority["train_orl"]), priority["gate"], priority["sweep"]
+    train, (gate,), sweep = min(priority["train_orl"]), priority["gate"], priority["sweep"]
     on_the_chain = ("reference_quality", "operating_point", "relaxed_points", "relaxed_sweep")
     assert all(priority[rule] == {gate} for rule in on_the_chain)
-    assert train > 2 * gate and gate > 2 * sweep and max(priority["latency_sitting"]) < sweep
+    assert train > 2 * gate and gate > 2 * max(sweep) and max(priority["latency_sitting"]) < min(sweep)
+    # Within the sweep tier the long suite's sweeps go first (common.smk sweep_priority).
+    sweeps = [job for job in jobs if job["rule"] == "sweep" and "/orl_seed0.jsonl" not in job["output"][0]]
+    of_suite = {
+        suite: {job["priority"] for job in sweeps if f"/sweep/{suite}/" in job["output"][0]}
+        for suite in ("tinycode", "tinymath")
+    }
+    assert min(of_suite["tinymath"]) > max(of_suite["tinycode"])
 
 
 def test_a_bare_dry_run_plans_table2(tmp_path):

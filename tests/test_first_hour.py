@@ -475,6 +475,23 @@ def test_every_option_shows_its_default():
     assert len(list(walk(build_parser(), "orl"))) > 100
 
 
+def test_the_command_line_and_the_renderer_start_without_torch(tmp_path):
+    """`orl --help` builds every subcommand's parser, and `orl render` only reads records: neither imports
+    torch (its import is most of a small DAG job's start, 2 s of the 3 a render job took)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from orl.cli import build_parser, main; build_parser(); "
+        "assert 'torch' not in sys.modules, 'the parser imported torch'; "
+        f"main(['render', '--profile', 'tiny', '--results', 'results/tiny', '--out', {str(tmp_path)!r}, "
+        "'--tables', '4', '--no-index']); "
+        "assert 'torch' not in sys.modules, 'render imported torch'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+    assert (tmp_path / "table4.md").is_file()  # from the committed records
+
+
 def test_quantize_takes_ckpt_like_every_command(capsys, tmp_path):
     one_line_error(capsys, ["quantize", "--out", str(tmp_path / "q")], "CKPT: required")
     one_line_error(

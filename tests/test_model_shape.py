@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from orl.errors import ConfigError
-from orl.eval.scale import ARCHS, Architecture, arch_config
+from orl.eval.scale import arch_config
+from orl.model.archs import ARCHS, Architecture
 from orl.model.shape import ModelShape
 from orl.model.transformer import ModelConfig
 from orl.train.config import load_preset

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from orl.commands.common import parse_device, parse_policy, torch_dtype
 from orl.commands.flags import add_model_args, add_progress_flag, add_warmup_flag
+from orl.engines.kinds import SCALE_ENGINES, SCALE_RESIDUALS
+from orl.kernels import CPU_LINEARS
+from orl.model.archs import ARCHS
 
 
 def register(subparsers) -> None:
@@ -34,8 +37,6 @@ def register(subparsers) -> None:
 
 def _add_run_flags(p) -> None:
     """The architecture, the policy and the requests every engine decodes."""
-    from orl.eval.scale import ARCHS
-
     p.add_argument(
         "--arch", required=True, choices=sorted(ARCHS), help="architecture (shapes of the real config)"
     )
@@ -58,10 +59,6 @@ def _add_run_flags(p) -> None:
 
 def _add_engine_flags(p) -> None:
     """Which engines run, how dlmrt's step and the machine's floor are measured."""
-    from orl.eval.scale import RESIDUALS
-    from orl.eval.scale_bench_run import SCALE_ENGINES
-    from orl.kernels.onednn import CPU_LINEARS
-
     p.add_argument(
         "--engines",
         default=",".join(SCALE_ENGINES),
@@ -91,7 +88,7 @@ def _add_engine_flags(p) -> None:
     )
     p.add_argument(
         "--residual",
-        choices=RESIDUALS,
+        choices=SCALE_RESIDUALS,
         default="adapter",
         help="the diffusion rows decode ORL's model: its residual context z = P @ E with the adapter "
         "(default; docs/method.md §2), v1's entropy-weighted form, or off (a base dLLM). With it on, each "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from orl.commands.common import load_problems, parse_device, parse_policy, torch_dtype
 from orl.commands.flags import add_model_args, add_shared, add_suite_flags
-from orl.engines.capture import MODES
+from orl.engines.kinds import CAPTURE_MODES
 
 
 def register(subparsers) -> None:
@@ -24,7 +24,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "--mode",
         default=None,
-        choices=MODES,
+        choices=CAPTURE_MODES,
         help="dlmrt execution mode (default: compile on the CPU, compile-graph on CUDA)",
     )
     add_suite_flags(p)

@@ -6,7 +6,7 @@ import argparse
 
 from orl.commands.common import parse_device
 from orl.commands.flags import add_model_args, add_progress_flag
-from orl.kernels.onednn import CPU_LINEARS
+from orl.kernels import CPU_LINEARS
 from orl.train.config import PRESETS
 
 

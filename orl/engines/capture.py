@@ -43,9 +43,9 @@ from functools import partial
 import torch
 from torch import nn
 
+from orl.engines.kinds import CAPTURE_MODES
 from orl.model.sharing import copy_sharing_weights
 
-MODES = ("eager", "compile", "compile-layers", "cudagraph", "compile-graph")
 GRAPH_MODES = ("cudagraph", "compile-graph")
 LAYER_MODES = ("compile-layers", "compile-graph")  # the model's decoder layers compiled (compile_layers)
 
@@ -179,7 +179,7 @@ def make_runner(
         with torch.inference_mode():
             run = CudaGraphRunner(fn, state)
     else:
-        raise ValueError(f"unknown chunk mode {mode!r}; expected one of {MODES}")
+        raise ValueError(f"unknown chunk mode {mode!r}; expected one of {CAPTURE_MODES}")
     return torch.inference_mode()(run)
 
 

@@ -45,6 +45,13 @@ ENGINES: dict[str, EngineKind] = {
 }
 ENGINE_NAMES = tuple(ENGINES)
 DIFFUSION_ENGINES = tuple(name for name, kind in ENGINES.items() if kind.diffusion)
+# dlmrt's chunk modes: what each compiles or captures (orl/engines/capture.py make_runner).
+CAPTURE_MODES = ("eager", "compile", "compile-layers", "cudagraph", "compile-graph")
+# What `orl bench-scale` times on a random model of a real family's shape (orl/eval/scale_bench_run.py), and
+# the residual context its diffusion rows decode with (orl/eval/scale.py random_checkpoint): ORL v2's
+# adapter, v1's entropy-weighted form, none.
+SCALE_ENGINES = (*DIFFUSION_ENGINES, "hf")
+SCALE_RESIDUALS = ("adapter", "entropy-weighted", "off")
 # What `orl train-orl --rollout-engine` may name (orl/engines/registry.py rollout_decoder): the
 # full-recompute decoder of orl.decoding, or dlmrt's rollout (compiled or eager).
 ROLLOUT_ENGINES = ("recompute", "dlmrt", "dlmrt-eager")

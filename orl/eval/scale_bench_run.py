@@ -12,7 +12,7 @@ import torch
 
 from orl.decoding import Policy
 from orl.engines.dlmrt import DlmrtConfig
-from orl.engines.kinds import DIFFUSION_ENGINES
+from orl.engines.kinds import SCALE_ENGINES
 from orl.engines.registry import diffusion_engine, hf_engine_for_model
 from orl.errors import InputError
 from orl.eval.kernel_profile import prepare_graph_profiling, profile_lines
@@ -20,7 +20,6 @@ from orl.eval.scale import random_checkpoint, random_hf_causal_lm, random_prompt
 from orl.eval.scale_bench import ScaleRun, machine_line, measure_machine, scale_line, scale_record
 
 # The block-diffusion decoders, and transformers' AR model of the same shapes.
-SCALE_ENGINES = (*DIFFUSION_ENGINES, "hf")
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class ScaleSetup:
     cpu_linear: str = "auto"
     fuse: bool | None = None  # None: the engine's default (orl/model/fusion.py)
     threads: int = 0  # torch CPU threads (0: torch's default)
-    residual: str = "adapter"  # ORL's residual context in the diffusion rows (orl.eval.scale.RESIDUALS)
+    residual: str = "adapter"  # the diffusion rows' residual context (kinds.SCALE_RESIDUALS)
 
 
 def scale_engine_names(spec: str) -> list[str]:

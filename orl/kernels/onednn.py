@@ -36,9 +36,8 @@ import torch
 from torch import nn
 
 from orl.errors import InputError
+from orl.kernels import CPU_LINEARS
 from orl.model.sharing import copy_sharing_weights
-
-CPU_LINEARS = ("aten", "onednn", "auto")
 
 # oneDNN must beat F.linear by this factor on the step's shapes for "auto" to take it: the
 # timing is of single calls, and a near tie is not worth a second copy of every weight.

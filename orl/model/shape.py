@@ -5,7 +5,7 @@ The sizes that decide a model's parameters and its context are declared once, he
   block-diffusion fields;
 - a training preset's `model` and `draft_model` sections (orl/train/config.py) are ModelShapes, read from
   YAML under these field names;
-- each real architecture bench-scale builds (orl/eval/scale.py ARCHS) holds one.
+- each real architecture bench-scale builds (orl/model/archs.py ARCHS) holds one.
 
 Free of torch, so that reading a preset (the DAG does it at parse time) does not import it.
 """

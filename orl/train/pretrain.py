@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from orl.errors import CheckpointError, ConfigError, InputError
-from orl.kernels.onednn import CPU_LINEARS, LinearChoice, choose_linear, use_onednn_linears
+from orl.kernels import CPU_LINEARS
+from orl.kernels.onednn import LinearChoice, choose_linear, use_onednn_linears
 from orl.model.checkpoint import checkpoint_digest, load_checkpoint
 from orl.model.masks import BLOCK_LAYOUTS
 from orl.model.shape import ModelShape

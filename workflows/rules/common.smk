@@ -223,6 +223,15 @@ SUITE_TOKENS = {
     **dict.fromkeys(SUITES + EXTRA_SUITES, config["max_new_tokens"]),
     **config["suite_max_new_tokens"],
 }
+
+
+def sweep_priority(suite):
+    """A sweep's priority in its tier: longest budget first (+1 per shorter budget of the profile), so that a
+    long sweep does not end the tier alone beside an idle core (a 2-core FORCE=1 run: a tinymath sweep started
+    last and ran its final 61 s alone); far below the tier above (PRIORITY_GATE)."""
+    return PRIORITY_SWEEP + sorted(set(SUITE_TOKENS.values())).index(SUITE_TOKENS[suite])
+
+
 DECODE = {
     "max_new_tokens": lambda wc: SUITE_TOKENS[wc.get("suite", MAIN)],
     "device": config["device"],

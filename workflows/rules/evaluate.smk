@@ -23,7 +23,7 @@ rule sweep:
     wildcard_constraints:
         suite=one_of(SUITES),
         run=one_of(run_id(row, seed) for row, seed, _ in SWEEP_JOBS),
-    priority: lambda wc: PRIORITY_GATE if wc.run == RELAXED_REFERENCE_RUN else PRIORITY_SWEEP
+    priority: lambda wc: PRIORITY_GATE if wc.run == RELAXED_REFERENCE_RUN else sweep_priority(wc.suite)
     threads: DECODE_THREADS
     resources:
         gpu=GPU,

@@ -52,7 +52,7 @@ class DlmrtConfig:
 
     sync_every: int | None = None  # S: steps per chunk between host reads; None = 1 (measured best)
     min_cache_len: int = 256  # smallest cache bucket (orl/engines/capture.py)
-    mode: str | None = None  # one of capture.MODES; None = from `compiled` and the device
+    mode: str | None = None  # one of kinds.CAPTURE_MODES; None = from `compiled` and the device
     compile_backend: str | Callable = (
         "inductor"  # torch.compile backend of "compile" mode ("aot_eager": capture only)
     )
