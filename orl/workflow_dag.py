@@ -23,8 +23,7 @@ from orl.engines.serving import SERVING_ENGINES, VLLM_ENV_MISSING
 from orl.model.provenance import model_block
 from orl.records import not_run, write_records
 from orl.rows import ROW, Row
-from orl.train.config import TrainPreset
-from orl.train.pretrain import STAGE_SECTIONS
+from orl.train.config import STAGE_SECTIONS, TrainPreset
 
 Seed = int | None
 Run = tuple[Row, Seed]
@@ -53,7 +52,7 @@ def is_checkpoint(path: str | None) -> bool:
 
 
 def preset_digest(preset: TrainPreset | None, stage: str) -> str:
-    """The hash of the preset sections that shape a training stage (orl/train/pretrain.py
+    """The hash of the preset sections that shape a training stage (orl/train/config.py
     STAGE_SECTIONS), as a param: an edited preset file or train_config reruns exactly the stages it
     changes, which no input file would tell Snakemake (the preset is not a file of the DAG).
     A fresh clone has no stored params, so its committed records stay up to date. "" without a preset."""

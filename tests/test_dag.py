@@ -18,8 +18,7 @@ from orl import rows
 from orl.engines.kinds import ENGINE_NAMES
 from orl.records import load_records
 from orl.rows import ROW
-from orl.train.config import load_preset
-from orl.train.pretrain import STAGE_SECTIONS
+from orl.train.config import STAGE_SECTIONS, load_preset
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
@@ -143,6 +142,21 @@ def test_trainings_start_first_then_what_gates_the_long_relaxed_sweeps(tmp_path)
         for suite in ("tinycode", "tinymath")
     }
     assert min(of_suite["tinymath"]) > max(of_suite["tinycode"])
+
+
+def test_planning_the_dag_does_not_import_torch(tmp_path):
+    """Parsing the workflow (every `make reproduce` does it three times, every dry run once) reads presets,
+    rows and the base manifest, never a model: without torch it takes about half the time."""
+    code = (
+        "import runpy, sys; sys.argv = ['snakemake', '-n', 'reproduce_table2', '--config', 'profile=tiny', "
+        f"'--snakefile', {str(REPO / 'Snakefile')!r}]\n"
+        "try:\n    runpy.run_module('snakemake', run_name='__main__')\nexcept SystemExit as exit:\n"
+        "    assert not exit.code, exit.code\n"
+        "assert 'torch' not in sys.modules, 'the workflow imported torch'"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "reproduce_table2" in run.stdout
 
 
 def test_a_bare_dry_run_plans_table2(tmp_path):

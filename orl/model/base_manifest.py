@@ -17,7 +17,7 @@ from pathlib import Path
 
 from orl.errors import CheckpointError
 from orl.io import atomic_write_json
-from orl.model.weights import file_sha256, weights_digest
+from orl.model.digest import file_sha256, weights_digest
 
 CHECKPOINTS = ("ar", "draft", "dlm")  # AR target, draft model, converted dLLM
 # What a checkpoint folder needs to load and to say how it was trained. Resume state is left behind, and so
@@ -98,7 +98,7 @@ def check_manifest(base_dir: Path) -> dict:
     return manifest
 
 
-# The training stage whose preset sections shaped each checkpoint (orl/train/pretrain.py STAGE_SECTIONS).
+# The training stage whose preset sections shaped each checkpoint (orl/train/config.py STAGE_SECTIONS).
 STAGES = {"ar": "ar", "draft": "draft", "dlm": "convert"}
 
 

@@ -40,9 +40,9 @@ from orl.model.config import (  # noqa: F401  (re-exported: the names other modu
     read_config,
     read_json_config,
 )
+from orl.model.digest import weights_digest as checkpoint_digest  # noqa: F401  (the record's ckpt_sha256)
 from orl.model.transformer import ModelConfig, Transformer
 from orl.model.weights import WEIGHTS, WEIGHTS_INDEX, TensorInfo, copy_into, read_headers, write_weights
-from orl.model.weights import weights_digest as checkpoint_digest  # noqa: F401  (the record's ckpt_sha256)
 from orl.tokenizer import (
     SDAR_MASK,
     TOKENIZER,

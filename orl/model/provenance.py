@@ -7,14 +7,16 @@ model), the model's name and the precision that actually ran. Every record gets 
 (orl/eval/latency_record.py), a command whose suite cannot run here, the DAG's "not run" records and
 make_record's completion of a block a caller passes in.
 
-Free of torch at import: the renderer and the DAG build blocks without a checkpoint. Hashing the weights
-loads the safetensors reader (orl/model/weights.py), which imports torch, only when a checkpoint is given.
+Free of torch: the renderer and the DAG build blocks, and a checkpoint's digest is its files' sha256
+(orl/model/digest.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+
+from orl.model.digest import weights_digest
 
 UNKNOWN_PRECISION = "unknown"
 
@@ -28,8 +30,6 @@ def model_block(name: str, precision: str = UNKNOWN_PRECISION, ckpt: str | Path 
     """The record's `model` block; `ckpt` (a checkpoint folder) is recorded with its weights' digest."""
     digest = None
     if ckpt:
-        from orl.model.weights import weights_digest  # torch: only where there are weights to hash
-
         digest = weights_digest(ckpt)
     return {
         "ckpt": None if ckpt is None else str(ckpt),

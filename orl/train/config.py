@@ -262,6 +262,19 @@ class TrainPreset:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
+# The preset sections that shape each training stage: its resume check and the DAG's rerun trigger
+# (TrainPreset.digest over them; orl/train/pretrain.py, orl/workflow_dag.py preset_digest).
+MIX = ("difficulty", "long_fraction", "math_fraction", "hold_out_dev", "math_annotations")  # TaskMix
+STAGE_SECTIONS = {
+    "ar": (*MIX, "tokenizer", "model", "ar"),
+    "draft": (*MIX, "tokenizer", "draft_model", "draft"),
+    "convert": (*MIX, "convert", "diffusion"),
+    "orl": (*MIX, "diffusion", "orl"),  # ORL and its ablations (orl/train/orl.py)
+    "eagle3": (*MIX, "eagle3"),  # the AR target's EAGLE-3 head (orl/train/eagle3.py); its target is an input
+    "dflash": (*MIX, "dflash"),  # the AR target's DFlash drafter (orl/train/dflash_vllm.py), likewise
+}
+
+
 def _coerce(value, annotation, source: str, key: str):
     """Check one YAML value against a dataclass field type; ints are accepted for floats."""
     where = f"{source}: {key}"

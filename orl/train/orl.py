@@ -35,13 +35,13 @@ import torch
 from orl.decoding.rollout import CapturedStates, RecomputeRollout, Rollout
 from orl.errors import CheckpointError, ConfigError, InputError
 from orl.model.checkpoint import Checkpoint, checkpoint_digest, load_checkpoint
-from orl.train.config import OptimConfig, TrainPreset
+from orl.train.config import STAGE_SECTIONS, OptimConfig, TrainPreset
 from orl.train.distributed import Replica, World
 from orl.train.loop import LOG, ParamGroup, Step, train
 from orl.train.orl_rollouts import OrlStats, collect_states, rollout_prompts, select_states
 from orl.train.orl_steps import concat_pairs, dparallel_step, orl_step, zero_step
 from orl.train.orl_variants import ABLATIONS, VARIANTS
-from orl.train.pretrain import STAGE_SECTIONS, prepare
+from orl.train.pretrain import prepare
 
 # What every line of train_log.jsonl carries (docs/method.md §3; 0 where a variant has no such term).
 LOG_KEYS = (

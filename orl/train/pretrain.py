@@ -23,7 +23,7 @@ from orl.model.shape import ModelShape
 from orl.model.transformer import ModelConfig, Transformer, count_parameters
 from orl.tasks import tinycode
 from orl.tokenizer import Tokenizer, load_tokenizer, train_bpe
-from orl.train.config import OptimConfig, TrainPreset
+from orl.train.config import STAGE_SECTIONS, OptimConfig, TrainPreset
 from orl.train.data import TokenBatch, pair_batch
 from orl.train.distributed import World, micro_batches, shard_model
 from orl.train.loop import Micro, Step, train
@@ -48,17 +48,6 @@ def model_config(shape: ModelShape, tokenizer: Tokenizer) -> ModelConfig:
         mask_token_id=tokenizer.mask_id,
         **dataclasses.asdict(shape),
     )
-
-
-MIX = ("difficulty", "long_fraction", "math_fraction", "hold_out_dev", "math_annotations")  # TaskMix
-STAGE_SECTIONS = {
-    "ar": (*MIX, "tokenizer", "model", "ar"),
-    "draft": (*MIX, "tokenizer", "draft_model", "draft"),
-    "convert": (*MIX, "convert", "diffusion"),
-    "orl": (*MIX, "diffusion", "orl"),  # ORL and its ablations (orl/train/orl.py)
-    "eagle3": (*MIX, "eagle3"),  # the AR target's EAGLE-3 head (orl/train/eagle3.py); its target is an input
-    "dflash": (*MIX, "dflash"),  # the AR target's DFlash drafter (orl/train/dflash_vllm.py), likewise
-}
 
 
 def _stage_digest(preset: TrainPreset, stage: str, extra: str = "") -> str:
