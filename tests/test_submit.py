@@ -228,8 +228,9 @@ def _submit_process(source, root):
 
 
 def test_concurrent_submissions_of_one_file_are_filed_exactly_once(tmp_path):
-    source = write_jsonl(tmp_path / "mine.jsonl", contribution())
-    expected = "".join(json.dumps(r, sort_keys=True) + "\n" for r in contribution())
+    records = contribution()  # once: a second call may fall in the next second (the records' `created`)
+    source = write_jsonl(tmp_path / "mine.jsonl", records)
+    expected = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
     for attempt in range(6):
         root = tmp_path / f"hardware{attempt}"
         racers = [_submit_process(source, root) for _ in range(2)]
@@ -242,8 +243,9 @@ def test_concurrent_submissions_of_one_file_are_filed_exactly_once(tmp_path):
 
 
 def test_a_submission_killed_at_any_moment_files_nothing_partial(tmp_path):
-    source = write_jsonl(tmp_path / "mine.jsonl", contribution())
-    expected = "".join(json.dumps(r, sort_keys=True) + "\n" for r in contribution())
+    records = contribution()  # once: a second call may fall in the next second (the records' `created`)
+    source = write_jsonl(tmp_path / "mine.jsonl", records)
+    expected = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
     for attempt, delay in enumerate((0.5, 1.5, 2.5, 3.5)):  # before, around and after its filing
         root = tmp_path / f"hardware{attempt}"
         killed, survivor = _submit_process(source, root), _submit_process(source, root)

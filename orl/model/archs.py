@@ -20,7 +20,7 @@ class Architecture:
     tie_word_embeddings: bool
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
-    block_size: int | None = None  # fixed by the release (SDAR); None: --block, else DEFAULT_BLOCK
+    block_size: int | None = None  # fixed by the release (SDAR); None: --block, else scale.DEFAULT_BLOCK
     block_layout: str = "after-prompt"
     mask_token_id: int | None = None  # None: the last token id
 
