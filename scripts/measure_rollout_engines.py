@@ -22,7 +22,7 @@ import time
 import torch
 
 from orl.decoding import Policy, decode_rule
-from orl.decoding.rollout import CapturedStates, RecomputeRollout
+from orl.decoding.rollout import RecomputeRollout
 from orl.engines.dlmrt.rollout import DlmrtRollout
 from orl.io import atomic_write_json
 from orl.kernels.onednn import use_onednn_linears
@@ -112,7 +112,7 @@ def main() -> None:
             }
             if name.startswith("recompute"):
                 row["states_equal_recompute_full"] = all(
-                    same_states(a, b) for a, b in zip(states, reference_states, strict=True)
+                    not a.differing(b) for a, b in zip(states, reference_states, strict=True)
                 )
             rows.append(row)
             print(
@@ -140,18 +140,6 @@ def main() -> None:
             "env": capture_environment(),
         },
     )
-
-
-def same_states(a: CapturedStates, b: CapturedStates) -> bool:
-    """Every captured tensor equal bit for bit."""
-    for name in CapturedStates.__dataclass_fields__:
-        x, y = getattr(a, name), getattr(b, name)
-        if isinstance(x, list):
-            if len(x) != len(y) or not all(torch.equal(u, v) for u, v in zip(x, y, strict=True)):
-                return False
-        elif torch.is_tensor(x) and not (x.shape == y.shape and torch.equal(x, y)):
-            return False
-    return True
 
 
 if __name__ == "__main__":

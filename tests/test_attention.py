@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from orl.model import transformer
-from orl.model.transformer import ModelConfig, Transformer, attention_bias, grouped_attention
+from orl.model.attention import attention_bias, grouped_attention
+from orl.model.transformer import ModelConfig, Transformer
 
 
 def gqa_by_hand(q, k, v, mask):

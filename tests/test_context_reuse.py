@@ -99,10 +99,8 @@ def test_the_rollout_captures_the_states_a_full_recompute_would(dlm):
     capture = StateCapture(mask_origins(batch, rule))
     full = decode_blocks(dlm.model, batch, rule, observer=capture, reuse_context=False, **args)
     assert rollout.completion_ids == full.completions
-    states = capture.states()
-    for name in StateCapture.FIELDS:
-        a, b = getattr(rollout.states, name), getattr(states, name)
-        if isinstance(a, list):
-            assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), name
-        else:
-            assert torch.equal(a, b), name
+    assert rollout.states.differing(capture.states()) == []
+    other = capture.states()  # the comparison sees a one-ulp change in any field
+    other.residual = torch.nextafter(other.residual, torch.full_like(other.residual, float("inf")))
+    other.context = other.context[:-1]
+    assert rollout.states.differing(other) == ["context", "residual"]

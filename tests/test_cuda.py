@@ -134,7 +134,7 @@ def compiled_attention():
     "dtype,rows,length", [(torch.bfloat16, 64, 1024), (torch.bfloat16, 128, 656), (torch.float32, 96, 300)]
 )
 def test_split_kv_attention_equals_sdpa_on_the_gpu(compiled_attention, dtype, rows, length):
-    from orl.model.transformer import attention_bias
+    from orl.model.attention import attention_bias
 
     gen = torch.Generator().manual_seed(rows + length)
     q, k, v = (torch.randn(1, 8, n, 128, generator=gen).to("cuda", dtype) for n in (rows, length, length))
@@ -149,7 +149,7 @@ def test_split_kv_attention_equals_sdpa_on_the_gpu(compiled_attention, dtype, ro
 
 
 def test_a_cuda_decoding_step_attends_split_kv(compiled_attention, monkeypatch):
-    from orl.model import transformer
+    from orl.model import attention
 
     calls = []
     real = compiled_attention.split_kv_attention
@@ -159,9 +159,9 @@ def test_a_cuda_decoding_step_attends_split_kv(compiled_attention, monkeypatch):
     k, v = (torch.randn(1, 4, 512, 128, generator=gen).to("cuda", torch.bfloat16) for _ in range(2))
     mask = torch.ones(1, 32, 512, dtype=torch.bool, device="cuda")
     mask[..., 400:] = False
-    bias = transformer.attention_bias(mask, 4, q.dtype)
+    bias = attention.attention_bias(mask, 4, q.dtype)
     with torch.no_grad():
-        out = transformer.grouped_attention(q, k, v, bias)
+        out = attention.grouped_attention(q, k, v, bias)
     assert calls == [1]
     by_sdpa = torch.nn.functional.scaled_dot_product_attention(
         q.float(), k.float(), v.float(), attn_mask=mask[:, None], enable_gqa=True

@@ -306,7 +306,7 @@ def test_bench_engine_rounds_medians_step_time_and_profile_on_the_cpu(smoke_mode
 
 
 def test_cudnn_attention_is_left_out_on_cuda_only():
-    from orl.model.transformer import avoid_per_length_attention_plans
+    from orl.model.attention import avoid_per_length_attention_plans
 
     # The flag is process-wide and an earlier CUDA test's engine leaves it off: start from "on" and
     # put back whatever was there.

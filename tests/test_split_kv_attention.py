@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from orl.model.transformer import attention_bias
+from orl.model.attention import attention_bias
 from tests.kernel_modules import kernel_module
 
 pytest.importorskip("triton", reason="triton is not installed")

@@ -69,6 +69,21 @@ class CapturedStates:
             )
         return CapturedStates(**out)
 
+    def differing(self, other: CapturedStates) -> list[str]:
+        """The fields whose values are not `other`'s bit for bit (a list: its length or any element)."""
+        names = []
+        for f in fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(a, list):
+                same = len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+            elif torch.is_tensor(a):
+                same = torch.is_tensor(b) and a.shape == b.shape and torch.equal(a, b)
+            else:
+                same = a is None and b is None  # targets, before attach_targets
+            if not same:
+                names.append(f.name)
+        return names
+
     def select(self, keep: torch.Tensor) -> CapturedStates:
         """The states where `keep` [N] is True."""
         return self.take(keep.nonzero().flatten().tolist())

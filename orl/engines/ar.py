@@ -28,9 +28,10 @@ from orl.engines.base import EngineInfo, Generation, checkpoint_info
 from orl.engines.capture import cache_bucket, default_mode, make_prefill_runner, make_runner, model_for_mode
 from orl.engines.forwards import decode_forwards
 from orl.errors import CheckpointError, InputError
+from orl.model.attention import avoid_per_length_attention_plans
 from orl.model.checkpoint import Checkpoint
 from orl.model.fusion import fuse_projections
-from orl.model.transformer import KVCache, Transformer, avoid_per_length_attention_plans
+from orl.model.transformer import KVCache, Transformer
 
 
 @dataclass

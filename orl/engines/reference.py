@@ -17,8 +17,8 @@ from orl.decoding import DecodeRule, Policy, StepView, cut_at_eos, decode_blocks
 from orl.engines.base import EngineInfo, Generation, StepLog, checkpoint_info, within_budget
 from orl.engines.forwards import decode_forwards
 from orl.errors import CheckpointError
+from orl.model.attention import avoid_per_length_attention_plans
 from orl.model.checkpoint import Checkpoint
-from orl.model.transformer import avoid_per_length_attention_plans
 
 
 def step_log(view: StepView, row: int = 0) -> StepLog:

@@ -1,7 +1,7 @@
 """Split-KV attention (flash-decoding) for dlmrt's decoding steps on CUDA.
 
 A decoding step asks few queries against a long cache: at Qwen3-4B and block 16, the G = 4 query heads
-of each of the 8 key/value heads stack into 64 query rows (orl.model.transformer.grouped_attention).
+of each of the 8 key/value heads stack into 64 query rows (orl.model.attention.grouped_attention).
 SDPA's memory-efficient kernel gives each (batch, key/value head) pair one thread block that walks the
 whole cache: 8 thread blocks on a 132-SM H200, 32.7 µs a layer, a quarter of the step (measured
 2026-12-04, results/gpu-check/nvidia-h200-2026-12-04b).

@@ -33,9 +33,9 @@ from orl.engines.dlmrt.chunk import ChunkSpec, StepObserver, denoise_chunk, pref
 from orl.engines.dlmrt.state import DecodeState
 from orl.errors import CheckpointError, InputError
 from orl.kernels.onednn import choose_linear, with_onednn_linears
+from orl.model.attention import avoid_per_length_attention_plans
 from orl.model.checkpoint import Checkpoint
 from orl.model.fusion import fuse_projections
-from orl.model.transformer import avoid_per_length_attention_plans
 
 
 class StepWatcher(Protocol):
