@@ -34,7 +34,8 @@ class Logged:
 
     def generate(self, prompt: str, max_new_tokens: int) -> Generation:
         self.log.append((self.name, prompt))
-        return Generation(token_ids=[1, 2], text="ab", nfe=1, nfe_prefill=1, wall_time_s=0.0)
+        length = {"p1": 1, "p4": 1}.get(prompt, 2)  # p1 and p4 have the shortest completions
+        return Generation(token_ids=[1] * length, text="a" * length, nfe=1, nfe_prefill=1, wall_time_s=0.0)
 
     def describe(self) -> EngineInfo:
         return EngineInfo(self.name, "m", None, "float32", "cpu")
@@ -50,12 +51,14 @@ def test_a_sitting_interleaves_blocks_of_prompts_in_balanced_orders():
     runs = measure_sitting(engines, prompts, 4, warmup=1, progress=False, block=3)
     assert log[:4] == [(name, "p0") for name in "abcd"]  # every engine warms up first
     turns = [log[i : i + 4] for i in range(4, 4 * 4 + 4 * 4 * 3, 4)]  # (re-warm + 3 timed) per engine
-    # Blocks p0-p2, p3-p5, p6-p8: each engine re-warmed on the prompt before the block, then the block.
+    # Blocks p0-p2, p3-p5, p6-p8, p9: each engine re-warmed on the prompt it decoded the shortest completion
+    # for so far (the latest of equals; the first block: p0, decoded in its warm-up), then the block.
     assert turns[0] == [("a", "p0"), ("a", "p0"), ("a", "p1"), ("a", "p2")]
-    assert turns[4] == [("b", "p2"), ("b", "p3"), ("b", "p4"), ("b", "p5")]
+    assert turns[4] == [("b", "p1"), ("b", "p3"), ("b", "p4"), ("b", "p5")]
+    assert turns[8] == [("c", "p4"), ("c", "p6"), ("c", "p7"), ("c", "p8")]
     order = ["".join(turn[0][0] for turn in turns[b : b + 4]) for b in range(0, 12, 4)]
     assert order == ["abdc", "bcad", "cdba"]  # balanced_orders(4), one order per block
-    assert log[4 + 48 :] == [(e, p) for e in "dacb" for p in ("p8", "p9")]  # the last block: one prompt
+    assert log[4 + 48 :] == [(e, p) for e in "dacb" for p in ("p4", "p9")]  # the last block: one prompt
     assert [len(run.timings) for run in runs] == [10] * 4 and [run.warmup for run in runs] == [1] * 4
     alone = measure_latency(Logged("a", []), prompts, 4, warmup=1, progress=False)
     assert [t.tokens for t in alone.timings] == [t.tokens for t in runs[0].timings]

@@ -125,8 +125,8 @@ def run_bench_sitting(args) -> int:
         infos = [engine.describe() for _, engine, _ in running]
         sitting = {
             "id": sitting_id(first.suite, first.split),
-            "order": f"interleaved in blocks of {SITTING_BLOCK} prompts, each after one untimed request; "
-            "balanced orders per block (Williams design)",
+            "order": f"interleaved in blocks of {SITTING_BLOCK} prompts, each after one untimed request "
+            "(the engine's shortest completion so far); balanced orders per block (Williams design)",
         }
         runs = measure_sitting(
             [engine for _, engine, _ in running],

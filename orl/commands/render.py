@@ -43,13 +43,16 @@ def _tables(text: str) -> tuple[int | str, ...]:
 
 
 def run_render(args: argparse.Namespace) -> int:
+    from orl.records import load_record_tree
     from orl.records.submit import DEFAULT_HARDWARE_ROOT
     from orl.report.build import render_report
     from orl.report.claims import DEFAULT_CLAIMS_PATH
 
+    results_dir = args.results or f"results/{args.profile}"
+    records = load_record_tree(results_dir)  # once: validating every record is most of a render's time
     written = render_report(
         args.profile,
-        args.results or f"results/{args.profile}",
+        records,
         args.out or f"reports/{args.profile}",
         tables=_tables(args.tables),
         figures=args.figures,
@@ -59,19 +62,17 @@ def run_render(args: argparse.Namespace) -> int:
     )
     for path in written:
         print(f"wrote {path}")
-    warn_unmatched(args.results or f"results/{args.profile}")
+    warn_unmatched(results_dir, records)
     return 0
 
 
-def warn_unmatched(results_dir: str) -> None:
+def warn_unmatched(results_dir: str, records: list[dict]) -> None:
     """Records whose system no table row reads would leave their lines 'not run' without a word: say so."""
     import sys
 
-    from orl.records import load_record_tree
     from orl.rows import ROWS
 
     systems = {row.system for row in ROWS}
-    records = load_record_tree(results_dir, missing_ok=True)
     # Table 3b reads scale_bench records by kind, whatever their system (orl/report/table3b.py).
     unmatched = sorted({r["system"] for r in records if r["kind"] != "scale_bench"} - systems)
     if not records:

@@ -236,6 +236,13 @@ def balanced_orders(n: int) -> list[list[int]]:
     return rows if n % 2 == 0 else rows + [row[::-1] for row in rows]
 
 
+def shortest_decoded(timings: Sequence[RequestTiming]) -> int:
+    """The index of the timed request with the fewest generated tokens (the latest of equals): a sitting's
+    re-warm request, as cheap as a request of this engine gets; 0, the first prompt (which every warm-up
+    decodes), before any request is timed."""
+    return min(range(len(timings)), key=lambda i: (timings[i].tokens, -i), default=0)
+
+
 # Consecutive prompts an engine decodes in a sitting before the next engine's turn. Interleaving every
 # single request left each engine's caches and allocator cold for the next one: our compiled AR's
 # 17-token tinycode requests then ran at 314-459 tokens/s against 782-873 alone; in blocks of 8 prompts,
@@ -257,12 +264,12 @@ def measure_sitting(
     Every engine warms up first (all of them are loaded and compiled before any request is timed). Then
     the prompts go in blocks of `block` consecutive prompts: every engine decodes block j before any
     decodes block j + 1, each first re-warmed by one untimed request of a prompt it has already decoded
-    (the one before the block; the first prompt for the first block, which the warm-up decoded) and then
-    timed on the block's prompts one by one. The engines of block j go in the j-th order of
-    `balanced_orders` (cyclically), so every engine runs in every position, and right after every other
-    engine, equally often. A slow spell of a shared machine (a block of every engine takes seconds) falls
-    on all of them; a throughput ratio of two of these runs, paired per request, is a same-sitting
-    comparison (docs/metrics.md "Sittings").
+    (of those it has timed, the one it decoded the shortest completion for: `shortest_decoded`; the first
+    prompt for the first block, which the warm-up decoded) and then timed on the block's prompts one by
+    one. The engines of block j go in the j-th order of `balanced_orders` (cyclically), so every engine
+    runs in every position, and right after every other engine, equally often. A slow spell of a shared
+    machine (a block of every engine takes seconds) falls on all of them; a throughput ratio of two of
+    these runs, paired per request, is a same-sitting comparison (docs/metrics.md "Sittings").
     """
     _validate(prompts, max_new_tokens, warmup)
     if not engines:
@@ -278,8 +285,8 @@ def measure_sitting(
     starts = range(0, len(prompts), block)
     bar = tqdm(starts, desc=f"sitting ({n} engines, blocks of {block})", disable=not progress, leave=False)
     for j, start in enumerate(bar):
-        rewarm = prompts[max(start - 1, 0)]
         for k in orders[j % len(orders)]:
+            rewarm = prompts[shortest_decoded(runs[k].timings)]
             engines[k].generate(rewarm, max_new_tokens)  # untimed: this engine's state back in the caches
             for prompt in prompts[start : start + block]:
                 _measure_one(engines[k], prompt, max_new_tokens, syncs[k], runs[k], None)

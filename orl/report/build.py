@@ -23,7 +23,7 @@ ALL_TABLES = TABLE_IDS
 
 def render_report(
     profile: str,
-    results_dir: str | Path,
+    records: list[dict],
     out_dir: str | Path,
     *,
     tables: tuple[int | str, ...] = ALL_TABLES,
@@ -32,9 +32,9 @@ def render_report(
     claims_path: str | Path = DEFAULT_CLAIMS_PATH,
     hardware_root: str | Path = DEFAULT_HARDWARE_ROOT,
 ) -> list[Path]:
-    """Write the chosen tables (and figures) and the index; return every path written."""
+    """Write the chosen tables (and figures) of `records` (a results tree's, `load_record_tree`) and the
+    index; return every path written."""
     claims, ledger = load_claims(claims_path), load_notes(claims_path)
-    records = load_record_tree(results_dir)
     hardware = load_record_tree(hardware_root, missing_ok=True)
     written: list[Path] = []
     for table in tables:
