@@ -500,7 +500,7 @@ def test_figures_png_and_pdf(claims, tmp_path):
     assert all(path.is_file() for path in empty)
 
 
-def test_render_command_writes_tables_figures_and_index(tmp_path):
+def test_render_command_writes_tables_figures_and_index(tmp_path, capsys):
     results, out = tmp_path / "results", tmp_path / "reports"
     write_records(results / "bench" / "table2.jsonl", table2_records())
     (results / "ckpt" / "tiny").mkdir(parents=True)
@@ -535,6 +535,15 @@ def test_render_command_writes_tables_figures_and_index(tmp_path):
         )
         == 0
     )
+    # Records no table row reads, or none at all: the render says so (records loaded once, both uses).
+    stray = tmp_path / "stray"
+    write_records(stray / "r.jsonl", [{**table2_records()[0], "system": "Nobody's system"}])
+    (tmp_path / "empty").mkdir()
+    capsys.readouterr()
+    fixed = ["--out", str(tmp_path / "o"), "--tables", "2", "--no-index", "--hardware", str(tmp_path / "x")]
+    for folder, warning in ((stray, "Nobody's system"), (tmp_path / "empty", "no records; every table line")):
+        assert main(["render", "--profile", "smoke", "--results", str(folder), *fixed]) == 0
+        assert warning in capsys.readouterr().err
     # A broken record file stops the render, naming the file and line.
     (results / "bench" / "broken.jsonl").write_text('{"kind": "latency"}\n')
     with pytest.raises(InputError, match=r"broken\.jsonl line 1"):
