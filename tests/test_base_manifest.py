@@ -21,8 +21,7 @@ from orl.model.base_manifest import (
     take_base,
 )
 from orl.model.checkpoint import load_checkpoint
-from orl.train.config import load_preset
-from orl.train.pretrain import STAGE_SECTIONS
+from orl.train.config import STAGE_SECTIONS, load_preset
 
 BASE = REPO_ROOT / "results" / "tiny" / "base"
 

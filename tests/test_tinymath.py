@@ -21,9 +21,9 @@ from orl.sandbox.answer import final_answer
 from orl.tasks import SUITES, load_suite, tinycode, tinymath
 from orl.tokenizer import load_tokenizer, train_bpe
 from orl.train import pretrain
-from orl.train.config import load_preset
+from orl.train.config import STAGE_SECTIONS, load_preset
 from orl.train.orl_rollouts import budget_kind, rollout_groups
-from orl.train.pretrain import STAGE_SECTIONS, _stage_digest
+from orl.train.pretrain import _stage_digest
 
 BASE_AR = REPO_ROOT / "results" / "tiny" / "base" / "ar"
 GENERATED = ("tinycode", "tinycode-long", "tinymath")

@@ -9,8 +9,7 @@ import pytest
 
 from orl.errors import CheckpointError, InputError
 from orl.tokenizer import load_tokenizer, tokenizer_config, train_bpe
-from orl.train.config import load_preset
-from orl.train.pretrain import STAGE_SECTIONS
+from orl.train.config import STAGE_SECTIONS, load_preset
 
 from .real_checkpoints import CHAT_TEMPLATE, ENDOFTEXT, IM_END, IM_START, SDAR_MASK_ID
 
