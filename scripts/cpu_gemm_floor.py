@@ -10,9 +10,12 @@ times that product for Qwen3-0.6B's weight shapes in fp32 three ways, each again
 A forward reads each weight once from memory, so every shape is timed on `--cache-mb` worth of
 distinct copies of its weight, one after the other: a projection timed alone would sit in the
 last-level cache and look faster than it runs in a forward. `--fused` takes the shapes dlmrt runs
-with oneDNN (q/k/v and gate/up concatenated, orl/model/fusion.py).
+with oneDNN (q/k/v and gate/up concatenated, orl/model/fusion.py). `--residual` also times ORL's
+residual context z = P @ E (the block's distributions over the vocabulary times the embedding matrix),
+in fp32 and bf16, through torch's matmul and through oneDNN on E's packed transpose (what dlmrt runs
+with oneDNN linears), against the time to read E.
 
-    python scripts/cpu_gemm_floor.py [--rows 16] [--threads 0] [--fused] [--cache-mb 128]
+    python scripts/cpu_gemm_floor.py [--rows 16] [--threads 0] [--fused] [--residual] [--cache-mb 128]
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import time
 import torch
 
 from orl.eval.scale import copy_bandwidth
-from orl.kernels.onednn import onednn_linear
+from orl.kernels.onednn import onednn_linear, onednn_matmul
 
 # (in_features, out_features, how many per forward) of Qwen3-0.6B: 28 layers, tied LM head.
 SHAPES = [(1024, 2048, 28), (1024, 1024, 56), (2048, 1024, 28), (1024, 3072, 56), (3072, 1024, 28),
@@ -59,6 +62,7 @@ def main() -> int:
     parser.add_argument(
         "--cache-mb", type=int, default=128, help="distinct weight copies per shape, at least this many MB"
     )
+    parser.add_argument("--residual", action="store_true", help="also time ORL's residual context z = P @ E")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -86,7 +90,26 @@ def main() -> int:
         f"per forward: aten {totals['aten'] * 1e3:.1f} ms, mkl packed {totals['mkl'] * 1e3:.1f} ms, "
         f"onednn {totals['onednn'] * 1e3:.1f} ms, floor {totals['floor'] * 1e3:.1f} ms"
     )
+    if args.residual:
+        time_residual(args.rows, bandwidth, generator)
     return 0
+
+
+def time_residual(rows: int, bandwidth: float, generator: torch.Generator) -> None:
+    """z = P @ E at Qwen3-0.6B's vocabulary and width, through matmul and through oneDNN, fp32 and bf16."""
+    vocab, hidden = SHAPES[-1][1], SHAPES[-1][0]
+    probs = torch.softmax(torch.randn(rows, vocab, generator=generator), dim=-1)
+    embedding = torch.randn(vocab, hidden, generator=generator) * 0.02
+    for dtype in (torch.float32, torch.bfloat16):
+        p, e = probs.to(dtype), embedding.to(dtype)
+        matmul = seconds(lambda _, p=p, e=e: p @ e, 1, repeats=5)
+        onednn = seconds(lambda _, p=p, e=e: onednn_matmul(p, e), 1, repeats=5)
+        floor = e.numel() * e.element_size() / bandwidth
+        print(
+            f"z = P @ E, {rows} x {vocab} by {vocab} x {hidden}, {str(dtype).removeprefix('torch.')}: matmul "
+            f"{matmul * 1e3:.1f} ms ({matmul / floor:.2f}x reading E), onednn {onednn * 1e3:.1f} ms "
+            f"({onednn / floor:.2f}x)"
+        )
 
 
 if __name__ == "__main__":

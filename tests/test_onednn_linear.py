@@ -1,6 +1,6 @@
 """oneDNN linears on the CPU (orl/kernels/onednn.py): equal to F.linear, follow in-place weight changes,
-leave the checkpoint's model alone, decode like the reference decoder inside dlmrt's compiled chunk,
-and train (forward and backward) like F.linear."""
+leave the checkpoint's model alone, decode like the reference decoder inside dlmrt's compiled chunk (the
+residual context's z = P @ E through oneDNN too), and train (forward and backward) like F.linear."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from orl.kernels.onednn import (
     choose_linear,
     onednn_available,
     onednn_linear,
+    onednn_matmul,
     use_onednn_linears,
     with_onednn_linears,
 )
@@ -51,6 +52,22 @@ def test_a_weight_changed_in_place_is_packed_again():
     torch.testing.assert_close(onednn_linear(x, weight), -2.0 * before, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_onednn_matmul_is_the_residual_product_and_follows_the_embedding(dtype):
+    """z = P @ E (a block's distributions over V by the embedding), E packed transposed once, again after
+    an in-place change."""
+    gen = torch.Generator().manual_seed(2)
+    probs = torch.softmax(torch.randn(1, 16, 1000, generator=gen), dim=-1).to(dtype)
+    embedding = (torch.randn(1000, 96, generator=gen) * 0.02).to(dtype)
+    out = onednn_matmul(probs, embedding)
+    assert out.shape == (1, 16, 96) and out.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.float(), probs.float() @ embedding.float(), rtol=tol, atol=tol * 0.02)
+    with torch.no_grad():
+        embedding.mul_(-2.0)
+    torch.testing.assert_close(onednn_matmul(probs, embedding), -2.0 * out, rtol=tol, atol=tol * 0.02)
+
+
 def test_the_onednn_copy_shares_parameters_and_leaves_the_model_alone(smoke_models):
     model = load_checkpoint(smoke_models[1]).model
     clone = with_onednn_linears(model)
@@ -72,6 +89,7 @@ def test_compiled_dlmrt_with_onednn_decodes_like_the_reference_decoder(smoke_mod
     engine = DlmrtEngine(ckpt, policy, config=config)
     assert engine.linear.backend == "onednn" and engine.describe().settings["cpu_linear"] == "onednn"
     assert type(ckpt.model.lm_head) is nn.Linear  # the checkpoint's own model keeps F.linear
+    assert engine.model.residual_matmul is onednn_matmul and ckpt.model.residual_matmul is torch.matmul
     reference = ReferenceDiffusion(ckpt, policy)
     for prompt in prompts:
         ours, ref = engine.generate(prompt, 32), reference.generate(prompt, 32)

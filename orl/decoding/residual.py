@@ -13,6 +13,7 @@ step 0 of a block z = 0 and the weight is 0, so the input is exactly E[MASK].
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -30,13 +31,15 @@ def residual_context(
     prev_entropy: torch.Tensor,
     alpha: float,
     form: str = "entropy-weighted",
+    matmul: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = torch.matmul,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The pre-adapter residual z = P^{(k-1)} @ E and its weight w (α, or α·(1 − H/log V))."""
+    """The pre-adapter residual z = P^{(k-1)} @ E and its weight w (α, or α·(1 − H/log V)); `matmul` is
+    the model's `residual_matmul` (torch's, or oneDNN's where an engine's linears go through oneDNN)."""
     if form == "adapter":
         weight = torch.full_like(prev_entropy, alpha)
     else:
         weight = alpha * (1.0 - prev_entropy / math.log(embedding.shape[0]))
-    return prev_probs.to(embedding.dtype) @ embedding, weight
+    return matmul(prev_probs.to(embedding.dtype), embedding), weight
 
 
 def mix_residual(
@@ -69,5 +72,7 @@ def residual_embeddings(
     """
     if prev_probs is None or alpha == 0.0:
         return model.embedding[tokens]
-    residual, weight = residual_context(model.embedding, prev_probs, prev_entropy, alpha, form)
+    residual, weight = residual_context(
+        model.embedding, prev_probs, prev_entropy, alpha, form, model.residual_matmul
+    )
     return mix_residual(model, tokens, masked, residual, weight, mask_id)

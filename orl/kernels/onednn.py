@@ -19,6 +19,9 @@ updated in place between refreshes) cannot have; so the packed call is a custom 
 the compiler, and the packed copy is redone whenever the weight's version counter moves: a
 weight changed in place is never multiplied stale.
 
+Where dlmrt's linears go through oneDNN, so does ORL's residual context z = P @ E (`onednn_matmul`,
+the embedding's transpose packed once); a training run keeps torch's matmul for it.
+
 Training takes the same choice (orl/train/pretrain.py, `--cpu-linear`): a swapped layer in train
 mode multiplies unpacked (its weight changes every step) and so does its backward, dx = dy W and
 dW = dy^T x. On the AMD machine a 4096-row fp32 linear of the tiny model runs 2.2x faster that
@@ -43,8 +46,8 @@ from orl.model.sharing import copy_sharing_weights
 # timing is of single calls, and a near tie is not worth a second copy of every weight.
 _AUTO_MARGIN = 0.9
 
-# id(weight) -> (weak reference to it, its version when packed, the packed copy)
-_packed: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
+# (id(weight), transposed) -> (weak reference to it, its version when packed, the packed copy)
+_packed: dict[tuple[int, bool], tuple[weakref.ref, int, torch.Tensor]] = {}
 
 
 def onednn_available() -> bool:
@@ -63,14 +66,16 @@ def _swappable(module: nn.Module) -> bool:
     return type(module) is nn.Linear and module.bias is None
 
 
-def _packed_weight(weight: torch.Tensor, rows: int) -> torch.Tensor:
-    """oneDNN's blocked copy of `weight`, made once per weight and again after an in-place change."""
-    key = id(weight)
+def _packed_weight(weight: torch.Tensor, rows: int, transposed: bool = False) -> torch.Tensor:
+    """oneDNN's blocked copy of `weight` (of its transpose with `transposed`), made once per weight and
+    again after an in-place change."""
+    key = (id(weight), transposed)
     entry = _packed.get(key)
     if entry is None or entry[0]() is not weight or entry[1] != weight._version:
         # The packed copy goes when the weight does (a later weight with the same id packs again).
         ref = weakref.ref(weight, lambda _, key=key: _packed.pop(key, None))
-        entry = (ref, weight._version, torch.ops.mkldnn._reorder_linear_weight(weight, rows))
+        source = weight.t().contiguous() if transposed else weight
+        entry = (ref, weight._version, torch.ops.mkldnn._reorder_linear_weight(source, rows))
         _packed[key] = entry
     return entry[2]
 
@@ -85,6 +90,23 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 @onednn_linear.register_fake
 def _(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+@torch.library.custom_op("orl::onednn_matmul", mutates_args=())
+def onednn_matmul(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """x @ b through oneDNN, on a packed copy of b's transpose: ORL's residual z = P @ E (b the embedding
+    matrix E, V x d, x a block's distributions over V). MKL, which torch's matmul calls, splits such a
+    product (16 rows, a reduction over V = 151,936) poorly: Qwen3-0.6B's took 78 ms in fp32 and 38 ms in
+    bf16 through matmul, 30 and 15 ms through this, on a 2-core AMD EPYC (Zen 4; `python
+    scripts/cpu_gemm_floor.py --residual`); reading E alone takes 18 and 9 ms. The packed transpose is a
+    second copy of E."""
+    packed = _packed_weight(b, x.numel() // x.shape[-1], transposed=True)
+    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+
+
+@onednn_matmul.register_fake
+def _(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], b.shape[1]))
 
 
 def _times_transposed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -201,7 +223,7 @@ def measure_linears(model: nn.Module, rows: int, repeats: int = 3) -> tuple[floa
         x = torch.randn(1, rows, weight.shape[1], dtype=weight.dtype, device=weight.device)
         aten += count * _best_time(partial(nn.functional.linear, x, weight), repeats)
         onednn += count * _best_time(partial(onednn_linear, x, weight), repeats)
-        _packed.pop(id(weight), None)  # the engine packs again if it takes oneDNN
+        _packed.pop((id(weight), False), None)  # the engine packs again if it takes oneDNN
     shapes = [[out, inp, count] for (out, inp), (count, _) in counts.items()]
     return aten, onednn, shapes
 

@@ -249,6 +249,9 @@ class Transformer(nn.Module):
         # Recompute each layer's activations in the backward pass instead of keeping them (training
         # at scale, orl/train/distributed.py): memory for one layer's activations instead of all.
         self.activation_checkpointing = False
+        # How the residual context's z = P @ E is multiplied (orl.decoding.residual): torch's matmul;
+        # dlmrt's copy of the model takes oneDNN's where its linears go through oneDNN on the CPU.
+        self.residual_matmul = torch.matmul
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

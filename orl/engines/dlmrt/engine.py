@@ -32,7 +32,7 @@ from orl.engines.capture import cache_bucket, default_mode, make_prefill_runner,
 from orl.engines.dlmrt.chunk import ChunkSpec, StepObserver, denoise_chunk, prefill, start_block_chunk
 from orl.engines.dlmrt.state import DecodeState
 from orl.errors import CheckpointError, InputError
-from orl.kernels.onednn import choose_linear, with_onednn_linears
+from orl.kernels.onednn import choose_linear, onednn_matmul, with_onednn_linears
 from orl.model.attention import avoid_per_length_attention_plans
 from orl.model.checkpoint import Checkpoint
 from orl.model.fusion import fuse_projections
@@ -121,6 +121,7 @@ class DlmrtEngine:
             self.model, self.fusion = fuse_projections(self.model)
         if self.linear.backend == "onednn":
             self.model = with_onednn_linears(self.model)  # shares the checkpoint's parameters
+            self.model.residual_matmul = onednn_matmul  # z = P @ E too (orl/kernels/onednn.py)
         avoid_per_length_attention_plans(self.device)
         self.mode = self.config.mode or default_mode(self.device, compiled)
         self.model = model_for_mode(self.model, self.mode, self.config.compile_backend)
