@@ -90,6 +90,7 @@ def test_compiled_dlmrt_with_onednn_decodes_like_the_reference_decoder(smoke_mod
     assert engine.linear.backend == "onednn" and engine.describe().settings["cpu_linear"] == "onednn"
     assert type(ckpt.model.lm_head) is nn.Linear  # the checkpoint's own model keeps F.linear
     assert engine.model.residual_matmul is onednn_matmul and ckpt.model.residual_matmul is torch.matmul
+    assert engine.describe().settings["residual_matmul"] == "onednn"
     reference = ReferenceDiffusion(ckpt, policy)
     for prompt in prompts:
         ours, ref = engine.generate(prompt, 32), reference.generate(prompt, 32)
