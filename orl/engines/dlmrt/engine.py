@@ -172,8 +172,8 @@ class DlmrtEngine:
                 "stop_at_eos": rule.stop_at_eos,
                 "layout": rule.layout,
                 "cpu_linear": self.linear.backend,
-                # ORL's z = P @ E: oneDNN with oneDNN linears (orl/kernels/onednn.py), else torch's matmul
-                "residual_matmul": "onednn" if self.linear.backend == "onednn" else "matmul",
+                # ORL's z = P @ E, as this engine's model multiplies it (orl/kernels/onednn.py)
+                "residual_matmul": "onednn" if self.model.residual_matmul is onednn_matmul else "matmul",
                 "fused_projections": self.fusion.to_record() if self.fusion is not None else None,
                 "compile_backend": str(self.config.compile_backend) if "compile" in self.mode else None,
             },
