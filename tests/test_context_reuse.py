@@ -1,7 +1,7 @@
 """The rollout's decoder (decode_blocks with reuse_context: only the rows still decoding, a block's
-context keys and values kept from its first step) against the full recompute it replaces: the same
-logits at every step, bit for bit, so that ORL's training is unchanged by it (the committed
-checkpoints' digests depend on it)."""
+context keys and values kept from its first step, and that first step over the previous block and its
+own) against the full recompute it replaces: the same logits at every step, bit for bit, so that ORL's
+training is unchanged by it (the committed checkpoints' digests depend on it)."""
 
 from __future__ import annotations
 
@@ -49,25 +49,33 @@ def prompts(tokenizer) -> list[list[int]]:
     return [p[: 17 - 3 * (i % 4)] for i, p in enumerate(ids)]
 
 
-def steps(model, prompts, rule, reuse: bool, tokenizer) -> tuple[list, object]:
-    """Every step's (block, step, active rows, their logits) and the decode's result."""
-    seen = []
+def steps(model, prompts, rule, reuse: bool, tokenizer) -> tuple[list, object, list[int]]:
+    """Every step's (block, step, active rows, their logits), the decode's result, and how many columns
+    each forward took."""
+    seen, widths = [], []
 
     def observe(view: StepView) -> None:
         seen.append((view.block, view.step, view.active.clone(), view.logits[view.active].clone()))
 
-    result = decode_blocks(
-        model,
-        prompts,
-        rule,
-        max_new_tokens=48,
-        pad_id=tokenizer.pad_id,
-        observer=observe,
-        temperature=1.0,
-        seeds=list(range(len(prompts))),
-        reuse_context=reuse,
-    )
-    return seen, result
+    def count(module, args, kwargs) -> None:
+        widths.append(kwargs["inputs_embeds"].shape[1])
+
+    hook = model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        result = decode_blocks(
+            model,
+            prompts,
+            rule,
+            max_new_tokens=48,
+            pad_id=tokenizer.pad_id,
+            observer=observe,
+            temperature=1.0,
+            seeds=list(range(len(prompts))),
+            reuse_context=reuse,
+        )
+    finally:
+        hook.remove()
+    return seen, result, widths
 
 
 @pytest.mark.parametrize("linear", ["aten", "onednn"])
@@ -75,8 +83,8 @@ def test_reused_context_gives_the_full_recomputes_logits_bit_for_bit(dlm, linear
     model = dlm.model if linear == "aten" else use_onednn_linears(copy_sharing_weights(dlm.model))
     rule = decode_rule(model.config, dlm.tokenizer.eos_ids, Policy("threshold", 0.9), residual=True)
     batch = prompts(dlm.tokenizer)
-    full, full_result = steps(model, batch, rule, False, dlm.tokenizer)
-    reused, reused_result = steps(model, batch, rule, True, dlm.tokenizer)
+    full, full_result, _ = steps(model, batch, rule, False, dlm.tokenizer)
+    reused, reused_result, widths = steps(model, batch, rule, True, dlm.tokenizer)
     assert reused_result.completions == full_result.completions
     assert reused_result.nfe == full_result.nfe
     assert len(reused) == len(full)
@@ -86,6 +94,11 @@ def test_reused_context_gives_the_full_recomputes_logits_bit_for_bit(dlm, linear
     # The paths this must cover: later steps of a block, and steps where some rows are done.
     assert any(k > 0 for _, k, _, _ in full)
     assert any(0 < int(a.sum()) < len(batch) for _, k, a, _ in full if k > 0)
+    # ... and the first step of a later block, over the previous block's columns and its own only.
+    block = rule.block
+    expected = [block if k else 2 * block for j, k, _, _ in reused if j or k]
+    assert any(j and not k for j, k, _, _ in reused)
+    assert widths[1:] == expected
 
 
 def test_the_rollout_captures_the_states_a_full_recompute_would(dlm):

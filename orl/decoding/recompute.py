@@ -1,12 +1,13 @@
-"""The full-recompute block decoder: no cache across blocks, the whole sequence recomputed.
+"""The full-recompute block decoder: the logits of a forward over the whole sequence at every step.
 
 One function, two users: the reference decoder (orl/engines/reference.py: one prompt, the
 oracle dlmrt must match and the slow baseline of Table 3), which recomputes the whole sequence
 at every step, and the ORL rollout (orl/decoding/rollout.py: a batch of training prompts,
-capturing the states it saw), which recomputes it once per block (`reuse_context`: the rows
-still decoding, the block's later steps over its own columns with the context's keys and
-values from its first step; the same logits bit for bit, at 2.2x the speed of the tiny ORL
-rollouts).
+capturing the states it saw), which gets the same logits bit for bit with less work
+(`reuse_context`: the rows still decoding; a block's later steps over its own columns with the
+context's keys and values from its first step; that first step over the previous block, now
+clean, and its own, with the keys and values of the columns before them from the previous
+block's first step).
 
     for each block j:
         until no position of the block is masked:
@@ -129,6 +130,7 @@ def decode_blocks(
     done = torch.zeros(rows, dtype=torch.bool, device=device)
     nfe = torch.zeros(rows, dtype=torch.long, device=device)
     decoded = torch.zeros(rows, dtype=torch.long, device=device)
+    context = None
     for j in range(n_blocks):
         decoded += (~done).long()
         lo, hi = start + j * B, start + (j + 1) * B
@@ -143,7 +145,7 @@ def decode_blocks(
         weight = torch.zeros(rows, B, device=device)
         prev_h = torch.zeros(rows, B, device=device)
         prev_c = torch.zeros(rows, B, device=device)
-        k, context = 0, None
+        k = 0  # `context` carries over: block j's first step reuses block j - 1's context keys
         while bool(masked.any()):
             active = masked.any(-1)
             logits, context = block_logits(
@@ -220,16 +222,19 @@ def decode_blocks(
 
 @dataclass
 class ContextCache:
-    """Block j's keys and values, kept from its first step for the later ones (`reuse_context`).
+    """The keys and values of a block's first step, kept for what comes after it (`reuse_context`).
 
     Block-causal attention keeps the context (prompt + clean blocks < j) from ever reading block j,
     so its keys and values are the same at every step of the block: the first step computes them in
     its forward over [context | block j], and a later step forwards the block's own columns only,
-    attending over those stored keys and its own. `rows` are the batch rows the buffers hold.
+    attending over those stored keys and its own. The next block's first step reuses the columns
+    before `lo` too, and forwards only block j (now clean) and block j + 1. `rows` are the batch rows
+    the buffers hold; `lo` is block j's first column.
     """
 
     rows: torch.Tensor
     kv: KVCache
+    lo: int
 
 
 def block_logits(
@@ -248,14 +253,18 @@ def block_logits(
     reuse_context: bool,
 ) -> tuple[torch.Tensor, ContextCache | None]:
     """One step's logits [b, B, V] at block j's columns lo:hi (only the block's columns go through the LM
-    head: the context's logits are never read), and the context cache for the block's next step.
+    head: the context's logits are never read), and the context cache for what comes after the step.
 
     Without `reuse_context`, a forward over [context | block j] of every row. With it, only the rows with
     a masked position are computed (a row whose block is done, or that stopped at <eos>, would be
-    recomputed for nothing; its logits change no token and are zeros here), and a later step of the
-    block (`context` given) forwards the block's columns only. Both give the same logits bit for bit:
-    the linears compute row by row, attention query by query over the same keys in the same tiles
-    (Transformer's `suffix_of`); tests/test_context_reuse.py checks it on this machine.
+    recomputed for nothing; its logits change no token and are zeros here); a later step of the block
+    (`context` from this block) forwards the block's columns only, and its first step (`context` from
+    block j - 1, or None) block j - 1's columns and its own, or every column when there is no earlier
+    block. All give the logits of the full forward bit for bit: the linears compute row by row,
+    attention query by query over the same keys in the same tiles (Transformer's `suffix_of`), and a
+    key that a query may not read adds nothing, however many there are (a context column's keys come
+    from a forward whose sequence ended at block j - 1); tests/test_context_reuse.py checks it on this
+    machine.
     """
     if not reuse_context:
         embeds = model.embedding[seq[:, :hi]]
@@ -266,17 +275,24 @@ def block_logits(
         return logits, None
     rows = masked.any(-1).nonzero().flatten()
     block = mix_residual(model, tokens[rows], masked[rows], residual[rows], weight[rows], rule.mask_id)
-    if context is None:  # the block's first step: the whole sequence, its keys and values kept
-        first = 0
-        embeds = model.embedding[seq[rows, :hi]]
-        embeds[:, lo:hi] = block
-        context = ContextCache(rows, KVCache.allocate(model.config, len(rows), hi, seq.device, embeds.dtype))
-        kv = context.kv
-    else:
+    if context is not None and context.lo == lo:  # a later step of the block: its own columns only
         first, embeds, kv = lo, block, context.kv
         if len(rows) < len(context.rows):  # rows ⊆ context.rows: a row stays active until its block is done
             keep = torch.searchsorted(context.rows, rows)
             kv = KVCache([k[keep] for k in kv.k], [v[keep] for v in kv.v])
+    else:  # the block's first step: its keys and values kept for its later steps and the next block
+        # Columns before the previous block's first come from its cache (rows only ever leave the batch),
+        # the previous block's clean tokens and this block are forwarded; without one, the whole sequence.
+        carried = context is not None and bool(torch.isin(rows, context.rows).all())
+        first = context.lo if carried else 0
+        embeds = model.embedding[seq[rows, first:hi]]
+        embeds[:, lo - first :] = block
+        kv = KVCache.allocate(model.config, len(rows), hi, seq.device, embeds.dtype)
+        if carried:
+            keep = torch.searchsorted(context.rows, rows)
+            for new, old in zip(kv.k + kv.v, context.kv.k + context.kv.v, strict=True):
+                new[:, :, :first] = old[keep, :, :first]
+        context = ContextCache(rows, kv, lo)
     out = model(
         inputs_embeds=embeds,
         positions=positions[rows, first:hi],

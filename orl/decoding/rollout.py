@@ -10,9 +10,10 @@ The current model decodes a batch of training prompts with the decoders' own cod
   smaller for every model here and exact, so replay reproduces the rollout);
 - the entropies H^{(k-1)} and confidences c^{(k-1)} for the AEC loss.
 
-Each block's first forward recomputes the whole sequence, and its later steps reuse the context's
-keys and values with the logits a full recompute gives bit for bit (orl.decoding.recompute
-`reuse_context`), which is what makes a captured state replay to the identical logits
+The decoder reuses what it already computed (orl.decoding.recompute `reuse_context`: a block's
+later steps over its own columns with the context's keys and values from its first step, that first
+step over the previous block and its own) and gets the logits a full recompute of every step gives,
+bit for bit, which is what makes a captured state replay to the identical logits
 (orl/train/replay.py).
 """
 
@@ -319,8 +320,8 @@ class Rollout(Protocol):
 
 @dataclass(frozen=True)
 class RecomputeRollout:
-    """`rollout` above: the batch decoded together, each block recomputed from the whole sequence
-    (replay reproduces its logits exactly). `reuse_context=False` recomputes every row at every step: the
+    """`rollout` above: the batch decoded together, with the logits of a full recompute (replay reproduces
+    them exactly). `reuse_context=False` recomputes every row's whole sequence at every step: the
     same states, for the benchmark that times the reuse (scripts/measure_rollout_engines.py)."""
 
     name: str = "recompute"
